@@ -1,0 +1,3 @@
+"""serbench: benchmark and regression harness for frontend↔engine serializers."""
+
+__version__ = "0.1.0"

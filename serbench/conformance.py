@@ -1,0 +1,226 @@
+"""The conformance suite (DESIGN §6): every case round-trips bit-exact, or is declared.
+
+``check(serializer)`` runs every case and says, per case, pass / fail /
+unsupported. A backend declares what it cannot carry in ``unsupported``
+(case id or glob → reason); such a case must really fail, or the declaration
+itself is reported as wrong. The runner checks each backend this way before
+timing it, and ``tests/test_conformance.py`` runs the same cases under pytest
+(``--backend SPEC`` points it at any backend).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+from serializers import Serializer, unsupported_cases
+from workloads import get_workload
+from workloads.messages import (
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    MultiModalFieldElem,
+    MultiModalKwargs,
+    MultiModalKwargsItem,
+)
+from workloads.tree import array_bytes, is_array
+
+CPU_DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
+NUMPY_DTYPES = ["?", "u1", "i1", "i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case: an object, the type to decode it as, and an id."""
+
+    id: str
+    build: Callable[[], Any]
+    type_: Any = Any
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    id: str
+    status: str  # "pass", "fail" or "unsupported"
+    detail: str = ""
+
+
+def _bits(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """Random bit patterns of a dtype, with NaN and ±inf planted in float types."""
+    gen = torch.Generator().manual_seed(seed)
+    count = math.prod(shape)
+    if dtype is torch.bool:
+        return (torch.randint(0, 2, (count,), generator=gen) == 1).reshape(shape)
+    raw = torch.randint(0, 256, (count * dtype.itemsize,), dtype=torch.uint8, generator=gen)
+    tensor = raw.view(dtype).reshape(shape).clone()
+    if (dtype.is_floating_point or dtype.is_complex) and count >= 3:
+        flat = tensor.view(-1)
+        flat[0], flat[1], flat[2] = float("nan"), float("inf"), float("-inf")
+    return tensor
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _mmk() -> MultiModalKwargs:
+    gen = torch.Generator().manual_seed(7)
+    item = MultiModalKwargsItem(
+        {
+            "pixel_values": MultiModalFieldElem(
+                "image", "pixel_values", torch.rand(6, 40, generator=gen), "flat", slices=[[0, 6]]
+            ),
+            "grid": MultiModalFieldElem("image", "grid", torch.tensor([1, 2, 3])),
+            "nested": MultiModalFieldElem(
+                "image", "nested", [torch.rand(2, 70, generator=gen), [torch.ones(3, dtype=torch.int32)]]
+            ),
+            "embeds": MultiModalFieldElem(
+                "image", "embeds", torch.rand(4, 8, generator=gen), "shared", batch_size=2
+            ),
+            "second_per_grid_ts": MultiModalFieldElem("image", "second_per_grid_ts", 0.5),
+            "count": MultiModalFieldElem("image", "count", 3),
+        }
+    )
+    audio = MultiModalKwargsItem({"features": MultiModalFieldElem("audio", "features", np.arange(128.0))})
+    return MultiModalKwargs({"image": [item, item], "audio": [audio]})
+
+
+def cases(threshold: float = 256) -> list[Case]:
+    """Every conformance case; sizes around ``threshold`` follow the backend's own."""
+    at = 256 if math.isinf(threshold) else max(int(threshold), 1)
+    out = [Case(f"dtype-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (3, 70), 1)) for dt in CPU_DTYPES]
+    out += [
+        Case(f"scalar-0d-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (), 2))
+        for dt in (torch.float32, torch.int64, torch.bool, torch.bfloat16)
+    ]
+    out += [
+        Case("empty-1d", lambda: torch.empty(0)),
+        Case("empty-0x3", lambda: torch.empty(0, 3, dtype=torch.float16)),
+        Case("transposed", lambda: _bits(torch.float32, (40, 30), 3).t()),
+        Case("column-slice", lambda: _bits(torch.int32, (30, 40), 4)[:, 5:17]),
+        Case("strided-1d", lambda: torch.arange(8)[::2]),
+        Case("strided-1d-large", lambda: _bits(torch.float32, (4000,), 5)[::3]),
+        Case("expanded", lambda: torch.ones(1, 3).expand(50, 3)),
+        Case("below-threshold", lambda: _bits(torch.uint8, (at - 1,), 6)),
+        Case("at-threshold", lambda: _bits(torch.uint8, (at,), 7)),
+        Case("above-threshold", lambda: _bits(torch.uint8, (at + 1,), 8)),
+        Case("large", lambda: _bits(torch.float32, (3, 224, 224), 9)),
+        Case("requires-grad", lambda: torch.ones(3, 100, requires_grad=True).detach()),
+    ]
+    out += [
+        Case(
+            f"numpy-{code}",
+            lambda code=code: _bits(torch.uint8, (3, 70 * np.dtype(code).itemsize), 10).numpy().view(code),
+        )
+        for code in NUMPY_DTYPES
+    ]
+    out += [
+        Case("numpy-0d", lambda: np.array(2.5)),
+        Case("numpy-empty", lambda: np.empty((0, 4), dtype=np.int32)),
+        Case("numpy-fortran", lambda: np.asfortranarray(np.arange(600.0).reshape(20, 30))),
+        Case("numpy-strided", lambda: np.arange(1000)[::7]),
+        Case("nested-list", lambda: [torch.ones(2), [torch.arange(300), [np.ones(3)]], [], 1.5, "x"]),
+        Case("dict-of-tensors", lambda: {"a": torch.zeros(5), "b": {"c": torch.arange(400)}}),
+        Case("mmk-all-kinds", _mmk, MultiModalKwargs),
+        Case("workload-text-sonnet", lambda: get_workload("text-sonnet").request(0), EngineCoreRequest),
+        Case(
+            "workload-text-outputs",
+            lambda: get_workload("text-sonnet").outputs(["a", "b"], 3, True),
+            EngineCoreOutputs,
+        ),
+        Case(
+            "workload-images-llava",
+            lambda: get_workload("images-4:profile=llava").request(1),
+            EngineCoreRequest,
+        ),
+        Case(
+            "workload-images-qwen2-vl-bf16",
+            lambda: get_workload("images-4:profile=qwen2-vl,dtype=bfloat16").request(0),
+            EngineCoreRequest,
+        ),
+    ]
+    return out
+
+
+def assert_same(expected: Any, actual: Any, path: str = "$") -> None:
+    """Bit-exact equality: same types, dtypes, shapes and bytes, all the way down."""
+    if type(expected) is not type(actual):
+        raise AssertionError(f"{path}: type {type(actual).__name__}, expected {type(expected).__name__}")
+    if is_array(expected):
+        if expected.dtype != actual.dtype or tuple(expected.shape) != tuple(actual.shape):
+            raise AssertionError(
+                f"{path}: {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}{tuple(expected.shape)}"
+            )
+        if array_bytes(expected) != array_bytes(actual):
+            raise AssertionError(f"{path}: bytes differ")
+    elif isinstance(expected, msgspec.Struct):
+        for name in expected.__struct_fields__:
+            assert_same(getattr(expected, name), getattr(actual, name), f"{path}.{name}")
+    elif isinstance(expected, (list, tuple)):
+        if len(expected) != len(actual):
+            raise AssertionError(f"{path}: length {len(actual)}, expected {len(expected)}")
+        for i, (a, b) in enumerate(zip(expected, actual)):
+            assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(expected, dict):
+        if list(expected) != list(actual):
+            raise AssertionError(f"{path}: keys {list(actual)}, expected {list(expected)}")
+        for key in expected:
+            assert_same(expected[key], actual[key], f"{path}[{key!r}]")
+    elif expected != actual and not (
+        isinstance(expected, float) and math.isnan(expected) and math.isnan(actual)
+    ):
+        raise AssertionError(f"{path}: {actual!r:.60}, expected {expected!r:.60}")
+
+
+def roundtrip(serializer: Serializer, case: Case) -> None:
+    """Encode, copy the frames as a transport would, decode, compare; raise on any difference."""
+    original = case.build()
+    frames = [bytes(memoryview(f).cast("B")) for f in serializer.encode(original)]
+    assert_same(original, serializer.decode(frames, case.type_))
+
+
+def declared_reason(serializer: Serializer, case_id: str) -> str | None:
+    """The reason a backend gives for not supporting a case, if it declares one."""
+    for pattern, reason in unsupported_cases(serializer).items():
+        if fnmatch.fnmatchcase(case_id, pattern):
+            return reason
+    return None
+
+
+def run_case(serializer: Serializer, case: Case) -> CaseResult:
+    """Round-trip one case; a declared-unsupported case must fail to count as unsupported."""
+    reason = declared_reason(serializer, case.id)
+    try:
+        roundtrip(serializer, case)
+    except Exception as exc:
+        if reason is not None:
+            return CaseResult(case.id, "unsupported", reason)
+        return CaseResult(case.id, "fail", f"{type(exc).__name__}: {exc}"[:500])
+    if reason is not None:
+        return CaseResult(case.id, "fail", f"declared unsupported ({reason}) but round-trips")
+    return CaseResult(case.id, "pass")
+
+
+def check(serializer: Serializer) -> Iterator[CaseResult]:
+    """Every conformance case's result for one backend."""
+    for case in cases(getattr(serializer, "threshold", 256)):
+        yield run_case(serializer, case)

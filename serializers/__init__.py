@@ -1,0 +1,86 @@
+"""Pluggable serializers for the frontend↔engine path, and their registry.
+
+``get_serializer("msgspec-frombuffer:threshold=inf")`` builds a backend from
+a spec (DESIGN §3). Besides the built-ins, a spec may name a backend
+registered under the entry-point group ``serbench.serializers`` or a factory
+by dotted path, ``package.module:factory``; options after the name become
+keyword arguments of the factory.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from serializers.base import DecodeError, Serializer, describe, is_safe, unsupported_cases
+from serializers.cloudpickle_backend import CloudPickleSerializer
+from serializers.flat_mmk import FlatMMKSerializer
+from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+from serializers.numpy_intermediate import NumpyIntermediateSerializer
+from serializers.pickle_backend import PickleSerializer
+from serializers.pickle_oob import PickleOOBSerializer
+from workloads.spec import Spec, SpecError, call_with_options, format_spec, parse_spec
+
+__all__ = [
+    "DecodeError",
+    "Serializer",
+    "SpecError",
+    "available_serializers",
+    "describe",
+    "get_serializer",
+    "is_safe",
+    "unsupported_cases",
+]
+
+ENTRY_POINT_GROUP = "serbench.serializers"
+
+BUILTINS: dict[str, Callable[..., Serializer]] = {
+    cls.name: cls
+    for cls in (
+        PickleSerializer,
+        PickleOOBSerializer,
+        CloudPickleSerializer,
+        NumpyIntermediateSerializer,
+        MsgspecFrombufferSerializer,
+        FlatMMKSerializer,
+    )
+}
+
+
+def _plugins() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_serializers() -> list[str]:
+    """Built-in backend names, then those registered through entry points."""
+    return list(BUILTINS) + sorted(set(_plugins()) - set(BUILTINS))
+
+
+def _factory(spec: Spec) -> Callable[..., Serializer]:
+    if spec.name in BUILTINS:
+        return BUILTINS[spec.name]
+    plugin = _plugins().get(spec.name)
+    if plugin is not None:
+        return plugin.load()
+    if spec.is_dotted_path:
+        module_name, _, attr = spec.name.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise SpecError(f"cannot load backend {spec.name!r}: {exc}") from exc
+    raise SpecError(
+        f"unknown backend {spec.name!r}; backends: {', '.join(available_serializers())}"
+        " (or package.module:factory)"
+    )
+
+
+def get_serializer(spec: str | Spec) -> Serializer:
+    """Build the backend a spec names, with its options; SpecError says what exists."""
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    serializer = call_with_options(_factory(parsed), parsed)
+    for attr in ("name", "encode", "decode"):
+        if not hasattr(serializer, attr):
+            raise SpecError(f"{format_spec(parsed)!r} built an object without {attr!r}")
+    return serializer

@@ -1,0 +1,132 @@
+"""The msgpack family: msgspec encodes the message, tensors leave as ext types.
+
+Each tensor or ndarray becomes a msgpack ext whose data is ``(dtype, shape,
+ref)``: ``ref`` is the raw bytes inline when the array is smaller than
+``threshold`` bytes, otherwise the index of a separate frame that is a view
+of the array's own memory (zero-copy). ``threshold=inf`` puts everything
+inline. Subclasses choose how a tensor becomes bytes and back; the framing,
+the checks and the error contract live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+from serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
+from serializers.tensors import (
+    ndarray_buffer,
+    ndarray_from_buffer,
+    numpy_dtype_name,
+    torch_dtype_name,
+)
+
+TENSOR_EXT = 1
+NDARRAY_EXT = 2
+
+ArrayHeader = tuple[str, list[int], int | bytes]
+_header_encoder = msgspec.msgpack.Encoder()
+_header_decoder = msgspec.msgpack.Decoder(ArrayHeader)
+
+
+class MsgpackSerializer:
+    """msgpack via msgspec; arrays as ext types, large ones as zero-copy frames."""
+
+    safe = True
+    tensor_to_buffer: Callable[[torch.Tensor], memoryview]
+    tensor_from_buffer: Callable[[Any, Any, Buffer], torch.Tensor]
+
+    def __init__(self, threshold: str | float = DEFAULT_THRESHOLD) -> None:
+        self.threshold = parse_threshold(threshold)
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
+        self._decoders: dict[Any, msgspec.msgpack.Decoder] = {}
+        self._aux: list[Buffer] = []
+        self._frames: Sequence[Buffer] = ()
+        self._used: set[int] = set()
+
+    # -- encode -------------------------------------------------------------
+
+    def encode(self, obj: Any) -> list[Buffer]:
+        self._aux = [b""]
+        try:
+            header = self.encode_header(obj)
+            frames = self._aux
+        finally:
+            self._aux = []
+        frames[0] = header
+        return frames
+
+    def encode_header(self, obj: Any) -> bytes:
+        """Frame 0; arrays met on the way go through ``array_ref``."""
+        return self._encoder.encode(obj)
+
+    def _enc_hook(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return self.array_ext(
+                TENSOR_EXT, torch_dtype_name(obj.dtype), obj.shape, type(self).tensor_to_buffer(obj)
+            )
+        if isinstance(obj, np.ndarray):
+            return self.array_ext(NDARRAY_EXT, numpy_dtype_name(obj.dtype), obj.shape, ndarray_buffer(obj))
+        raise TypeError(f"{self.name} cannot encode {type(obj).__name__}")
+
+    def array_ext(self, code: int, dtype: str, shape: Any, buf: memoryview) -> msgspec.msgpack.Ext:
+        """The ext for one array: its header, and its bytes inline or as a frame."""
+        return msgspec.msgpack.Ext(code, _header_encoder.encode((dtype, list(shape), self.array_ref(buf))))
+
+    def array_ref(self, buf: memoryview) -> int | memoryview:
+        """The bytes themselves below the threshold, else the index of a new frame."""
+        if buf.nbytes < self.threshold:
+            return buf
+        self._aux.append(buf)
+        return len(self._aux) - 1
+
+    # -- decode -------------------------------------------------------------
+
+    def decode(self, frames: Sequence[Buffer], type_: Any = Any) -> Any:
+        if not frames:
+            raise DecodeError(f"{self.name}: no frames")
+        self._frames, self._used = frames, set()
+        try:
+            obj = self.decode_header(frames[0], type_)
+            if len(self._used) != len(frames) - 1:
+                raise DecodeError(
+                    f"{len(frames) - 1 - len(self._used)} frame(s) not referenced by the header"
+                )
+            return obj
+        except DecodeError as exc:
+            raise DecodeError(f"{self.name}: {exc}") from None
+        except (Exception, RecursionError) as exc:
+            raise DecodeError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._frames, self._used = (), set()
+
+    def decode_header(self, header: Buffer, type_: Any) -> Any:
+        decoder = self._decoders.get(type_)
+        if decoder is None:
+            decoder = self._decoders[type_] = msgspec.msgpack.Decoder(type_, ext_hook=self._ext_hook)
+        return decoder.decode(header)
+
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        dtype, shape, ref = _header_decoder.decode(data)
+        return self.array_from_ref(code, dtype, shape, ref)
+
+    def array_from_ref(self, code: int, dtype: Any, shape: Any, ref: int | bytes) -> Any:
+        """Rebuild one array from its header, checking the frame it points at."""
+        buf = self._frame(ref) if isinstance(ref, int) else ref
+        if code == TENSOR_EXT:
+            return type(self).tensor_from_buffer(dtype, shape, buf)
+        if code == NDARRAY_EXT:
+            return ndarray_from_buffer(dtype, shape, buf)
+        raise DecodeError(f"unknown ext type {code}")
+
+    def _frame(self, index: int) -> Buffer:
+        if not 1 <= index < len(self._frames):
+            raise DecodeError(f"frame index {index} outside the {len(self._frames) - 1} payload frame(s)")
+        if index in self._used:
+            raise DecodeError(f"frame {index} referenced twice")
+        self._used.add(index)
+        return self._frames[index]

@@ -1,0 +1,18 @@
+"""``numpy-intermediate``: tensor → ``numpy()`` → buffer; ``np.frombuffer`` → ``torch.from_numpy``.
+
+vLLM's first msgpack stage. bfloat16, which numpy lacks, travels as int16.
+"""
+
+from __future__ import annotations
+
+from serializers.msgpack_backend import MsgpackSerializer
+from serializers.tensors import tensor_as_numpy_buffer, tensor_via_numpy
+
+
+class NumpyIntermediateSerializer(MsgpackSerializer):
+    """msgpack; tensors through a numpy temporary both ways."""
+
+    name = "numpy-intermediate"
+    description = "msgpack; tensor -> numpy -> buffer, decode np.frombuffer -> torch.from_numpy"
+    tensor_to_buffer = staticmethod(tensor_as_numpy_buffer)
+    tensor_from_buffer = staticmethod(tensor_via_numpy)

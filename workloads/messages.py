@@ -1,0 +1,98 @@
+"""The frontend↔engine message types, modelled on vLLM v1's own.
+
+``EngineCoreRequest`` goes from the frontend to the engine; the engine answers
+with ``EngineCoreOutputs``, one per scheduler step. Multimodal inputs travel
+in a ``MultiModalKwargs``: items grouped by modality, each item a dict of
+field elements whose ``data`` is a nested tensor (a tensor, or a list of
+nested tensors) or a plain float/int leaf, tagged with the field kind the
+engine batches it by. Tensor-holding fields are typed ``Any`` so that every
+backend decides for itself how a tensor crosses the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+FieldKind = Literal["batched", "flat", "shared"]
+
+
+class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    """The subset of vLLM's SamplingParams that a request carries on the wire."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop_token_ids: list[int] = []
+    logprobs: int | None = None
+    ignore_eos: bool = False
+
+
+class MultiModalFieldElem(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One field of one multimodal item.
+
+    ``kind`` says how the engine batches it: ``batched`` stacks items,
+    ``flat`` concatenates along dim 0 (``slices`` locate this item's rows),
+    ``shared`` is one value for the whole batch (``batch_size`` items).
+    """
+
+    modality: str
+    key: str
+    data: Any
+    kind: FieldKind = "batched"
+    slices: list[list[int]] | None = None
+    batch_size: int | None = None
+
+
+class MultiModalKwargsItem(msgspec.Struct, array_like=True):
+    """All fields of one image (or other multimodal item), by field key."""
+
+    fields: dict[str, MultiModalFieldElem]
+
+
+class MultiModalKwargs(msgspec.Struct, array_like=True):
+    """A request's multimodal inputs: items grouped by modality."""
+
+    items_by_modality: dict[str, list[MultiModalKwargsItem]]
+
+
+class PlaceholderRange(msgspec.Struct, array_like=True):
+    """Where an item's embedding tokens sit in the prompt."""
+
+    offset: int
+    length: int
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A request as the engine receives it: token ids, not text."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float
+    mm_inputs: MultiModalKwargs | None = None
+    mm_hashes: list[str] | None = None
+    mm_placeholders: list[PlaceholderRange] | None = None
+    eos_token_id: int | None = None
+    cache_salt: str | None = None
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One step's new tokens for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One step's outputs for every running request."""
+
+    outputs: list[EngineCoreOutput] = []
+    timestamp: float = 0.0
+    engine_index: int = 0

@@ -1,0 +1,76 @@
+"""Walk message trees: Structs, lists, tuples and dicts down to their leaves.
+
+One walker serves the flattening backend, checksums and the conformance
+comparison, so they all agree on what a message's leaves are.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+
+def is_array(obj: object) -> bool:
+    """True for the leaves that carry payload bytes: tensors and ndarrays."""
+    return isinstance(obj, (torch.Tensor, np.ndarray))
+
+
+def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    """Rebuild ``obj`` with every non-container leaf replaced by ``fn(leaf)``."""
+    if isinstance(obj, msgspec.Struct):
+        changes = {name: map_leaves(getattr(obj, name), fn) for name in obj.__struct_fields__}
+        return msgspec.structs.replace(obj, **changes)
+    if isinstance(obj, list):
+        return [map_leaves(item, fn) for item in obj]
+    if isinstance(obj, tuple):
+        return tuple(map_leaves(item, fn) for item in obj)
+    if isinstance(obj, dict):
+        return {key: map_leaves(value, fn) for key, value in obj.items()}
+    return fn(obj)
+
+
+def iter_leaves(obj: Any) -> Iterator[Any]:
+    """Yield every non-container leaf of ``obj`` in a fixed depth-first order."""
+    if isinstance(obj, msgspec.Struct):
+        for name in obj.__struct_fields__:
+            yield from iter_leaves(getattr(obj, name))
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from iter_leaves(item)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from iter_leaves(value)
+    else:
+        yield obj
+
+
+def array_bytes(arr: torch.Tensor | np.ndarray) -> memoryview:
+    """The raw bytes of a tensor or ndarray in C order (copies if strided)."""
+    if isinstance(arr, torch.Tensor):
+        flat = arr.detach().cpu().contiguous().reshape(-1)
+        return memoryview(flat.view(torch.uint8).numpy())
+    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+
+
+def payload_bytes(obj: Any) -> int:
+    """Bytes of tensor/ndarray payload in a message."""
+    return sum(leaf.nbytes for leaf in iter_leaves(obj) if is_array(leaf))
+
+
+def payload_checksum(obj: Any) -> int:
+    """CRC32 over every tensor/ndarray's bytes, its dtype and shape, in order.
+
+    Computed outside any timed path; the ipc scenario carries it beside a
+    request so that a corrupted or stale buffer fails the case.
+    """
+    crc = 0
+    for leaf in iter_leaves(obj):
+        if is_array(leaf):
+            crc = zlib.crc32(f"{leaf.dtype}{tuple(leaf.shape)}".encode(), crc)
+            crc = zlib.crc32(array_bytes(leaf), crc)
+    return crc
