@@ -24,6 +24,7 @@ from serializers.pickle_oob import PickleOOBSerializer
 from workloads.spec import Spec, SpecError, call_with_options, format_spec, parse_spec
 
 __all__ = [
+    "BUILTINS",
     "DecodeError",
     "Serializer",
     "SpecError",

@@ -1,10 +1,11 @@
 """``flat-mmk``: the message flattened to one tensor table plus a structure of indices.
 
 The flattened-MultiModalKwargs stage: instead of an ext holding each tensor
-where it sits, every tensor and ndarray of the message is pulled into one
-table (dtype, shape, bytes-or-frame) sent beside the structure, whose leaves
-become small index refs; decoding rebuilds the table first, then puts the
-tensors back into the structure.
+where it sits, every tensor and ndarray of the message is listed once in a
+table of ``(kind, dtype, shape, bytes-or-frame)`` and the structure keeps
+only its index. Frame 0 is the table (length-prefixed) followed by the
+structure; decoding builds every tensor from the table first, so putting
+them back into the structure is a list lookup.
 """
 
 from __future__ import annotations
@@ -12,29 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import numpy as np
-import torch
 
 from serializers.base import Buffer, DecodeError
-from serializers.msgpack_backend import NDARRAY_EXT, TENSOR_EXT, MsgpackSerializer
-from serializers.tensors import (
-    ndarray_buffer,
-    numpy_dtype_name,
-    tensor_buffer,
-    tensor_from_buffer,
-    torch_dtype_name,
-)
-from workloads.tree import map_leaves
+from serializers.msgpack_backend import MsgpackSerializer
+from serializers.tensors import tensor_buffer, tensor_from_buffer
 
 REF_EXT = 3
 TableEntry = tuple[int, str, list[int], int | bytes]
-
-
-class _Ref:
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
+_table_encoder = msgspec.msgpack.Encoder()
+_table_decoder = msgspec.msgpack.Decoder(list[TableEntry])
+_PREFIX = 4
 
 
 class FlatMMKSerializer(MsgpackSerializer):
@@ -45,36 +33,40 @@ class FlatMMKSerializer(MsgpackSerializer):
     tensor_to_buffer = staticmethod(tensor_buffer)
     tensor_from_buffer = staticmethod(tensor_from_buffer)
 
+    def __init__(self, threshold: str | float = 256) -> None:
+        super().__init__(threshold)
+        self._table: list[TableEntry] = []
+        self._arrays: list[Any] = []
+
     def encode_header(self, obj: Any) -> bytes:
-        table: list[TableEntry] = []
+        self._table = []
+        try:
+            structure = super().encode_header(obj)
+            table = _table_encoder.encode(self._table)
+        finally:
+            self._table = []
+        return len(table).to_bytes(_PREFIX, "little") + table + structure
 
-        def to_ref(leaf: Any) -> Any:
-            if isinstance(leaf, torch.Tensor):
-                code, dtype, buf = TENSOR_EXT, torch_dtype_name(leaf.dtype), tensor_buffer(leaf)
-            elif isinstance(leaf, np.ndarray):
-                code, dtype, buf = NDARRAY_EXT, numpy_dtype_name(leaf.dtype), ndarray_buffer(leaf)
-            else:
-                return leaf
-            table.append((code, dtype, list(leaf.shape), self.array_ref(buf)))
-            return msgspec.msgpack.Ext(REF_EXT, (len(table) - 1).to_bytes(4, "little"))
-
-        structure = map_leaves(obj, to_ref)
-        return super().encode_header((structure, table))
+    def array_ext(self, code: int, dtype: str, shape: list[int], buf: memoryview) -> msgspec.msgpack.Ext:
+        self._table.append((code, dtype, shape, self.array_ref(buf)))
+        return msgspec.msgpack.Ext(REF_EXT, (len(self._table) - 1).to_bytes(_PREFIX, "little"))
 
     def decode_header(self, header: Buffer, type_: Any) -> Any:
-        structure, table = super().decode_header(header, tuple[type_, list[TableEntry]])
-        arrays = [self.array_from_ref(code, dtype, shape, ref) for code, dtype, shape, ref in table]
-
-        def resolve(leaf: Any) -> Any:
-            if not isinstance(leaf, _Ref):
-                return leaf
-            if leaf.index >= len(arrays):
-                raise DecodeError(f"tensor ref {leaf.index} outside the table of {len(arrays)}")
-            return arrays[leaf.index]
-
-        return map_leaves(structure, resolve)
+        view = memoryview(header).cast("B")
+        size = int.from_bytes(view[:_PREFIX], "little")
+        if len(view) < _PREFIX or size > len(view) - _PREFIX:
+            raise DecodeError(f"tensor table of {size} bytes overruns a {len(view)}-byte header")
+        table = _table_decoder.decode(view[_PREFIX : _PREFIX + size])
+        self._arrays = [self.array_from_ref(*entry) for entry in table]
+        try:
+            return super().decode_header(view[_PREFIX + size :], type_)
+        finally:
+            self._arrays = []
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
-        if code != REF_EXT or len(data) != 4:
-            raise DecodeError(f"unexpected ext type {code} of {len(data)} bytes")
-        return _Ref(int.from_bytes(data, "little"))
+        index = int.from_bytes(data, "little")
+        if code != REF_EXT or len(data) != _PREFIX or index >= len(self._arrays):
+            raise DecodeError(
+                f"bad tensor ref (ext {code}, {len(data)} bytes) into a table of {len(self._arrays)}"
+            )
+        return self._arrays[index]

@@ -66,16 +66,16 @@ class MsgpackSerializer:
 
     def _enc_hook(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
-            return self.array_ext(
-                TENSOR_EXT, torch_dtype_name(obj.dtype), obj.shape, type(self).tensor_to_buffer(obj)
-            )
-        if isinstance(obj, np.ndarray):
-            return self.array_ext(NDARRAY_EXT, numpy_dtype_name(obj.dtype), obj.shape, ndarray_buffer(obj))
-        raise TypeError(f"{self.name} cannot encode {type(obj).__name__}")
+            code, dtype, buf = TENSOR_EXT, torch_dtype_name(obj.dtype), type(self).tensor_to_buffer(obj)
+        elif isinstance(obj, np.ndarray):
+            code, dtype, buf = NDARRAY_EXT, numpy_dtype_name(obj.dtype), ndarray_buffer(obj)
+        else:
+            raise TypeError(f"{self.name} cannot encode {type(obj).__name__}")
+        return self.array_ext(code, dtype, list(obj.shape), buf)
 
-    def array_ext(self, code: int, dtype: str, shape: Any, buf: memoryview) -> msgspec.msgpack.Ext:
+    def array_ext(self, code: int, dtype: str, shape: list[int], buf: memoryview) -> msgspec.msgpack.Ext:
         """The ext for one array: its header, and its bytes inline or as a frame."""
-        return msgspec.msgpack.Ext(code, _header_encoder.encode((dtype, list(shape), self.array_ref(buf))))
+        return msgspec.msgpack.Ext(code, _header_encoder.encode((dtype, shape, self.array_ref(buf))))
 
     def array_ref(self, buf: memoryview) -> int | memoryview:
         """The bytes themselves below the threshold, else the index of a new frame."""

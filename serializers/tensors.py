@@ -66,27 +66,38 @@ def ndarray_buffer(array: np.ndarray) -> memoryview:
     return array_bytes(array)
 
 
-def _checked(dtype_name: str, shape: Any, buf: Buffer, itemsize: int) -> tuple[tuple[int, ...], memoryview]:
+def _checked(dtype_name: str, shape: Any, buf: Buffer, itemsize: int) -> tuple[int, memoryview]:
+    """Element count and a flat byte view, after checking the buffer backs the shape."""
     if not isinstance(shape, (list, tuple)) or len(shape) > MAX_RANK:
         raise DecodeError(f"shape must be a list of at most {MAX_RANK} dims, got {shape!r:.80}")
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise DecodeError(f"shape dims must be non-negative ints, got {shape!r:.80}")
-    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) or buf.format != "B" else buf
-    expected = math.prod(shape) * itemsize
-    if view.nbytes != expected:
-        raise DecodeError(f"{dtype_name}{list(shape)} needs {expected} bytes, the buffer holds {view.nbytes}")
-    return tuple(shape), view
+    for dim in shape:
+        if dim.__class__ is not int or dim < 0:
+            raise DecodeError(f"shape dims must be non-negative ints, got {shape!r:.80}")
+    view = memoryview(buf)
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    numel = math.prod(shape)
+    if view.nbytes != numel * itemsize:
+        raise DecodeError(
+            f"{dtype_name}{list(shape)} needs {numel * itemsize} bytes, the buffer holds {view.nbytes}"
+        )
+    return numel, view
+
+
+def _torch_dtype(dtype_name: Any) -> torch.dtype:
+    try:
+        return TORCH_DTYPES[dtype_name]
+    except (KeyError, TypeError):
+        raise DecodeError(f"unknown tensor dtype {dtype_name!r:.40}") from None
 
 
 def tensor_from_buffer(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
     """A tensor that views ``buf`` (``torch.frombuffer``, no numpy temporary)."""
-    dtype = TORCH_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
-    if dtype is None:
-        raise DecodeError(f"unknown tensor dtype {dtype_name!r:.40}")
-    dims, view = _checked(dtype_name, shape, buf, dtype.itemsize)
-    if view.nbytes == 0:  # torch.frombuffer refuses an empty buffer
-        return torch.empty(dims, dtype=dtype)
-    return torch.frombuffer(view, dtype=torch.uint8).view(dtype).view(dims)
+    dtype = _torch_dtype(dtype_name)
+    numel, view = _checked(dtype_name, shape, buf, dtype.itemsize)
+    if numel == 0:  # torch.frombuffer refuses an empty buffer
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(view, dtype=dtype).view(shape)
 
 
 def ndarray_from_buffer(dtype_name: Any, shape: Any, buf: Buffer) -> np.ndarray:
@@ -97,25 +108,23 @@ def ndarray_from_buffer(dtype_name: Any, shape: Any, buf: Buffer) -> np.ndarray:
         dtype = None
     if dtype is None or dtype.kind not in _NUMPY_KINDS:
         raise DecodeError(f"unknown ndarray dtype {dtype_name!r:.40}")
-    dims, view = _checked(dtype_name, shape, buf, dtype.itemsize)
-    return np.frombuffer(view, dtype=dtype).reshape(dims)
+    _, view = _checked(dtype_name, shape, buf, dtype.itemsize)
+    return np.frombuffer(view, dtype=dtype).reshape(shape)
 
 
-def numpy_carrier(dtype: torch.dtype) -> np.dtype:
-    """The numpy dtype that carries a torch dtype's bytes (numpy has no bfloat16)."""
-    if dtype is torch.bfloat16:
-        return np.dtype(np.int16)
-    return torch.empty(0, dtype=dtype).numpy().dtype
+# The numpy dtype that carries each torch dtype's bytes (numpy has no bfloat16).
+NUMPY_CARRIERS: dict[torch.dtype, np.dtype] = {
+    dt: np.dtype(np.int16) if dt is torch.bfloat16 else torch.empty(0, dtype=dt).numpy().dtype
+    for dt in TORCH_DTYPES.values()
+}
 
 
 def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
     """``np.frombuffer`` → ``torch.from_numpy``: the numpy-intermediate decode."""
-    dtype = TORCH_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
-    if dtype is None:
-        raise DecodeError(f"unknown tensor dtype {dtype_name!r:.40}")
-    carrier = numpy_carrier(dtype)
-    dims, view = _checked(dtype_name, shape, buf, dtype.itemsize)
-    tensor = torch.from_numpy(np.frombuffer(view, dtype=carrier).reshape(dims))
+    dtype = _torch_dtype(dtype_name)
+    carrier = NUMPY_CARRIERS[dtype]
+    _, view = _checked(dtype_name, shape, buf, dtype.itemsize)
+    tensor = torch.from_numpy(np.frombuffer(view, dtype=carrier).reshape(shape))
     return tensor.view(dtype) if carrier.kind == "i" and dtype.is_floating_point else tensor
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from serbench.cli import main
+
+sys.exit(main())

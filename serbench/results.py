@@ -1,0 +1,142 @@
+"""The results file: one versioned JSON document per run, always valid on disk.
+
+Layout (``SCHEMA`` = ``serbench-results/1``)::
+
+    {"schema": ..., "complete": bool, "started": iso, "finished": iso|null,
+     "profile": "quick"|"full", "environment": {...}, "backends": {spec: {...}},
+     "records": [{"scenario", "backend", "workload", "metrics": {name: metric},
+                  "info": {...}, "error": str|null, "duration_s": float}]}
+
+A metric is ``{"unit", "values", "median", "ci_low", "ci_high"}``
+(see ``stats.summarize``). The file is rewritten atomically (temp file +
+rename) after every case, so an interrupted run leaves a valid file with
+``complete: false`` and the cases finished so far.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "serbench-results/1"
+METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
+
+
+class ResultsError(Exception):
+    """A results file that cannot be used: unreadable, corrupt or of another schema."""
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON next to ``path`` and rename it into place: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, allow_nan=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def record(
+    scenario: str,
+    backend: str,
+    workload: str,
+    metrics: dict | None = None,
+    info: dict | None = None,
+    error: str | None = None,
+    duration_s: float = 0.0,
+) -> dict:
+    """One case's entry in ``records``."""
+    return {
+        "scenario": scenario,
+        "backend": backend,
+        "workload": workload,
+        "metrics": metrics or {},
+        "info": info or {},
+        "error": error,
+        "duration_s": duration_s,
+    }
+
+
+def case_key(rec: dict) -> tuple[str, str, str]:
+    return rec["scenario"], rec["backend"], rec["workload"]
+
+
+class ResultsFile:
+    """A run's results, saved after every change."""
+
+    def __init__(self, path: Path, environment: dict, profile: str, backends: dict) -> None:
+        self.path = path
+        self.data = {
+            "schema": SCHEMA,
+            "complete": False,
+            "started": now(),
+            "finished": None,
+            "profile": profile,
+            "environment": environment,
+            "backends": backends,
+            "records": [],
+        }
+        self.save()
+
+    def add(self, rec: dict) -> None:
+        self.data["records"].append(rec)
+        self.save()
+
+    def finish(self) -> None:
+        self.data["complete"] = True
+        self.data["finished"] = now()
+        self.save()
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+
+def _validate(data: Any) -> None:
+    if not isinstance(data, dict) or "schema" not in data:
+        raise ResultsError("not a serbench results file (no 'schema')")
+    if data["schema"] != SCHEMA:
+        raise ResultsError(f"schema {data['schema']!r}, this serbench reads {SCHEMA!r}")
+    for key in ("environment", "records", "backends", "complete"):
+        if key not in data:
+            raise ResultsError(f"missing {key!r}")
+    for i, rec in enumerate(data["records"]):
+        if not isinstance(rec, dict) or not {"scenario", "backend", "workload", "metrics"} <= set(rec):
+            raise ResultsError(f"record {i} is malformed")
+        for name, metric in rec["metrics"].items():
+            if not isinstance(metric, dict) or not set(METRIC_KEYS) <= set(metric):
+                raise ResultsError(f"record {i} metric {name!r} is malformed")
+
+
+def load(path: str | Path) -> dict:
+    """Read and check a results file; ResultsError says in one line what is wrong."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ResultsError(f"{path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        _validate(data)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
+    return data
+
+
+def ok_records(data: dict, scenario: str | None = None) -> Iterable[dict]:
+    """Records without an error, optionally of one scenario."""
+    return (r for r in data["records"] if not r.get("error") and scenario in (None, r["scenario"]))

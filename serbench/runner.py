@@ -1,0 +1,116 @@
+"""The runner: backends × workloads × scenarios, each case in its own process.
+
+Before timing a backend, the runner round-trips the conformance cases through
+it (in a child of its own): a backend that fails conformance is not timed,
+its cases are recorded as failed with the first mismatches. Every case, failed
+or not, lands in the results file, which is saved after each one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from serbench import conformance, environment
+from serbench.isolation import CaseFailed, run_isolated
+from serbench.profiles import Profile
+from serbench.results import ResultsFile, record
+from serbench.scenarios import Case, get_scenario
+from serializers import describe, get_serializer, is_safe
+
+CONFORMANCE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Plan:
+    backends: list[str]
+    workloads: list[str]
+    scenarios: list[str]
+
+    def cases(self) -> list[Case]:
+        return [
+            case
+            for name in self.scenarios
+            for case in get_scenario(name).cases(self.backends, self.workloads)
+        ]
+
+
+def check_backend(spec: str) -> dict:
+    """Runs in a child: the backend's declared traits and its conformance results."""
+    serializer = get_serializer(spec)
+    results = list(conformance.check(serializer))
+    return {
+        "name": serializer.name,
+        "description": describe(serializer),
+        "safe": is_safe(serializer),
+        "conformance": {
+            "passed": sum(r.status == "pass" for r in results),
+            "unsupported": {r.id: r.detail for r in results if r.status == "unsupported"},
+            "failed": {r.id: r.detail for r in results if r.status == "fail"},
+        },
+    }
+
+
+def run_case(case: Case, profile: Profile) -> dict:
+    """Runs in a child: one scenario measurement."""
+    return get_scenario(case.scenario).run(case, profile)
+
+
+def _check_backends(specs: list[str]) -> dict[str, dict]:
+    checked = {}
+    for spec in specs:
+        try:
+            checked[spec] = run_isolated(check_backend, (spec,), CONFORMANCE_TIMEOUT_S)
+        except CaseFailed as exc:
+            checked[spec] = {"safe": False, "conformance": {"error": str(exc), "failed": {"*": str(exc)}}}
+    return checked
+
+
+def _conformance_error(info: dict) -> str | None:
+    failed = info["conformance"].get("failed") or {}
+    if not failed:
+        return None
+    first = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
+    return f"failed conformance ({len(failed)} case(s)): {first}"
+
+
+def execute(
+    plan: Plan,
+    profile: Profile,
+    out: Path,
+    argv: list[str],
+    on_case: Callable[[int, int, Case], None] | None = None,
+) -> ResultsFile:
+    """Run every case of ``plan`` and write ``out``; returns the finished results.
+
+    On KeyboardInterrupt the file keeps ``complete: false`` and the cases so far.
+    """
+    cases = plan.cases()
+    backends = _check_backends(sorted({c.backend for c in cases}))
+    results = ResultsFile(out, environment.collect(argv), profile.name, backends)
+    for index, case in enumerate(cases):
+        if on_case:
+            on_case(index, len(cases), case)
+        start = time.perf_counter()
+        error = _conformance_error(backends[case.backend])
+        outcome: dict = {}
+        if error is None:
+            try:
+                outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
+            except CaseFailed as exc:
+                error = str(exc)
+        results.add(
+            record(
+                case.scenario,
+                case.backend,
+                case.workload,
+                outcome.get("metrics"),
+                outcome.get("info"),
+                error,
+                round(time.perf_counter() - start, 3),
+            )
+        )
+    results.finish()
+    return results

@@ -1,0 +1,18 @@
+"""The scenario registry: name → Scenario (DESIGN §4)."""
+
+from __future__ import annotations
+
+from serbench.scenarios.base import Case, Column, Scenario
+from serbench.scenarios.micro import Micro
+from workloads.spec import SpecError
+
+__all__ = ["SCENARIOS", "Case", "Column", "Scenario", "get_scenario"]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(),)}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise SpecError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}") from None

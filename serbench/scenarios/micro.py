@@ -1,0 +1,75 @@
+"""micro: encode and decode of one workload request in one process.
+
+Beside the backend's own timings it times one plain copy of the payload
+(``np.copyto`` into a buffer already mapped) in the same interleaved loop, so
+every timing can be read as a multiple of the machine's copy speed: a
+zero-copy backend is a small fraction of one copy, an in-band one several.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from serbench.profiles import Profile
+from serbench.scenarios.base import Case, Column, Scenario
+from serbench.stats import summarize
+from serbench.timing import interleaved
+from serializers import get_serializer
+from workloads import get_workload
+from workloads.tree import array_bytes, is_array, iter_leaves
+
+
+def payload_copier(message: Any):
+    """A function that copies every payload byte of ``message`` once, or None for text."""
+    sources = [np.frombuffer(array_bytes(leaf), np.uint8) for leaf in iter_leaves(message) if is_array(leaf)]
+    if not sources:
+        return None
+    targets = [np.ones_like(src) for src in sources]  # touched: pages already mapped
+
+    def copy() -> None:
+        for dst, src in zip(targets, sources, strict=True):
+            np.copyto(dst, src)
+
+    return copy
+
+
+def wire_bytes(frames: list) -> int:
+    return sum(memoryview(frame).nbytes for frame in frames)
+
+
+class Micro(Scenario):
+    name = "micro"
+    description = "encode / decode one request in-process: calibrated loops, median + CI, bytes, frames"
+    summary = [
+        Column("encode_s", "encode ms", 1e3),
+        Column("decode_s", "decode ms", 1e3),
+        Column("roundtrip_s", "roundtrip ms", 1e3),
+    ]
+
+    def run(self, case: Case, profile: Profile) -> dict[str, Any]:
+        serializer = get_serializer(case.backend)
+        message = get_workload(case.workload).request(0)
+        msg_type = type(message)
+        frames = serializer.encode(message)
+        payload = sum(leaf.nbytes for leaf in iter_leaves(message) if is_array(leaf))
+
+        fns = {
+            "encode_s": lambda: serializer.encode(message),
+            "decode_s": lambda: serializer.decode(frames, msg_type),
+            "roundtrip_s": lambda: serializer.decode(serializer.encode(message), msg_type),
+        }
+        copy = payload_copier(message)
+        if copy is not None:
+            fns["copy_s"] = copy
+        samples, info = interleaved(fns, profile)
+
+        metrics = {name: summarize(values, "s") for name, values in samples.items()}
+        metrics["wire_bytes"] = summarize([wire_bytes(frames)], "bytes")
+        metrics["frames"] = summarize([len(frames)], "count")
+        if payload:
+            metrics["payload_gb_per_s"] = summarize(
+                [payload / t / 1e9 for t in samples["roundtrip_s"]], "GB/s"
+            )
+        return {"metrics": metrics, "info": {**info, "payload_bytes": payload}}

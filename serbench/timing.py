@@ -1,0 +1,52 @@
+"""Calibrated timing loops, interleaved across the things being compared.
+
+Like ``timeit.autorange``: each function is looped enough times that one
+sample lasts at least ``profile.min_sample_s``; then samples of all the
+functions are taken in turn (A B C A B C …) so drift on a shared machine
+hits every one alike, until ``profile.samples`` samples or the time budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from serbench.profiles import Profile
+
+WARMUP_CALLS = 1
+MIN_SAMPLES = 3
+
+
+def _loop(fn: Callable[[], object], loops: int) -> float:
+    start = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return time.perf_counter() - start
+
+
+def calibrate(fn: Callable[[], object], min_sample_s: float) -> int:
+    """Loops per sample so that one sample takes at least ``min_sample_s``."""
+    loops = 1
+    while True:
+        elapsed = _loop(fn, loops)
+        if elapsed >= min_sample_s or loops >= 1_000_000:
+            return loops
+        loops = max(loops * 2, int(loops * min_sample_s / max(elapsed, 1e-9) * 1.2))
+
+
+def interleaved(
+    fns: dict[str, Callable[[], object]], profile: Profile
+) -> tuple[dict[str, list[float]], dict]:
+    """Seconds per call, one list of samples per function, sampled in turn."""
+    for fn in fns.values():
+        for _ in range(WARMUP_CALLS):
+            fn()
+    loops = {name: calibrate(fn, profile.min_sample_s) for name, fn in fns.items()}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    deadline = time.perf_counter() + profile.max_metric_s * len(fns)
+    for i in range(profile.samples):
+        if i >= MIN_SAMPLES and time.perf_counter() > deadline:
+            break
+        for name, fn in fns.items():
+            samples[name].append(_loop(fn, loops[name]) / loops[name])
+    return samples, {"loops": loops, "samples": len(next(iter(samples.values())))}
