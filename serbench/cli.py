@@ -107,8 +107,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from serbench import runner, summary
 
+    from serbench.scenarios import SCENARIOS
+
     plan = _plan(args)
     profile = PROFILES["full" if args.full else "quick"]
+    for scenario in SCENARIOS.values():
+        profile = profile.with_options(**scenario.options(args))
     folder = _output_path(args.out)
     path = folder / "results.json"
 
@@ -135,7 +139,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# Modules that add a subcommand through ``register(subparsers)``.
+COMMAND_MODULES: tuple = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from serbench.scenarios import SCENARIOS
+
     parser = argparse.ArgumentParser(prog="serbench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="backends, workloads and scenarios").set_defaults(func=cmd_list)
@@ -148,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
     speed.add_argument("--full", action="store_true", help="publication-quality profile")
     run.add_argument("--out", help="folder for results.json (default: reports/<UTC timestamp>/)")
+    for scenario in SCENARIOS.values():
+        scenario.add_arguments(run.add_argument_group(f"{scenario.name} scenario"))
+    for module in COMMAND_MODULES:
+        module.register(sub)
     return parser
 
 

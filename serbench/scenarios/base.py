@@ -7,6 +7,7 @@ A scenario's ``run`` executes inside the case's own fresh process (see
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from itertools import product
 from typing import Any, ClassVar
@@ -39,6 +40,13 @@ class Scenario:
     name: ClassVar[str]
     description: ClassVar[str]
     summary: ClassVar[list[Column]] = []
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Options of this scenario for ``serbench run`` (none by default)."""
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """This scenario's settings from parsed arguments, for ``Profile.options``."""
+        return {}
 
     def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
         """The cases this scenario measures for the chosen backends and workloads."""
