@@ -8,6 +8,7 @@ zero-copy backend is a small fraction of one copy, an in-band one several.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,9 @@ from serbench.profiles import Profile
 from serbench.scenarios.base import Case, Column, Scenario
 from serbench.stats import summarize
 from serbench.timing import interleaved
-from serializers import get_serializer
+from serializers import Serializer, get_serializer
 from workloads import get_workload
-from workloads.tree import array_bytes, is_array, iter_leaves
+from workloads.tree import array_bytes, is_array, iter_leaves, payload_bytes
 
 
 def payload_copier(message: Any):
@@ -33,6 +34,24 @@ def payload_copier(message: Any):
             np.copyto(dst, src)
 
     return copy
+
+
+def operations(serializer: Serializer, message: Any) -> dict[str, Callable[[], object]]:
+    """The timed operations on one message: encode, decode, their round trip,
+    and (when the message has a payload) one plain copy of it.
+
+    Shared by the micro scenario, the pytest-benchmark suite and asv."""
+    msg_type = type(message)
+    frames = serializer.encode(message)
+    ops: dict[str, Callable[[], object]] = {
+        "encode_s": lambda: serializer.encode(message),
+        "decode_s": lambda: serializer.decode(frames, msg_type),
+        "roundtrip_s": lambda: serializer.decode(serializer.encode(message), msg_type),
+    }
+    copy = payload_copier(message)
+    if copy is not None:
+        ops["copy_s"] = copy
+    return ops
 
 
 def wire_bytes(frames: list) -> int:
@@ -51,19 +70,9 @@ class Micro(Scenario):
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         serializer = get_serializer(case.backend)
         message = get_workload(case.workload).request(0)
-        msg_type = type(message)
         frames = serializer.encode(message)
-        payload = sum(leaf.nbytes for leaf in iter_leaves(message) if is_array(leaf))
-
-        fns = {
-            "encode_s": lambda: serializer.encode(message),
-            "decode_s": lambda: serializer.decode(frames, msg_type),
-            "roundtrip_s": lambda: serializer.decode(serializer.encode(message), msg_type),
-        }
-        copy = payload_copier(message)
-        if copy is not None:
-            fns["copy_s"] = copy
-        samples, info = interleaved(fns, profile)
+        payload = payload_bytes(message)
+        samples, info = interleaved(operations(serializer, message), profile)
 
         metrics = {name: summarize(values, "s") for name, values in samples.items()}
         metrics["wire_bytes"] = summarize([wire_bytes(frames)], "bytes")
