@@ -1,8 +1,8 @@
 """Spec strings: ``name`` or ``name:key=value,key=value``.
 
-Backends and workloads are both chosen by such strings (DESIGN §3); a dotted
-``package.module:factory`` names a third-party factory, and may carry options
-after a second colon. ``serializers`` imports this module too, since it
+Backends and workloads are both chosen by such strings (DESIGN §3);
+``package.module:factory`` (the part after the colon has no ``=``) names a
+third-party factory, and may carry options after a second colon. ``serializers`` imports this module too, since it
 already depends on ``workloads`` for the message types.
 """
 
@@ -29,7 +29,8 @@ class Spec:
 
     @property
     def is_dotted_path(self) -> bool:
-        return "." in self.name.split(":", 1)[0]
+        """True for ``module.path:factory`` rather than a registered name."""
+        return ":" in self.name
 
 
 def parse_spec(text: str) -> Spec:
@@ -39,10 +40,11 @@ def parse_spec(text: str) -> Spec:
         raise SpecError("empty spec")
     head, sep, rest = text.partition(":")
     name = head
-    if "." in head and sep:
+    first = rest.split(":", 1)[0]
+    if sep and "=" not in first:  # module.path:factory, not name:key=value
         factory, sep, rest = rest.partition(":")
-        if not factory:
-            raise SpecError(f"{text!r}: a dotted path needs ':factory'")
+        if not factory.isidentifier():
+            raise SpecError(f"{text!r}: expected name:key=value or module.path:factory")
         name = f"{head}:{factory}"
     options: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))) if sep else ():

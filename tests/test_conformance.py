@@ -1,0 +1,118 @@
+"""The conformance suite (DESIGN §6) through every backend, plus frame contracts.
+
+Run it against your own backend with ``pytest tests/test_conformance.py --backend pkg.mod:factory``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+import torch
+
+from serbench import conformance
+from serializers import get_serializer
+from workloads import get_workload
+from workloads.messages import EngineCoreRequest
+
+CASE_IDS = [case.id for case in conformance.cases()]
+
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_case_round_trips_or_is_truly_unsupported(backend_spec: str, case_id: str) -> None:
+    serializer = get_serializer(backend_spec)
+    case = next(c for c in conformance.cases(getattr(serializer, "threshold", 256)) if c.id == case_id)
+    result = conformance.run_case(serializer, case)
+    assert result.status in ("pass", "unsupported"), result.detail
+
+
+def test_cases_cover_every_cpu_dtype_and_the_design_list() -> None:
+    ids = set(CASE_IDS)
+    assert {f"dtype-{str(dt)[6:]}" for dt in conformance.CPU_DTYPES} <= ids
+    assert {
+        "strided-1d",
+        "transposed",
+        "column-slice",
+        "empty-1d",
+        "empty-0x3",
+        "numpy-fortran",
+        "below-threshold",
+        "at-threshold",
+        "above-threshold",
+        "mmk-all-kinds",
+        "workload-text-sonnet",
+        "workload-images-llava",
+    } <= ids
+
+
+def test_the_reverted_flatten_view_backend_fails_conformance() -> None:
+    """DESIGN §1: flatten().view(uint8) breaks on arange(8)[::2]; the suite must say so."""
+    results = {r.id: r for r in conformance.check(get_serializer("misbehaving_backends:flatten_view"))}
+    assert results["strided-1d"].status == "fail"
+    assert "view" in results["strided-1d"].detail
+    assert results["dtype-float32"].status == "pass"
+
+
+def test_third_party_backend_by_dotted_path_passes_with_true_declarations() -> None:
+    results = list(conformance.check(get_serializer("thirdparty_backend:make:level=2")))
+    assert [r for r in results if r.status == "fail"] == []
+    assert {r.id for r in results if r.status == "unsupported"} >= {"numpy-f4", "mmk-all-kinds"}
+
+
+def test_a_false_unsupported_declaration_is_reported() -> None:
+    serializer = get_serializer("msgspec-frombuffer")
+    serializer.unsupported = {"dtype-float32": "claims it cannot"}
+    results = {r.id: r for r in conformance.check(serializer)}
+    assert results["dtype-float32"].status == "fail"
+    assert "declared unsupported" in results["dtype-float32"].detail
+
+
+def test_assert_same_is_bit_exact() -> None:
+    nan = torch.tensor([float("nan"), 1.0])
+    conformance.assert_same(nan, nan.clone())
+    with pytest.raises(AssertionError, match="bytes differ"):
+        conformance.assert_same(torch.tensor([0.0]), torch.tensor([-0.0]))
+    with pytest.raises(AssertionError, match="float64"):
+        conformance.assert_same(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(AssertionError, match="type"):
+        conformance.assert_same([torch.zeros(1)], (torch.zeros(1),))
+
+
+ZERO_COPY = ["msgspec-frombuffer", "numpy-intermediate", "flat-mmk", "pickle-oob"]
+
+
+@pytest.mark.parametrize("spec", ZERO_COPY)
+def test_zero_copy_frames_contract(spec: str) -> None:
+    """Large tensors leave as their own frames, viewing the tensor's memory; the header stays small."""
+    request = get_workload("images-4:profile=llava").request(0)
+    pixels = [item.fields["pixel_values"].data for item in request.mm_inputs.items_by_modality["image"]]
+    frames = get_serializer(spec).encode(request)
+    assert len(frames) == 1 + len(pixels)
+    prompt_bytes = len(msgspec.msgpack.encode(request.prompt_token_ids))
+    assert memoryview(frames[0]).nbytes < prompt_bytes + 4096  # token ids + small per-tensor headers
+    for frame, tensor in zip(frames[1:], pixels, strict=True):
+        view = memoryview(frame)
+        assert view.nbytes == tensor.nbytes
+        assert torch.frombuffer(view, dtype=torch.uint8).data_ptr() == tensor.data_ptr()
+
+
+@pytest.mark.parametrize("spec", ["msgspec-frombuffer:threshold=inf", "flat-mmk:threshold=inf", "pickle"])
+def test_inline_backends_send_one_frame_of_about_the_payload(spec: str) -> None:
+    request = get_workload("images-4:profile=llava").request(0)
+    frames = get_serializer(spec).encode(request)
+    payload = sum(
+        item.fields["pixel_values"].data.nbytes for item in request.mm_inputs.items_by_modality["image"]
+    )
+    assert len(frames) == 1
+    assert payload <= memoryview(frames[0]).nbytes < payload + 16 * 1024
+
+
+def test_decoded_zero_copy_tensor_views_the_frame() -> None:
+    request = get_workload("images-4:profile=llava").request(0)
+    serializer = get_serializer("msgspec-frombuffer")
+    frames = [bytearray(memoryview(f).cast("B")) for f in serializer.encode(request)]
+    decoded = serializer.decode(frames, EngineCoreRequest)
+    first = decoded.mm_inputs.items_by_modality["image"][0].fields["pixel_values"].data
+    frames[1][0:4] = b"\xff\xff\xff\xff"
+    assert math.isnan(first.view(-1)[0].item())  # the tensor is the frame, not a copy
