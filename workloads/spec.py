@@ -2,8 +2,9 @@
 
 Backends and workloads are both chosen by such strings (DESIGN §3);
 ``package.module:factory`` (the part after the colon has no ``=``) names a
-third-party factory, and may carry options after a second colon. ``serializers`` imports this module too, since it
-already depends on ``workloads`` for the message types.
+third-party factory, and may carry options after a second colon.
+``serializers`` imports this module too, since it already depends on
+``workloads`` for the message types.
 """
 
 from __future__ import annotations

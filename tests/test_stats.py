@@ -1,0 +1,39 @@
+"""Median confidence intervals on synthetic samples with known distributions (no timings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serbench.stats import median_ci, relative_spread, summarize
+
+
+def test_median_ci_covers_the_true_median_about_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(1)
+    true_median = np.log(2)  # exponential(1)
+    hits = 0
+    trials = 2000
+    for _ in range(trials):
+        low, high = median_ci(rng.exponential(1.0, 25))
+        hits += low <= true_median <= high
+    assert 0.93 <= hits / trials <= 0.995
+
+
+def test_tiny_samples_fall_back_to_the_range() -> None:
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+def test_summarize_shape() -> None:
+    metric = summarize([4, 1, 3, 2, 5], "s")
+    assert metric["unit"] == "s" and metric["median"] == 3.0
+    assert metric["values"] == [4.0, 1.0, 3.0, 2.0, 5.0]
+    assert metric["ci_low"] <= 3.0 <= metric["ci_high"]
+
+
+def test_relative_spread_grows_with_noise() -> None:
+    rng = np.random.default_rng(2)
+    quiet = relative_spread(rng.normal(100, 1, 50))
+    noisy = relative_spread(rng.normal(100, 10, 50))
+    assert quiet < noisy

@@ -1,0 +1,80 @@
+"""Workloads are deterministic, shaped like the models they imitate, and account for outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workloads import available_workloads, get_workload, output_token
+from workloads.spec import SpecError
+from workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
+from workloads.tree import payload_bytes, payload_checksum
+
+
+def test_builtin_workloads() -> None:
+    assert available_workloads() == ["text-sonnet", "images-4", "images-8", "images-16", "images-32"]
+
+
+def test_text_sonnet_lengths_and_shared_prefix() -> None:
+    workload = get_workload("text-sonnet")
+    first, second = workload.request(0), workload.request(1)
+    assert len(first.prompt_token_ids) == PROMPT_TOKENS
+    assert first.sampling_params.max_tokens == OUTPUT_TOKENS
+    assert first.prompt_token_ids[:PREFIX_TOKENS] == second.prompt_token_ids[:PREFIX_TOKENS]
+    assert first.prompt_token_ids[PREFIX_TOKENS:] != second.prompt_token_ids[PREFIX_TOKENS:]
+
+
+def test_requests_are_deterministic_per_seed() -> None:
+    for spec in ("text-sonnet", "images-4:profile=llava"):
+        a, b = get_workload(spec).request(3), get_workload(spec).request(3)
+        assert a.prompt_token_ids == b.prompt_token_ids
+        assert payload_checksum(a) == payload_checksum(b)
+    one, other = get_workload("images-4:profile=llava,seed=1"), get_workload("images-4:profile=llava,seed=2")
+    assert payload_checksum(one.request(0)) != payload_checksum(other.request(0))
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "dtype"),
+    [
+        ("images-4", (3, 896, 896), torch.float32),
+        ("images-4:profile=llava", (3, 336, 336), torch.float32),
+        ("images-4:profile=qwen2-vl,dtype=bfloat16", (72 * 72, 1176), torch.bfloat16),
+    ],
+)
+def test_image_profiles(spec: str, shape: tuple, dtype: torch.dtype) -> None:
+    workload = get_workload(spec)
+    request = workload.request(0)
+    items = request.mm_inputs.items_by_modality["image"]
+    assert len(items) == 4
+    pixels = [item.fields["pixel_values"].data for item in items]
+    assert all(p.shape == shape and p.dtype == dtype for p in pixels)
+    assert len({payload_checksum(p) for p in pixels}) == 4  # every image distinct
+    assert payload_bytes(request) == workload.payload_bytes()
+    assert len(request.mm_placeholders) == 4
+
+
+def test_qwen2_vl_carries_every_field_kind_leaf() -> None:
+    item = get_workload("images-4:profile=qwen2-vl").request(0).mm_inputs.items_by_modality["image"][0]
+    assert item.fields["pixel_values"].kind == "flat"
+    assert item.fields["image_grid_thw"].data.tolist() == [1, 72, 72]
+    assert item.fields["second_per_grid_ts"].data == 1.0
+
+
+def test_gemma_32_images_is_about_300_mb() -> None:
+    assert get_workload("images-32").payload_bytes() == 32 * 3 * 896 * 896 * 4
+
+
+def test_outputs_account_for_every_token() -> None:
+    workload = get_workload("text-sonnet")
+    step = workload.outputs(["a", "b"], 7, finished=True)
+    assert [o.new_token_ids for o in step.outputs] == [[output_token("a", 7)], [output_token("b", 7)]]
+    assert all(o.finish_reason == "length" for o in step.outputs)
+    assert output_token("a", 7) != output_token("a", 8) or output_token("a", 8) != output_token("a", 9)
+
+
+@pytest.mark.parametrize(
+    "spec", ["images-5", "images-4:profile=nope", "images-4:dtype=int8", "text-sonnet:x=1"]
+)
+def test_bad_workload_specs(spec: str) -> None:
+    with pytest.raises(SpecError):
+        get_workload(spec)
