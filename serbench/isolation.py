@@ -11,6 +11,7 @@ with a one-line reason; its whole process tree is killed either way.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import signal
 import traceback
@@ -31,6 +32,7 @@ class CaseFailed(Exception):
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C ends
+    faulthandler.disable()  # a crash is recorded as the case's error, not dumped on the terminal
     # Decoded tensors view read-only received frames by design (zero-copy).
     warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
     torch.set_num_threads(1)  # one core per side: the frontend and engine share two

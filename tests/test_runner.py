@@ -1,0 +1,156 @@
+"""The runner survives its backends, and its results file keeps the schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from serbench import results
+from serbench.isolation import CaseFailed, run_isolated
+from serbench.profiles import PROFILES
+from serbench.runner import Plan, execute
+from serbench.summary import render
+
+FAST = dataclasses.replace(
+    PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=20
+)
+SMALL = "images-8:profile=llava"
+
+
+def _raise() -> None:
+    raise KeyError("boom")
+
+
+def test_isolated_child_errors_become_case_failures() -> None:
+    assert run_isolated(sum, ([1, 2],), 10) == 3
+    with pytest.raises(CaseFailed, match="KeyError: 'boom'"):
+        run_isolated(_raise, (), 10)
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("abort", "crashed (SIGABRT)"),
+        ("hang", "timed out after 3 s"),
+        ("raise", "misbehaving backend raised on purpose"),
+    ],
+)
+def test_a_misbehaving_backend_fails_its_case_and_the_run_goes_on(
+    tmp_path: Path, mode: str, error: str
+) -> None:
+    profile = dataclasses.replace(FAST, case_timeout_s=3)
+    spec = f"misbehaving_backends:misbehaving:mode={mode}"
+    plan = Plan([spec, "msgspec-frombuffer"], ["text-sonnet", SMALL], ["micro"])
+    run = execute(plan, profile, tmp_path / "results.json", ["run"])
+    by_case = {(r["backend"], r["workload"]): r for r in run.data["records"]}
+    assert len(by_case) == 4
+    assert error in by_case[(spec, SMALL)]["error"]
+    assert by_case[(spec, "text-sonnet")]["error"] is None  # it only misbehaves on 8+ images
+    assert by_case[("msgspec-frombuffer", SMALL)]["error"] is None
+    assert by_case[("msgspec-frombuffer", SMALL)]["metrics"]["decode_s"]["median"] > 0
+    assert psutil.Process().children(recursive=True) == []  # the hung child was killed
+    assert results.load(tmp_path / "results.json")["complete"] is True
+
+
+def test_backend_failing_conformance_is_not_timed(tmp_path: Path) -> None:
+    plan = Plan(["misbehaving_backends:flatten_view"], ["text-sonnet"], ["micro"])
+    run = execute(plan, FAST, tmp_path / "r.json", ["run"])
+    (rec,) = run.data["records"]
+    assert rec["error"].startswith("failed conformance")
+    assert "strided-1d" in rec["error"]
+    assert rec["metrics"] == {}
+    assert run.data["backends"]["misbehaving_backends:flatten_view"]["conformance"]["failed"]
+
+
+def test_results_schema(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    execute(Plan(["pickle", "flat-mmk"], [SMALL], ["micro"]), FAST, path, ["run", "--x"])
+    data = results.load(path)
+    assert data["schema"] == results.SCHEMA
+    assert data["complete"] is True and data["finished"]
+    env = data["environment"]
+    assert {"python", "cpu", "git_commit", "command", "allocator_env"} <= set(env)
+    assert {"torch", "numpy", "msgspec", "pyzmq"} <= set(env["libraries"])
+    assert env["command"][1:] == ["run", "--x"]
+    assert data["backends"]["pickle"]["safe"] is False
+    assert data["backends"]["flat-mmk"]["conformance"]["failed"] == {}
+    for rec in data["records"]:
+        metrics = rec["metrics"]
+        assert {
+            "encode_s",
+            "decode_s",
+            "roundtrip_s",
+            "copy_s",
+            "wire_bytes",
+            "frames",
+            "payload_gb_per_s",
+        } <= set(metrics)
+        for metric in metrics.values():
+            assert set(results.METRIC_KEYS) <= set(metric)
+            assert metric["ci_low"] <= metric["median"] <= metric["ci_high"]
+    assert "pickle (unsafe)" in render(data)
+
+
+def test_results_written_atomically_leave_no_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "results.json"
+    results.write_json_atomic(path, {"a": 1})
+    results.write_json_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]
+
+
+def _serbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "serbench", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--backends", "nope"], "unknown backend 'nope'"),
+        (["run", "--workloads", "images-3"], "unknown workload 'images-3'"),
+        (["run", "--scenarios", "macro"], "unknown scenario 'macro'"),
+        (["run", "--backends", "msgspec-frombuffer:threshold=-1"], "threshold must be"),
+        (["run", "--out", "/proc/no/such"], "cannot create output folder"),
+    ],
+)
+def test_bad_command_lines_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = _serbench(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+
+
+def test_cli_run_writes_results_and_latest_pointer(tmp_path: Path) -> None:
+    proc = _serbench(
+        "run",
+        "--scenarios",
+        "micro",
+        "--backends",
+        "msgspec-frombuffer,pickle",
+        "--workloads",
+        "text-sonnet",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "micro: decode ms (median)" in proc.stdout
+    latest = tmp_path / "reports" / "latest"
+    assert latest.is_symlink()
+    data = results.load(latest / "results.json")
+    assert {r["backend"] for r in data["records"]} == {"msgspec-frombuffer", "pickle"}
+
+
+def test_list_shows_backends_workloads_scenarios(tmp_path: Path) -> None:
+    proc = _serbench("list", cwd=tmp_path)
+    assert proc.returncode == 0
+    for name in ("pickle-oob", "flat-mmk", "images-32", "text-sonnet", "micro"):
+        assert name in proc.stdout
+    assert proc.stdout.count("NO (runs code from input)") == 3
