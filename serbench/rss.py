@@ -1,0 +1,202 @@
+"""Peak RSS of the measured part of a process, from the kernel; a timeline beside it.
+
+Each *side* (e.g. a frontend and an engine) runs in a fresh process forked
+from the caller. After its setup (imports are inherited; workload
+construction, sockets) it resets its high-water mark with
+``echo 5 > /proc/self/clear_refs``, which sets ``VmHWM`` to the current RSS:
+that RSS is the side's baseline. After the measured part, ``VmHWM`` minus the
+baseline is what the measured part cost at its peak. The kernel raises the
+high-water mark before it unmaps anything, so a temporary that is freed
+before the reading still counts — which sampling alone would miss.
+
+While the sides run, the caller samples their RSS with psutil from outside
+(the measured processes run no sampler of their own), for plots only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from serbench.isolation import kill_tree
+
+SAMPLE_INTERVAL_S = 0.005
+MAX_TIMELINE_POINTS = 400
+
+_context = mp.get_context("fork")
+
+
+class MeasurementFailed(RuntimeError):
+    """A side raised, died or timed out; the message says which side and why."""
+
+
+def status_bytes(field: str, pid: int | str = "self") -> int:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0]) * 1024
+    raise KeyError(f"{field} not in /proc/{pid}/status")
+
+
+def reset_peak() -> int:
+    """Reset this process's RSS high-water mark to its current RSS; return that baseline."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return status_bytes("VmHWM")
+
+
+def peak_above(baseline: int) -> int:
+    """Bytes by which this process's RSS high-water mark rose above ``baseline``."""
+    return status_bytes("VmHWM") - baseline
+
+
+@dataclass(frozen=True)
+class Side:
+    """One process of a measurement.
+
+    ``setup()`` runs before the baseline is taken, its result goes to
+    ``run(state)``, which is measured and returns a small picklable dict.
+    """
+
+    name: str
+    setup: Callable[[], Any]
+    run: Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SideResult:
+    baseline_bytes: int
+    peak_bytes: int  # high-water mark above the baseline during run()
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    sides: dict[str, SideResult]
+    timeline: dict[str, list[float]]  # "t_s" and, per side, RSS above its baseline
+
+
+def _side_main(conn: Connection, side: Side) -> None:
+    """The forked process of one side: setup, baseline, wait for go, run, report."""
+    try:
+        state = side.setup()
+        baseline = reset_peak()
+        conn.send(("ready", baseline))
+        conn.recv()  # go: every side has its baseline
+        result = side.run(state)
+        conn.send(("done", peak_above(baseline), result))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _receive(conn: Connection, name: str, expected: str) -> tuple:
+    try:
+        message = conn.recv()
+    except EOFError:
+        raise MeasurementFailed(f"{name} died before it reported {expected!r}") from None
+    if message[0] == "error":
+        raise MeasurementFailed(f"{name}: {message[1]}")
+    if message[0] != expected:
+        raise MeasurementFailed(f"{name} sent {message[0]!r}, expected {expected!r}")
+    return message[1:]
+
+
+def _rss(proc: psutil.Process) -> int | None:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return None
+
+
+def _thin(timeline: dict[str, list[float]]) -> dict[str, list[float]]:
+    """At most MAX_TIMELINE_POINTS evenly spaced samples, the last one kept."""
+    count = len(timeline["t_s"])
+    if count <= MAX_TIMELINE_POINTS:
+        return timeline
+    picks = sorted({round(i * (count - 1) / (MAX_TIMELINE_POINTS - 1)) for i in range(MAX_TIMELINE_POINTS)})
+    return {key: [values[i] for i in picks] for key, values in timeline.items()}
+
+
+class _Run:
+    """The started sides of one measurement: their pipes, processes and baselines."""
+
+    def __init__(self, deadline: float) -> None:
+        self.conns: dict[str, Connection] = {}
+        self.procs: dict[str, Any] = {}
+        self.baselines: dict[str, int] = {}
+        self.deadline = deadline
+
+    def start(self, side: Side) -> None:
+        """Fork one side and wait until its setup is done and its baseline taken."""
+        receiver, sender = _context.Pipe()
+        proc = _context.Process(target=_side_main, args=(sender, side), daemon=False)
+        proc.start()
+        sender.close()
+        self.conns[side.name], self.procs[side.name] = receiver, proc
+        self._wait_for(side.name)
+        (self.baselines[side.name],) = _receive(receiver, side.name, "ready")
+
+    def _wait_for(self, name: str) -> None:
+        if not wait([self.conns[name]], max(0.0, self.deadline - time.monotonic())):
+            raise MeasurementFailed(f"{name} timed out")
+
+    def go(self) -> tuple[dict[str, SideResult], dict[str, list[float]]]:
+        """Release every side at once; sample RSS until all have reported."""
+        watched = {name: psutil.Process(proc.pid) for name, proc in self.procs.items()}
+        timeline: dict[str, list[float]] = {"t_s": [], **{name: [] for name in self.procs}}
+        for conn in self.conns.values():
+            conn.send("go")
+        start = time.monotonic()
+        results: dict[str, SideResult] = {}
+        pending = dict(self.conns)
+        while pending:
+            if time.monotonic() > self.deadline:
+                raise MeasurementFailed(f"timed out waiting for {', '.join(pending)}")
+            self._sample(watched, timeline, start)
+            for conn in wait(list(pending.values()), SAMPLE_INTERVAL_S):
+                name = next(n for n, c in pending.items() if c is conn)
+                peak, result = _receive(conn, name, "done")
+                results[name] = SideResult(self.baselines[name], peak, result)
+                del pending[name]
+        return results, _thin(timeline)
+
+    def _sample(
+        self, watched: dict[str, psutil.Process], timeline: dict[str, list[float]], start: float
+    ) -> None:
+        timeline["t_s"].append(round(time.monotonic() - start, 4))
+        for name, proc in watched.items():
+            rss = _rss(proc)
+            timeline[name].append(float("nan") if rss is None else rss - self.baselines[name])
+
+    def close(self) -> None:
+        for name, proc in self.procs.items():
+            self.conns[name].close()
+            kill_tree(proc.pid)
+            proc.join(5)
+
+
+def measure(sides: list[Side], timeout_s: float) -> Measurement:
+    """Run ``sides`` in fresh forked processes, together; their peaks above baseline.
+
+    Sides start in order, each after the previous one's setup is done, and
+    run their measured part together once all have their baseline.
+    Raises MeasurementFailed if any side raises, dies or runs past ``timeout_s``;
+    every side's process tree is killed either way.
+    """
+    run = _Run(time.monotonic() + timeout_s)
+    try:
+        for side in sides:  # one at a time: a later side's setup may need an earlier's (bind, then connect)
+            run.start(side)
+        results, timeline = run.go()
+    finally:
+        run.close()
+    return Measurement(results, timeline)
