@@ -1,0 +1,227 @@
+"""ZeroMQ plumbing between a frontend and an engine process (DESIGN §4).
+
+Two one-way sockets, as a serving engine has them: requests go frontend →
+engine over PUSH/PULL, outputs come back engine → frontend over a second
+PUSH/PULL pair. The engine binds both, the frontend connects, so one engine
+(``serbench engine``) can serve frontends one after another.
+
+Frames are sent and received with ``copy=False``: pyzmq then keeps a
+reference to each sent buffer until libzmq has written it, so the caller must
+not *change* a buffer it sent until the send completed (``send(track=True)``
+returns one tracker per frame for that; the tracker of the last frame alone
+says nothing about the others — the regression of DESIGN §1).
+
+ipc:// endpoints live in a private folder (mode 0700, made by ``mkdtemp``):
+only this user can connect, which matters when the backend unpickles what
+arrives. The folder can be removed as soon as both sides are connected —
+established unix-socket connections outlive their file — so a process killed
+afterwards leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import multiprocessing as mp
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import zmq
+
+from serbench.isolation import kill_tree
+
+IPC_PREFIX = "serbench-ipc-"
+PING = b""  # the empty message: its round trip is the transport's own floor
+LOOPBACK_NAMES = {"localhost"}
+
+
+class TransportTimeout(TimeoutError):
+    """Nothing arrived on a socket within the time allowed."""
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where the engine listens: one endpoint for requests, one for outputs."""
+
+    requests: str
+    outputs: str
+
+
+def private_ipc_dir() -> Path:
+    """A fresh folder for ipc socket files that only this user can enter."""
+    return Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
+
+
+def remove_ipc_dir(folder: Path) -> None:
+    """Remove an ipc folder and any socket file in it; gone already is fine."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def ipc_dir() -> Iterator[Path]:
+    """A private ipc folder for the duration of a ``with`` block, removed after."""
+    folder = private_ipc_dir()
+    try:
+        yield folder
+    finally:
+        remove_ipc_dir(folder)
+
+
+def ipc_addresses(folder: Path) -> Addresses:
+    """The two ipc:// endpoints inside ``folder``."""
+    return Addresses(f"ipc://{folder}/requests", f"ipc://{folder}/outputs")
+
+
+def tcp_addresses(url: str) -> Addresses:
+    """``tcp://HOST:PORT`` → requests on PORT, outputs on PORT+1; ValueError if malformed."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or not parts.hostname or port is None or not 0 < port < 65535:
+        raise ValueError(f"expected tcp://HOST:PORT with PORT below 65535, got {url!r}")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return Addresses(f"tcp://{host}:{port}", f"tcp://{host}:{port + 1}")
+
+
+def is_loopback(address: str) -> bool:
+    """True for ipc:// and for tcp:// on a loopback host; a wildcard is not loopback."""
+    parts = urlsplit(address)
+    if parts.scheme == "ipc":
+        return True
+    host = parts.hostname or ""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _socket(ctx: zmq.Context, kind: int, linger_ms: int) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    return sock
+
+
+def bind_engine(ctx: zmq.Context, addrs: Addresses, linger_ms: int = 1000) -> tuple[zmq.Socket, zmq.Socket]:
+    """The engine's sockets, bound: (requests PULL, outputs PUSH)."""
+    requests = _socket(ctx, zmq.PULL, linger_ms)
+    outputs = _socket(ctx, zmq.PUSH, linger_ms)
+    try:
+        requests.bind(addrs.requests)
+        outputs.bind(addrs.outputs)
+    except zmq.ZMQError:
+        requests.close(0)
+        outputs.close(0)
+        raise
+    return requests, outputs
+
+
+def connect_frontend(ctx: zmq.Context, addrs: Addresses, linger_ms: int = 0) -> tuple[zmq.Socket, zmq.Socket]:
+    """The frontend's sockets, connected: (requests PUSH, outputs PULL)."""
+    requests = _socket(ctx, zmq.PUSH, linger_ms)
+    outputs = _socket(ctx, zmq.PULL, linger_ms)
+    requests.connect(addrs.requests)
+    outputs.connect(addrs.outputs)
+    return requests, outputs
+
+
+def send(sock: zmq.Socket, frames: Sequence[Any], track: bool = False) -> list[zmq.MessageTracker]:
+    """Send ``frames`` as one multipart message without copying them.
+
+    With ``track``, frames go one by one and the result holds a tracker for
+    every frame: wait on all of them before reusing any sent buffer.
+    """
+    if not track:
+        sock.send_multipart(frames, copy=False)
+        return []
+    last = len(frames) - 1
+    return [
+        sock.send(frame, zmq.SNDMORE if i < last else 0, copy=False, track=True)
+        for i, frame in enumerate(frames)
+    ]
+
+
+def recv(sock: zmq.Socket, timeout_s: float | None = None) -> list[zmq.Frame]:
+    """One multipart message as zero-copy frames; TransportTimeout if none in time."""
+    if timeout_s is not None and not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+        raise TransportTimeout(f"nothing received within {timeout_s:g} s")
+    return sock.recv_multipart(copy=False)
+
+
+def is_ping(frames: Sequence[Any]) -> bool:
+    """Whether a received message is the empty message."""
+    return len(frames) == 1 and memoryview(frames[0]).nbytes == 0
+
+
+def round_trip(push: zmq.Socket, pull: zmq.Socket, timeout_s: float) -> float:
+    """Seconds for an empty message to go out and an empty reply to come back.
+
+    The other side must answer ``PING`` with ``PING`` (the engine does); any
+    other message in between is an error, since the floor must be measured
+    on a quiet link.
+    """
+    start = time.perf_counter()
+    send(push, [PING])
+    reply = recv(pull, timeout_s)
+    elapsed = time.perf_counter() - start
+    if not is_ping(reply):
+        raise RuntimeError("expected an empty reply to the empty message, got a message with content")
+    return elapsed
+
+
+def round_trip_floor(push: zmq.Socket, pull: zmq.Socket, count: int, timeout_s: float = 5.0) -> list[float]:
+    """``count`` empty-message round trips: the transport floor, in seconds."""
+    return [round_trip(push, pull, timeout_s) for _ in range(count)]
+
+
+def _unix_reader(sock: socket.socket, sizes: list[int]) -> None:
+    """Child side of the unix-socket stream: read each message fully, ack with one byte."""
+    for size in sizes:
+        buf = bytearray(size)  # fresh memory per message, as a receiver that keeps it needs
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                return
+            got += n
+        sock.sendall(b"k")
+
+
+def unix_stream_seconds(frames: Sequence[Any], repeats: int) -> list[float]:
+    """Seconds to stream the bytes of ``frames`` over a plain unix socket, ``repeats`` times.
+
+    The reference the ipc scenario's payload GB/s is read against: the same
+    bytes, between two processes, with no framing library in between. Each
+    sample is send-all → the reader has every byte → one-byte ack.
+    """
+    views = [memoryview(frame).cast("B") for frame in frames]
+    size = sum(v.nbytes for v in views)
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, [size] * repeats))
+    reader.start()
+    child.close()
+    try:
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for view in views:
+                parent.sendall(view)
+            if parent.recv(1) != b"k":
+                raise RuntimeError("unix-socket reader ended early")
+            samples.append(time.perf_counter() - start)
+        return samples
+    finally:
+        parent.close()
+        kill_tree(reader.pid)
+        reader.join(5)
