@@ -21,4 +21,4 @@ run: install
 	$(BIN)/serbench run
 
 test: install system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --benchmark-disable
