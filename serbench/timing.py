@@ -1,9 +1,10 @@
 """Calibrated timing loops, interleaved across the things being compared.
 
 Like ``timeit.autorange``: each function is looped enough times that one
-sample lasts at least ``profile.min_sample_s``; then samples of all the
-functions are taken in turn (A B C A B C …) so drift on a shared machine
-hits every one alike, until ``profile.samples`` samples or the time budget.
+sample lasts at least ``profile.min_sample_s`` (the calibration runs double
+as warm-up); then samples of all the functions are taken in turn
+(A B C A B C …) so drift on a shared machine hits every one alike, until
+``profile.samples`` samples or the time budget.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Callable
 
 from serbench.profiles import Profile
 
-WARMUP_CALLS = 1
 MIN_SAMPLES = 3
 
 
@@ -38,9 +38,6 @@ def interleaved(
     fns: dict[str, Callable[[], object]], profile: Profile
 ) -> tuple[dict[str, list[float]], dict]:
     """Seconds per call, one list of samples per function, sampled in turn."""
-    for fn in fns.values():
-        for _ in range(WARMUP_CALLS):
-            fn()
     loops = {name: calibrate(fn, profile.min_sample_s) for name, fn in fns.items()}
     samples: dict[str, list[float]] = {name: [] for name in fns}
     deadline = time.perf_counter() + profile.max_metric_s * len(fns)
