@@ -1,0 +1,402 @@
+"""The engine side of the ipc scenario, and the ``serbench engine`` command.
+
+An engine receives ``EngineCoreRequest``s, decodes them with the backend
+under test and streams ``EngineCoreOutputs`` back, one batched message per
+simulated scheduler step (one new token per running request). As in a real
+serving engine, a receive thread decodes while the main thread steps, so a
+slow decode shows up as late tokens for everybody.
+
+Wire protocol (both directions): frame 0 is a small msgpack ``Control``
+header (kind, session, data), decoded by msgspec whatever the backend; the
+backend's own frames follow. The empty message is a ping, answered with the
+empty message. A frontend opens a session (``start``: backend spec, step
+time), sends ``request``s (and ``probe``s, decoded and acknowledged but not
+scheduled), and closes it with ``end``. Every request carries the checksum
+of its payload; the engine checks it after handing the request to the
+scheduler and reports a mismatch, a failed decode or a duplicate as an
+``error`` — the frontend fails the case on it.
+
+Safety: an unsafe backend (one that can run code from its input, like
+pickle) is refused on a non-loopback address unless the engine was started
+with ``allow_unsafe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import zmq
+
+from serbench import transport
+from serbench.transport import Addresses
+from serializers import Serializer, get_serializer, is_safe
+from workloads.base import output_token
+from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from workloads.tree import payload_checksum
+
+log = logging.getLogger("serbench.engine")
+
+DEFAULT_BIND = "tcp://127.0.0.1:5555"
+POLL_S = 0.2  # how often idle loops look at the stop flag
+SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
+MAX_STEP_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+class Control(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Frame 0 of every non-empty message: what it is and which session it belongs to."""
+
+    kind: str
+    session: str = ""
+    data: dict[str, Any] = {}
+
+
+_encode_control = msgspec.msgpack.Encoder().encode
+_decode_control = msgspec.msgpack.Decoder(Control).decode
+
+
+def control(kind: str, session: str = "", **data: Any) -> bytes:
+    """The encoded header frame of a message."""
+    return _encode_control(Control(kind, session, data))
+
+
+def parse_control(frame: Any) -> Control:
+    """Decode a header frame; ValueError (msgspec.DecodeError) if it is not one."""
+    return _decode_control(memoryview(frame))
+
+
+def request_checksum(request: EngineCoreRequest) -> int:
+    """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes)."""
+    tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
+    return zlib.crc32(tokens.tobytes(), payload_checksum(request))
+
+
+@dataclass
+class Session:
+    """One frontend's run: its backend (one instance per thread) and what it sent."""
+
+    id: str
+    step_s: float
+    decoder: Serializer
+    encoder: Serializer
+    seen: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Running:
+    max_tokens: int
+    position: int = 0
+
+
+def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Session:
+    """A session from a ``start`` header; ValueError says why it is refused."""
+    spec = ctrl.data.get("backend")
+    step_s = ctrl.data.get("step_s", 0.005)
+    if not isinstance(spec, str) or not isinstance(step_s, (int, float)) or not 0 <= step_s <= MAX_STEP_S:
+        raise ValueError(f"bad start message: backend={spec!r}, step_s={step_s!r}")
+    decoder = get_serializer(spec)
+    if not is_safe(decoder) and not allow_unsafe and not transport.is_loopback(bind_address):
+        raise ValueError(
+            f"refusing unsafe backend {spec!r} (it can run code from its input) on non-loopback "
+            f"{bind_address}; start the engine with --allow-unsafe-deserialization to accept it"
+        )
+    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec))
+
+
+class Engine:
+    """A receive thread that decodes, a main thread that steps and sends outputs.
+
+    The sockets are already bound; each is used by one thread only.
+    """
+
+    def __init__(
+        self,
+        requests: zmq.Socket,
+        outputs: zmq.Socket,
+        bind_address: str,
+        allow_unsafe: bool = False,
+        send_timeout_s: float = SEND_TIMEOUT_S,
+    ) -> None:
+        self.requests = requests
+        self.outputs = outputs
+        self.outputs.setsockopt(zmq.SNDTIMEO, int(send_timeout_s * 1000))
+        self.bind_address = bind_address
+        self.allow_unsafe = allow_unsafe
+        self.events: queue.Queue[tuple] = queue.Queue()
+        self.stopping = threading.Event()
+        self.session: Session | None = None
+        self.running: dict[str, Running] = {}
+
+    def stop(self) -> None:
+        """Ask both threads to finish (safe from a signal handler)."""
+        self.stopping.set()
+
+    # ---- receive thread -------------------------------------------------
+
+    def _receive_loop(self) -> None:
+        session: Session | None = None
+        while not self.stopping.is_set():
+            try:
+                frames = transport.recv(self.requests, POLL_S)
+            except transport.TransportTimeout:
+                continue
+            if transport.is_ping(frames):
+                self.events.put(("pong",))
+                continue
+            try:
+                ctrl = parse_control(frames[0])
+            except ValueError:
+                log.warning("ignored a message without a valid header")
+                continue
+            if ctrl.kind == "start":
+                session = self._start(ctrl)
+            elif session is None or ctrl.session != session.id:
+                log.info(
+                    "ignored %r for session %r (current: %r)", ctrl.kind, ctrl.session, session and session.id
+                )
+            elif ctrl.kind in ("request", "probe"):
+                self._receive_request(session, ctrl, frames[1:])
+            elif ctrl.kind == "end":
+                self.events.put(("end", session.id))
+            else:
+                log.warning("ignored unknown message kind %r", ctrl.kind)
+
+    def _start(self, ctrl: Control) -> Session | None:
+        try:
+            session = open_session(ctrl, self.bind_address, self.allow_unsafe)
+        except Exception as exc:
+            self.events.put(("error", ctrl.session, f"engine refused the session: {exc}"))
+            return None
+        self.events.put(("start", session))
+        return session
+
+    def _receive_request(self, session: Session, ctrl: Control, frames: list) -> None:
+        """Decode, hand over to the scheduler (or ack a probe), then check integrity."""
+        try:
+            request = session.decoder.decode(frames, EngineCoreRequest)
+        except Exception as exc:
+            self.events.put(
+                ("error", session.id, f"engine could not decode a request: {type(exc).__name__}: {exc}")
+            )
+            return
+        if not isinstance(request, EngineCoreRequest):
+            self.events.put(
+                ("error", session.id, f"engine decoded a {type(request).__name__}, not a request")
+            )
+            return
+        rid = request.request_id
+        if rid in session.seen:
+            self.events.put(("error", session.id, f"request {rid!r} arrived twice (duplicated message)"))
+            return
+        session.seen.add(rid)
+        if ctrl.kind == "probe":
+            self.events.put(("ack", session.id, rid))
+        else:
+            self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
+        expected = ctrl.data.get("checksum")
+        actual = request_checksum(request)
+        if actual != expected:
+            self.events.put(
+                (
+                    "error",
+                    session.id,
+                    f"request {rid!r} arrived corrupted: payload checksum {actual:#010x}, sent "
+                    f"{expected!r:.12} (the sender changed a buffer before zmq had sent it?)",
+                )
+            )
+
+    # ---- main thread: scheduler ----------------------------------------
+
+    def serve(self, sessions: int | None = None) -> None:
+        """Run until stopped, or until ``sessions`` sessions have ended."""
+        receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
+        receiver.start()
+        ended = 0
+        try:
+            while not self.stopping.is_set() and (sessions is None or ended < sessions):
+                for event in self._next_events():
+                    ended += self._handle(event)
+                if self.running:
+                    self._step()
+        finally:
+            self.stopping.set()
+            receiver.join()
+
+    def _next_events(self) -> list[tuple]:
+        """Every event so far; when idle, wait (briefly) for the first one."""
+        events = []
+        if not self.running:
+            try:
+                events.append(self.events.get(timeout=POLL_S))
+            except queue.Empty:
+                return events
+        while True:
+            try:
+                events.append(self.events.get_nowait())
+            except queue.Empty:
+                return events
+
+    def _handle(self, event: tuple) -> int:
+        """Act on one event from the receive thread; 1 if it ended a session."""
+        kind, *rest = event
+        current = self.session.id if self.session else None
+        if kind == "pong":
+            self._send([transport.PING])
+        elif kind == "start":
+            self.session, self.running = rest[0], {}
+            self._send([control("ready", self.session.id)])
+        elif kind == "error":
+            self._send([control("error", rest[0], message=rest[1])])
+        elif rest[0] != current:
+            return 0  # left over from a session that has been replaced
+        elif kind == "request":
+            self.running[rest[1]] = Running(max(1, rest[2]))
+        elif kind == "ack":
+            self._send([control("ack", current, request_id=rest[1])])
+        elif kind == "end":
+            self._send([control("done", current, unfinished=len(self.running))])
+            self.session, self.running = None, {}
+            return 1
+        return 0
+
+    def _step(self) -> None:
+        """One simulated forward pass, then one token for every running request."""
+        session = self.session
+        time.sleep(session.step_s)
+        outputs = []
+        for rid, state in list(self.running.items()):
+            last = state.position + 1 >= state.max_tokens
+            outputs.append(
+                EngineCoreOutput(rid, [output_token(rid, state.position)], "length" if last else None)
+            )
+            state.position += 1
+            if last:
+                del self.running[rid]
+        try:
+            frames = session.encoder.encode(EngineCoreOutputs(outputs=outputs, timestamp=time.time()))
+        except Exception as exc:
+            self._send([control("error", session.id, message=f"engine could not encode outputs: {exc}")])
+            self.running = {}
+            return
+        self._send([control("outputs", session.id), *frames])
+
+    def _send(self, frames: list) -> None:
+        """Send on the outputs socket; a frontend that stopped taking them loses its session."""
+        try:
+            transport.send(self.outputs, frames)
+        except zmq.Again:
+            log.warning("frontend took no output for %g s: session dropped", SEND_TIMEOUT_S)
+            self.session, self.running = None, {}
+
+
+# ---- the engine process of a local ipc case ---------------------------------
+
+
+def _die_with_parent(parent: int, folder: Path | None) -> None:
+    """Exit (removing the ipc folder) when the frontend that started us dies."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        if folder is not None:
+            transport.remove_ipc_dir(folder)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # died before the death signal was armed
+        on_term(signal.SIGTERM, None)
+
+
+def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: int) -> None:
+    """Entry point of a forked engine: bind, report the bound endpoints, serve one session."""
+    _die_with_parent(parent, folder)
+    ctx = zmq.Context()
+    try:
+        requests, outputs = transport.bind_engine(ctx, bind)
+    except zmq.ZMQError as exc:
+        report.send(("error", f"engine could not bind {bind.requests}: {exc}"))
+        ctx.term()
+        return
+    bound = Addresses(requests.LAST_ENDPOINT.decode(), outputs.LAST_ENDPOINT.decode())
+    report.send(("ok", bound))
+    try:
+        Engine(requests, outputs, bind.requests).serve(sessions=1)
+    finally:
+        requests.close()
+        outputs.close()
+        ctx.term()
+        if folder is not None:
+            transport.remove_ipc_dir(folder)
+
+
+# ---- serbench engine --------------------------------------------------------
+
+
+def serve_forever(bind_url: str, allow_unsafe: bool) -> None:
+    """The standalone engine: serve sessions one after another until SIGINT/SIGTERM."""
+    addrs = transport.tcp_addresses(bind_url)
+    ctx = zmq.Context()
+    requests, outputs = transport.bind_engine(ctx, addrs, linger_ms=0)
+    engine = Engine(requests, outputs, addrs.requests, allow_unsafe)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: engine.stop())
+    log.info("listening: requests %s, outputs %s", addrs.requests, addrs.outputs)
+    if allow_unsafe and not transport.is_loopback(addrs.requests):
+        log.warning("unsafe backends accepted on a non-loopback address: anyone who can connect can run code")
+    try:
+        engine.serve()
+    finally:
+        requests.close()
+        outputs.close()
+        ctx.term()
+        log.info("stopped")
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    """``serbench engine``: bind, serve, exit 0 on SIGINT/SIGTERM."""
+    from serbench.cli import UsageError
+
+    logging.basicConfig(level=logging.INFO, format="serbench engine: %(message)s", stream=sys.stderr)
+    try:
+        transport.tcp_addresses(args.bind)
+        serve_forever(args.bind, args.allow_unsafe_deserialization)
+    except ValueError as exc:
+        raise UsageError(f"--bind: {exc}") from None
+    except zmq.ZMQError as exc:
+        raise UsageError(f"cannot bind {args.bind}: {exc}") from None
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench engine`` to the command line."""
+    parser = subparsers.add_parser(
+        "engine",
+        help="the engine side alone, for two-host ipc runs (serbench run --engine)",
+        description="Serve ipc-scenario frontends one after another: requests on PORT, outputs on PORT+1.",
+    )
+    parser.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        help=f"tcp://HOST:PORT to listen on (default {DEFAULT_BIND}: loopback only)",
+    )
+    parser.add_argument(
+        "--allow-unsafe-deserialization",
+        action="store_true",
+        help="accept backends that run code from their input (pickle, cloudpickle) on a non-loopback address",
+    )
+    parser.set_defaults(func=cmd_engine)
