@@ -115,7 +115,7 @@ def _serbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("args", "message"),
     [
         (["run", "--backends", "nope"], "unknown backend 'nope'"),
-        (["run", "--workloads", "images-3"], "unknown workload 'images-3'"),
+        (["run", "--workloads", "images-0"], "unknown workload 'images-0'"),
         (["run", "--scenarios", "macro"], "unknown scenario 'macro'"),
         (["run", "--backends", "msgspec-frombuffer:threshold=-1"], "threshold must be"),
         (["run", "--out", "/proc/no/such"], "cannot create output folder"),

@@ -72,8 +72,21 @@ def test_outputs_account_for_every_token() -> None:
     assert output_token("a", 7) != output_token("a", 8) or output_token("a", 8) != output_token("a", 9)
 
 
+def test_any_image_count_on_request() -> None:
+    request = get_workload("images-1:profile=llava").request(0)
+    assert len(request.mm_inputs.items_by_modality["image"]) == 1
+
+
 @pytest.mark.parametrize(
-    "spec", ["images-5", "images-4:profile=nope", "images-4:dtype=int8", "text-sonnet:x=1"]
+    "spec",
+    [
+        "images-0",
+        "images-1000",
+        "images-x",
+        "images-4:profile=nope",
+        "images-4:dtype=int8",
+        "text-sonnet:x=1",
+    ],
 )
 def test_bad_workload_specs(spec: str) -> None:
     with pytest.raises(SpecError):

@@ -6,6 +6,7 @@ workload; ``available_workloads()`` lists the built-in names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from workloads.base import Workload, output_token
@@ -47,6 +48,9 @@ def get_workload(spec: str | Spec) -> Workload:
     """Build a workload from ``name[:key=value,...]``; SpecError lists what exists."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     factory = _FACTORIES.get(parsed.name)
+    count = re.fullmatch(r"images-([1-9][0-9]{0,2})", parsed.name)
+    if factory is None and count:  # any image count, e.g. images-1 for one tensor
+        factory = _images(int(count.group(1)))
     if factory is None:
         raise SpecError(f"unknown workload {parsed.name!r}; workloads: {', '.join(_FACTORIES)}")
     workload = call_with_options(factory, parsed)
