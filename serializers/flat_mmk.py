@@ -33,23 +33,18 @@ class FlatMMKSerializer(MsgpackSerializer):
     tensor_to_buffer = staticmethod(tensor_buffer)
     tensor_from_buffer = staticmethod(tensor_from_buffer)
 
-    def __init__(self, threshold: str | float = 256) -> None:
-        super().__init__(threshold)
-        self._table: list[TableEntry] = []
-        self._arrays: list[Any] = []
-
     def encode_header(self, obj: Any) -> bytes:
-        self._table = []
+        self._call.table = []
         try:
             structure = super().encode_header(obj)
-            table = _table_encoder.encode(self._table)
+            table = _table_encoder.encode(self._call.table)
         finally:
-            self._table = []
+            self._call.table = []
         return len(table).to_bytes(_PREFIX, "little") + table + structure
 
     def array_ext(self, code: int, dtype: str, shape: list[int], buf: memoryview) -> msgspec.msgpack.Ext:
-        self._table.append((code, dtype, shape, self.array_ref(buf)))
-        return msgspec.msgpack.Ext(REF_EXT, (len(self._table) - 1).to_bytes(_PREFIX, "little"))
+        self._call.table.append((code, dtype, shape, self.array_ref(buf)))
+        return msgspec.msgpack.Ext(REF_EXT, (len(self._call.table) - 1).to_bytes(_PREFIX, "little"))
 
     def decode_header(self, header: Buffer, type_: Any) -> Any:
         view = memoryview(header).cast("B")
@@ -57,16 +52,16 @@ class FlatMMKSerializer(MsgpackSerializer):
         if len(view) < _PREFIX or size > len(view) - _PREFIX:
             raise DecodeError(f"tensor table of {size} bytes overruns a {len(view)}-byte header")
         table = _table_decoder.decode(view[_PREFIX : _PREFIX + size])
-        self._arrays = [self.array_from_ref(*entry) for entry in table]
+        self._call.arrays = [self.array_from_ref(*entry) for entry in table]
         try:
             return super().decode_header(view[_PREFIX + size :], type_)
         finally:
-            self._arrays = []
+            self._call.arrays = []
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         index = int.from_bytes(data, "little")
-        if code != REF_EXT or len(data) != _PREFIX or index >= len(self._arrays):
+        if code != REF_EXT or len(data) != _PREFIX or index >= len(self._call.arrays):
             raise DecodeError(
-                f"bad tensor ref (ext {code}, {len(data)} bytes) into a table of {len(self._arrays)}"
+                f"bad tensor ref (ext {code}, {len(data)} bytes) into a table of {len(self._call.arrays)}"
             )
-        return self._arrays[index]
+        return self._call.arrays[index]

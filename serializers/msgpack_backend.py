@@ -10,6 +10,7 @@ the checks and the error contract live here once.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,19 +45,19 @@ class MsgpackSerializer:
         self.threshold = parse_threshold(threshold)
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
         self._decoders: dict[Any, msgspec.msgpack.Decoder] = {}
-        self._aux: list[Buffer] = []
-        self._frames: Sequence[Buffer] = ()
-        self._used: set[int] = set()
+        # The frames of the encode or decode in progress, per thread: one instance
+        # shared by threads must never put one message's frames into another.
+        self._call = threading.local()
 
     # -- encode -------------------------------------------------------------
 
     def encode(self, obj: Any) -> list[Buffer]:
-        self._aux = [b""]
+        self._call.aux = [b""]
         try:
             header = self.encode_header(obj)
-            frames = self._aux
+            frames = self._call.aux
         finally:
-            self._aux = []
+            self._call.aux = []
         frames[0] = header
         return frames
 
@@ -81,20 +82,20 @@ class MsgpackSerializer:
         """The bytes themselves below the threshold, else the index of a new frame."""
         if buf.nbytes < self.threshold:
             return buf
-        self._aux.append(buf)
-        return len(self._aux) - 1
+        self._call.aux.append(buf)
+        return len(self._call.aux) - 1
 
     # -- decode -------------------------------------------------------------
 
     def decode(self, frames: Sequence[Buffer], type_: Any = Any) -> Any:
         if not frames:
             raise DecodeError(f"{self.name}: no frames")
-        self._frames, self._used = frames, set()
+        self._call.frames, self._call.used = frames, set()
         try:
             obj = self.decode_header(frames[0], type_)
-            if len(self._used) != len(frames) - 1:
+            if len(self._call.used) != len(frames) - 1:
                 raise DecodeError(
-                    f"{len(frames) - 1 - len(self._used)} frame(s) not referenced by the header"
+                    f"{len(frames) - 1 - len(self._call.used)} frame(s) not referenced by the header"
                 )
             return obj
         except DecodeError as exc:
@@ -102,7 +103,7 @@ class MsgpackSerializer:
         except (Exception, RecursionError) as exc:
             raise DecodeError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         finally:
-            self._frames, self._used = (), set()
+            self._call.frames, self._call.used = (), set()
 
     def decode_header(self, header: Buffer, type_: Any) -> Any:
         decoder = self._decoders.get(type_)
@@ -124,9 +125,10 @@ class MsgpackSerializer:
         raise DecodeError(f"unknown ext type {code}")
 
     def _frame(self, index: int) -> Buffer:
-        if not 1 <= index < len(self._frames):
-            raise DecodeError(f"frame index {index} outside the {len(self._frames) - 1} payload frame(s)")
-        if index in self._used:
+        frames, used = self._call.frames, self._call.used
+        if not 1 <= index < len(frames):
+            raise DecodeError(f"frame index {index} outside the {len(frames) - 1} payload frame(s)")
+        if index in used:
             raise DecodeError(f"frame {index} referenced twice")
-        self._used.add(index)
-        return self._frames[index]
+        used.add(index)
+        return frames[index]
