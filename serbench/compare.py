@@ -31,14 +31,18 @@ widens the interval instead of passing for a regression.
 
 from __future__ import annotations
 
+import argparse
 import math
+import shlex
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from serbench import environment, results
-from serbench.stats import CONFIDENCE
+from serbench.stats import CONFIDENCE, relative_spread
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -268,3 +272,212 @@ def compare(
         environment_differences=environment_differences(base, head),
         head_errors=head_errors,
     )
+
+
+# ---------------------------------------------------------------- presentation
+
+SCALES = {
+    "s": [(1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")],
+    "bytes": [(1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B")],
+}
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A median in a readable unit (``12.3 µs``, ``9.6 MB``)."""
+    if value is None:
+        return "—"
+    for scale, name in SCALES.get(unit, []):
+        if abs(value) >= scale or scale == SCALES[unit][-1][0]:
+            return f"{value / scale:.3g} {name}"
+    return f"{value:.4g} {unit}".strip()
+
+
+def format_ratio(row: MetricComparison) -> tuple[str, str]:
+    """The ratio and its interval as text, e.g. ``1.124`` and ``[1.080, 1.170]``."""
+    if row.ratio is None:
+        return "—", ""
+    if row.exact:
+        return f"{row.ratio:.3f}", "exact"
+    interval = "" if row.ci_low is None else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
+    return f"{row.ratio:.3f}", interval
+
+
+def reproduce_command(row: MetricComparison, base: dict) -> str:
+    """A command that measures this case again locally, base against the working tree."""
+    selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
+    commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
+    command = (
+        ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]
+    )
+    return shlex.join(command)
+
+
+def noise(data: dict) -> float | None:
+    """Median relative half-width of the timing metrics' CIs: how noisy a run was."""
+    spreads = [
+        relative_spread(metric["values"])
+        for rec in results.ok_records(data)
+        for name, metric in rec["metrics"].items()
+        if name not in EXACT_RESOLUTION and len(metric["values"]) > 1
+    ]
+    return statistics.median(spreads) if spreads else None
+
+
+def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
+    """One command per regressed case, worst first."""
+    return list(dict.fromkeys(reproduce_command(r, base) for r in comparison.regressions))
+
+
+def _headline(comparison: Comparison) -> str:
+    bad = comparison.regressions
+    if not bad:
+        return f"no regression in {len(comparison.rows)} comparison(s)"
+    cases = len({r.case for r in bad})
+    return f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+
+
+def _cells(row: MetricComparison) -> list[str]:
+    ratio, interval = format_ratio(row)
+    return [
+        row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
+        f"{row.scenario} {row.backend} × {row.workload}",  # noqa: RUF001
+        row.metric,
+        format_value(row.base_median, row.unit),
+        format_value(row.head_median, row.unit),
+        ratio,
+        interval,
+    ]
+
+
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI"]
+
+
+def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:
+    """Lines under the table: noise, environment, failures, added/removed cases."""
+    lines = []
+    base_noise, head_noise = noise(base), noise(head)
+    if base_noise is not None and head_noise is not None:
+        lines.append(
+            f"noise: ±{base_noise:.1%} base, ±{head_noise:.1%} head (median CI half-width per metric)"
+        )
+    for key, (b, h) in comparison.environment_differences.items():
+        lines.append(f"environment differs (--force): {key}: {b!r} → {h!r}")
+    for case, error in sorted(comparison.head_errors.items()):
+        lines.append(f"failed in head: {' '.join(case)}: {error}")
+    lines += [f"added: {' '.join(case)}" for case in comparison.added]
+    lines += [f"removed: {' '.join(case)}" for case in comparison.removed]
+    return [f"{bullet}{line}" for line in lines]
+
+
+def render_table(comparison: Comparison, base: dict, head: dict) -> str:
+    """The terminal report: every row worst first, then how to reproduce each regression."""
+    from serbench.summary import table
+
+    out = [table(HEADERS, [_cells(r) for r in comparison.rows])] if comparison.rows else []
+    out += _notes(comparison, base, head, "")
+    if comparison.regressions:
+        out.append("reproduce:")
+        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base)]
+    out.append(_headline(comparison))
+    return "\n".join(out)
+
+
+def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
+
+
+def render_markdown(comparison: Comparison, base: dict, head: dict) -> str:
+    """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``."""
+    bad = comparison.regressions
+    mark = "❌" if bad else "✅"
+    out = [f"## {mark} serbench: {_headline(comparison)}", ""]
+    changed = bad + comparison.improvements
+    if changed:
+        out += [*_markdown_table(changed), ""]
+    out += _notes(comparison, base, head, "- ")
+    if bad:
+        out += ["", "Reproduce locally:", "", "```"]
+        out += _reproduce_commands(comparison, base)
+        out += ["```"]
+    if comparison.rows:
+        out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]
+        out += [*_markdown_table(comparison.rows), "", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------ CLI
+
+EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``compare`` and ``gate``: thresholds, --force, outputs."""
+    from serbench.export import FORMATS
+
+    parser.add_argument("--max-regression", default="10%", help="tolerated slowdown (default 10%%)")
+    parser.add_argument(
+        "--metric-threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=PCT",
+        help="per-metric tolerated slowdown, e.g. ttft_s=5%% (repeatable)",
+    )
+    parser.add_argument("--force", action="store_true", help="compare runs from different environments")
+    parser.add_argument(
+        "--markdown", metavar="FILE", help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
+    )
+    parser.add_argument("--export", metavar="FILE", help="write head's results for another dashboard")
+    parser.add_argument("--export-format", choices=sorted(FORMATS), default="bencher")
+
+
+def thresholds(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
+    """``--max-regression`` and ``--metric-threshold`` parsed; UsageError if malformed."""
+    from serbench.cli import UsageError
+
+    try:
+        overrides = {}
+        for item in args.metric_threshold:
+            name, eq, value = item.partition("=")
+            if not eq or not name:
+                raise ValueError(f"--metric-threshold {item!r} is not METRIC=PCT")
+            overrides[name.strip()] = parse_threshold(value)
+        return parse_threshold(args.max_regression), overrides
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
+    """Compare, print the table, write the Markdown and export files; the exit code."""
+    from serbench import export
+
+    max_regression, overrides = thresholds(args)
+    comparison = compare(base, head, max_regression, overrides)
+    if comparison.environment_differences and not args.force:
+        named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
+        raise results.ResultsError(f"environments differ ({named}); --force compares them anyway")
+    print(render_table(comparison, base, head))
+    if args.markdown:
+        Path(args.markdown).write_text(render_markdown(comparison, base, head))
+    if args.export:
+        export.write(head, args.export, args.export_format)
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``serbench compare BASE.json HEAD.json``: exit 0, 1 on a regression, 2 on unusable input."""
+    return conclude(args, results.load(args.base), results.load(args.head))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench compare``."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two results files; exit 1 on a regression",
+        description="Ratio head/base with a bootstrap CI for every case and metric in both files. "
+        "Exit 0: no regression; 1: regression; 2: unusable input or incomparable environments.",
+    )
+    parser.add_argument("base", help="results.json of the base revision")
+    parser.add_argument("head", help="results.json of the revision under test")
+    add_options(parser)
+    parser.set_defaults(func=cmd_compare)

@@ -1,0 +1,210 @@
+"""serbench.compare on synthetic samples with known distributions and fixed seeds (no timings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serbench import compare as cmp
+from serbench.results import SCHEMA, record
+from serbench.stats import summarize
+
+BASE_S = 1e-5  # a 10 µs timing
+
+
+def samples(seed: int, factor: float = 1.0, n: int = 60, sigma: float = 0.02) -> list[float]:
+    """Log-normal timings around ``BASE_S * factor``: skewed like real ones."""
+    rng = np.random.default_rng(seed)
+    return list(BASE_S * factor * rng.lognormal(0.0, sigma, n))
+
+
+def metric(values: list[float], unit: str = "s", rounds: list[int] | None = None) -> dict:
+    out = summarize(values, unit)
+    return {**out, "rounds": rounds} if rounds else out
+
+
+def doc(records: list[dict], **environment: object) -> dict:
+    """A results document with the given records and a fixed environment."""
+    env = {"machine": "x86_64", "cpu": "AMD EPYC", "cpu_count": 2, "python": "3.11.7", "git_commit": "a" * 40}
+    return {
+        "schema": SCHEMA,
+        "complete": True,
+        "environment": {**env, **environment},
+        "backends": {},
+        "records": records,
+    }
+
+
+def rec(metrics: dict, backend: str = "b", workload: str = "w", error: str | None = None) -> dict:
+    return record("micro", backend, workload, metrics, error=error)
+
+
+def one(base_metrics: dict, head_metrics: dict, **kwargs: object) -> dict[str, cmp.MetricComparison]:
+    """Compare one case; rows by metric name."""
+    comparison = cmp.compare(doc([rec(base_metrics)]), doc([rec(head_metrics)]), **kwargs)
+    return {row.metric: row for row in comparison.rows}
+
+
+def test_same_distribution_is_no_change() -> None:
+    row = one({"encode_s": metric(samples(1))}, {"encode_s": metric(samples(2))})["encode_s"]
+    assert row.verdict == cmp.NO_CHANGE
+    assert row.ci_low < 1 < row.ci_high
+    assert row.ratio == pytest.approx(1.0, abs=0.02)
+
+
+def test_ten_percent_slower_is_a_significant_regression() -> None:
+    row = one({"encode_s": metric(samples(1))}, {"encode_s": metric(samples(2, 1.10))})["encode_s"]
+    assert row.verdict == cmp.REGRESSION
+    assert row.ratio == pytest.approx(1.10, abs=0.02)
+    assert 1 < row.ci_low < 1.10 < row.ci_high
+    assert not row.exact
+
+
+def test_a_significant_slowdown_shown_below_the_threshold_passes() -> None:
+    rows = one(
+        {"encode_s": metric(samples(1, sigma=0.005))}, {"encode_s": metric(samples(2, 1.03, sigma=0.005))}
+    )
+    assert rows["encode_s"].ci_low > 1  # significant ...
+    assert rows["encode_s"].ci_high < 1.10  # ... but surely within tolerance
+    assert rows["encode_s"].verdict == cmp.NO_CHANGE
+
+
+def test_a_large_but_insignificant_difference_is_no_change() -> None:
+    base = metric(samples(1, n=5, sigma=0.5))
+    head = metric(samples(2, 1.2, n=5, sigma=0.5))
+    row = one({"encode_s": base}, {"encode_s": head})["encode_s"]
+    assert row.ci_low < 1
+    assert row.verdict == cmp.NO_CHANGE
+
+
+def test_faster_is_an_improvement() -> None:
+    row = one({"decode_s": metric(samples(1))}, {"decode_s": metric(samples(2, 0.8))})["decode_s"]
+    assert row.verdict == cmp.IMPROVEMENT
+    assert row.ci_high < 1
+
+
+@pytest.mark.parametrize("name", sorted(cmp.HIGHER_IS_BETTER))
+def test_higher_is_better_metrics_flip_direction(name: str) -> None:
+    base = {name: metric(samples(1), "GB/s"), "encode_s": metric(samples(1))}
+    lower = one(base, {name: metric(samples(2, 0.8), "GB/s"), "encode_s": metric(samples(2, 0.8))})
+    assert lower[name].verdict == cmp.REGRESSION  # less throughput is worse
+    assert lower["encode_s"].verdict == cmp.IMPROVEMENT  # less time is better
+    assert lower[name].slowdown == pytest.approx(1 / lower[name].ratio)
+    higher = one(base, {name: metric(samples(2, 1.25), "GB/s")})
+    assert higher[name].verdict == cmp.IMPROVEMENT
+
+
+def test_a_throughput_drop_equal_to_the_threshold_is_caught() -> None:
+    """10 % more time is 1/1.1 of the throughput: the same slowdown, the same verdict."""
+    rows = one({"req_per_s": metric(samples(1), "1/s")}, {"req_per_s": metric(samples(2, 1 / 1.10), "1/s")})
+    assert rows["req_per_s"].verdict == cmp.REGRESSION
+
+
+@pytest.mark.parametrize(
+    ("name", "base", "head", "verdict"),
+    [
+        ("wire_bytes", 1712, 1713, cmp.REGRESSION),  # one byte more is flagged
+        ("wire_bytes", 1712, 1712, cmp.NO_CHANGE),
+        ("frames", 5, 6, cmp.REGRESSION),
+        ("frames", 5, 1, cmp.IMPROVEMENT),
+        ("copies", 1.0, 1.004, cmp.NO_CHANGE),  # below the resolution of RSS readings
+        ("copies", 1.0, 3.0, cmp.REGRESSION),
+    ],
+)
+def test_machine_independent_metrics_are_compared_exactly(name: str, base: float, head: float, verdict: str):
+    row = one({name: metric([base], "bytes")}, {name: metric([head], "bytes")})[name]
+    assert row.exact
+    assert row.verdict == verdict
+    assert row.ci_low == row.ci_high == row.ratio == pytest.approx(head / base)
+
+
+def test_failed_in_head_is_a_regression_and_fixed_in_head_is_listed() -> None:
+    ok = {"encode_s": metric(samples(1))}
+    base = doc([rec(ok, "a"), rec({}, "b", error="boom"), rec({}, "c", error="old"), rec(ok, "d")])
+    head = doc([rec({}, "a", error="crash"), rec(ok, "b"), rec({}, "c", error="still"), rec(ok, "d")])
+    comparison = cmp.compare(base, head)
+    by_backend = {(r.backend, r.metric): r.verdict for r in comparison.rows}
+    assert by_backend[("a", cmp.CASE_METRIC)] == cmp.FAILED_IN_HEAD
+    assert by_backend[("b", cmp.CASE_METRIC)] == cmp.FIXED_IN_HEAD
+    assert not any(backend == "c" for backend, _ in by_backend)  # failed on both sides: nothing to compare
+    assert [r.backend for r in comparison.regressions] == ["a"]
+    assert comparison.head_errors[("micro", "a", "w")] == "crash"
+
+
+def test_regressions_are_worst_first_with_failures_on_top() -> None:
+    base = doc([rec({"encode_s": metric(samples(1))}, name) for name in ("x", "y", "z")])
+    head = doc(
+        [
+            rec({"encode_s": metric(samples(2, 1.2))}, "x"),
+            rec({"encode_s": metric(samples(3, 1.5))}, "y"),
+            rec({}, "z", error="crash"),
+        ]
+    )
+    assert [r.backend for r in cmp.compare(base, head).regressions] == ["z", "y", "x"]
+
+
+def test_added_and_removed_cases_are_listed() -> None:
+    m = {"encode_s": metric(samples(1))}
+    comparison = cmp.compare(doc([rec(m, "old"), rec(m, "both")]), doc([rec(m, "both"), rec(m, "new")]))
+    assert comparison.added == [("micro", "new", "w")]
+    assert comparison.removed == [("micro", "old", "w")]
+    assert {r.backend for r in comparison.rows} == {"both"}
+
+
+def test_environment_differences_name_the_keys() -> None:
+    base, head = doc([]), doc([], cpu="Intel Xeon", cpu_count=8, git_commit="b" * 40)
+    assert cmp.compare(base, head).environment_differences == {
+        "cpu": ("AMD EPYC", "Intel Xeon"),
+        "cpu_count": (2, 8),
+    }
+
+
+def test_per_metric_threshold_overrides_the_default() -> None:
+    base = {"encode_s": metric(samples(1, sigma=0.005)), "decode_s": metric(samples(1, sigma=0.005))}
+    head = {
+        "encode_s": metric(samples(2, 1.04, sigma=0.005)),
+        "decode_s": metric(samples(2, 1.04, sigma=0.005)),
+    }
+    default = one(base, head)
+    assert default["encode_s"].verdict == default["decode_s"].verdict == cmp.NO_CHANGE
+    strict = one(base, head, overrides={"encode_s": 0.02})
+    assert strict["encode_s"].verdict == cmp.REGRESSION
+    assert strict["decode_s"].verdict == cmp.NO_CHANGE
+
+
+def test_rounds_turn_process_to_process_shifts_into_width() -> None:
+    """Five head rounds shifted by process (0.95 … 1.25): pooled they look like a tight 15 %
+    regression; resampled by round, the interval covers 1."""
+    shifts = [0.95, 1.0, 1.15, 1.2, 1.25]
+    head_values = [v for i, s in enumerate(shifts) for v in samples(10 + i, s, n=15, sigma=0.01)]
+    base_values = [v for i in range(5) for v in samples(20 + i, n=15, sigma=0.01)]
+    pooled = one({"encode_s": metric(base_values)}, {"encode_s": metric(head_values)})["encode_s"]
+    by_round = one(
+        {"encode_s": metric(base_values, rounds=[15] * 5)}, {"encode_s": metric(head_values, rounds=[15] * 5)}
+    )["encode_s"]
+    assert pooled.verdict == cmp.REGRESSION
+    assert by_round.ci_low < 1 < by_round.ci_high
+    assert by_round.verdict == cmp.NO_CHANGE
+
+
+def test_the_same_files_always_give_the_same_interval() -> None:
+    base, head = {"encode_s": metric(samples(1))}, {"encode_s": metric(samples(2, 1.05))}
+    first, second = one(base, head)["encode_s"], one(base, head)["encode_s"]
+    assert (first.ci_low, first.ci_high) == (second.ci_low, second.ci_high)
+
+
+def test_a_single_sample_gives_no_interval_and_no_verdict() -> None:
+    row = one({"encode_s": metric([1.0])}, {"encode_s": metric([3.0])})["encode_s"]
+    assert row.ratio == 3.0
+    assert row.ci_low is None and row.verdict == cmp.NO_CHANGE
+
+
+@pytest.mark.parametrize(("text", "value"), [("10%", 0.10), ("2.5%", 0.025), ("0.2", 0.2), ("0", 0.0)])
+def test_parse_threshold(text: str, value: float) -> None:
+    assert cmp.parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["ten", "-5%", "nan", ""])
+def test_parse_threshold_rejects_nonsense(text: str) -> None:
+    with pytest.raises(ValueError):
+        cmp.parse_threshold(text)
