@@ -1,0 +1,136 @@
+"""Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
+
+Each trial is one gate run as ``serbench gate`` does it — rounds of
+``python -m serbench run``, base and head interleaved (A B, B A, …), rounds
+merged per side — except that both sides run this working tree and differ
+only in the backend. Base measures ``serbench.testing:slowed:factor=1.0``;
+head measures the same backend again plus copies slowed by each FACTOR. Head's
+factor-1.0 case against base is an A/A trial; each slowed copy against base
+is an A/B trial. Verdicts come from ``serbench.compare.compare`` with the
+gate's default threshold, a trial "alarms" when any row of its case is a
+regression — exactly what makes ``serbench gate`` exit 1.
+
+    python scripts/gate_quality.py --trials 20 --out reports/gate-quality
+    python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
+
+The load average during each trial is recorded: on a shared machine it says
+how much noise the gate had to stay quiet on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from serbench import compare, gate, results
+
+REPO = Path(__file__).resolve().parent.parent
+SLOWED = "serbench.testing:slowed:base={backend},factor={factor}"
+LABEL = "slowed"
+
+
+def _spec(backend: str, factor: float) -> str:
+    return SLOWED.format(backend=backend, factor=factor)
+
+
+def _only(doc: dict, backend: str) -> dict:
+    """``doc`` reduced to one backend's records, relabelled so both sides' cases match."""
+    records = [{**r, "backend": LABEL} for r in doc["records"] if r["backend"] == backend]
+    return {**doc, "records": records}
+
+
+def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, rounds: int) -> dict:
+    """One interleaved gate run; the merged base and head results are stored in ``folder``."""
+    common = ("--workloads", workloads, "--scenarios", "micro")
+    head_specs = ",".join(_spec(backend, f) for f in [1.0, *factors])
+    sides = [
+        gate.Side("base", REPO, ("--backends", _spec(backend, 1.0), *common)),
+        gate.Side("head", REPO, ("--backends", head_specs, *common)),
+    ]
+    load_before = os.getloadavg()[0]
+    base_runs, head_runs = gate.interleave(sides, rounds, folder, log=lambda m: None)
+    meta = {"load_before": load_before, "load_after": os.getloadavg()[0], "cpus": os.cpu_count()}
+    results.write_json_atomic(folder / "base.json", gate.merge(base_runs))
+    results.write_json_atomic(folder / "head.json", gate.merge(head_runs))
+    results.write_json_atomic(folder / "trial.json", {"backend": backend, "factors": factors, **meta})
+    return meta
+
+
+def evaluate(folder: Path, max_regression: float) -> dict[float, list[str]]:
+    """Factor → the regressions (``metric workload``) the gate flags for it in this trial."""
+    trial = json.loads((folder / "trial.json").read_text())
+    base, head = results.load(folder / "base.json"), results.load(folder / "head.json")
+    reference = _only(base, _spec(trial["backend"], 1.0))
+    flagged = {}
+    for factor in [1.0, *trial["factors"]]:
+        comparison = compare.compare(reference, _only(head, _spec(trial["backend"], factor)), max_regression)
+        flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.3f}" for r in comparison.regressions]
+    return flagged
+
+
+def report(out: Path, max_regression: float) -> dict:
+    """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
+    trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
+    if not trials:
+        raise SystemExit(f"no finished trials in {out}")
+    counts: dict[float, int] = {}
+    loads = []
+    for folder in trials:
+        meta = json.loads((folder / "trial.json").read_text())
+        loads.append((meta["load_before"] + meta["load_after"]) / 2)
+        for factor, regressions in evaluate(folder, max_regression).items():
+            counts[factor] = counts.get(factor, 0) + bool(regressions)
+            if factor == 1.0 and regressions:
+                print(f"  false alarm in {folder.name}: {'; '.join(regressions)}")
+    n = len(trials)
+    reliable = [f for f, c in sorted(counts.items()) if f > 1 and c >= 0.95 * n]
+    summary = {
+        "trials": n,
+        "max_regression": max_regression,
+        "false_alarms_aa": counts[1.0],
+        "detections": {f"{f:g}": c for f, c in sorted(counts.items()) if f > 1},
+        "smallest_reliably_detected": reliable[0] if reliable else None,
+        "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
+        "cpus": os.cpu_count(),
+    }
+    print(f"A/A: alarm in {counts[1.0]}/{n} trials (threshold {max_regression:.0%})")
+    for factor, hits in summary["detections"].items():
+        print(f"A/B slowed {factor}x: flagged in {hits}/{n} trials")
+    print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
+    load = summary["load_average"]
+    print(f"1-min load average during trials: {load['min']:.1f}..{load['max']:.1f} (mean {load['mean']:.1f})")
+    results.write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=gate.DEFAULT_ROUNDS)
+    parser.add_argument("--backend", default="msgspec-frombuffer", help="the backend that gets slowed")
+    parser.add_argument("--workloads", default=gate.DEFAULT_WORKLOADS)
+    parser.add_argument("--factors", default="1.03,1.05,1.07,1.10", help="slowdowns to detect")
+    parser.add_argument("--max-regression", default="10%")
+    parser.add_argument("--out", default="reports/gate-quality")
+    parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
+    args = parser.parse_args(argv)
+    max_regression = compare.parse_threshold(args.max_regression)
+    if args.analyze:
+        report(Path(args.analyze), max_regression)
+        return 0
+    out = Path(args.out)
+    factors = [float(f) for f in args.factors.split(",")]
+    for t in range(args.trials):
+        meta = run_trial(out / f"trial-{t + 1:02d}", args.backend, factors, args.workloads, args.rounds)
+        flagged = evaluate(out / f"trial-{t + 1:02d}", max_regression)
+        hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
+        print(f"trial {t + 1}/{args.trials} (load {meta['load_before']:.1f}): {hits}", file=sys.stderr)
+    report(out, max_regression)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""``serbench gate --base REF``: the CI performance gate, in one command.
+
+The base revision is checked out in a temporary git worktree (removed
+afterwards); then base and working tree are measured on this machine,
+interleaved round by round — base head, head base, base head, … — each round
+a fresh ``python -m serbench run`` with that side's code first on the path
+(``PYTHONPATH`` and the working directory both point at it, and both come
+before the editable install's finder). The rounds of each side are merged
+into one results document whose metrics remember which round each sample
+came from (``"rounds"``), so the comparison's bootstrap can tell process-to-
+process noise from a real change. Drift on a shared machine hits both sides
+alike; what is left is compared by ``serbench.compare``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from serbench import compare, results
+from serbench.stats import summarize
+
+# The default matrix: quick enough for every pull request (DESIGN §5), wide
+# enough to cover in-band pickling, zero-copy msgpack and flattened
+# multimodal kwargs, on a text request and a 4-image request.
+DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
+DEFAULT_WORKLOADS = "text-sonnet,images-4"
+DEFAULT_SCENARIOS = "micro"
+DEFAULT_ROUNDS = 5
+RUN_TIMEOUT_S = 1800
+
+
+class GateError(Exception):
+    """A step of the gate that could not run (bad ref, git failure, a run that crashed)."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a label, the folder whose code runs, its run options."""
+
+    label: str
+    code: Path
+    run_args: tuple[str, ...]
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        raise GateError(f"git {' '.join(args)}: {last}")
+    return proc.stdout.strip()
+
+
+def repository_root(start: Path) -> Path:
+    """The top of the git working tree that contains ``start``."""
+    return Path(_git(start, "rev-parse", "--show-toplevel"))
+
+
+@contextmanager
+def worktree(repo: Path, ref: str) -> Iterator[tuple[Path, str]]:
+    """A detached checkout of ``ref`` in a temporary folder, and its commit; removed on exit."""
+    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    folder = Path(tempfile.mkdtemp(prefix="serbench-gate-"))
+    path = folder / "base"
+    _git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    try:
+        yield path, commit
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo, capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)
+
+
+def run_side(side: Side, out: Path) -> dict:
+    """One ``serbench run`` of ``side``'s code into ``out``; its loaded results."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(side.code), os.environ.get("PYTHONPATH")])),
+    }
+    command = [sys.executable, "-m", "serbench", "run", *side.run_args, "--out", str(out)]
+    proc = subprocess.run(
+        command, cwd=side.code, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise GateError(f"{side.label}: serbench run failed: {last}")
+    return results.load(out / "results.json")
+
+
+def interleave(
+    sides: Sequence[Side], rounds: int, out: Path, log: Callable[[str], None] = print
+) -> list[list[dict]]:
+    """Run every side ``rounds`` times, alternating the order each round (A B, B A, …).
+
+    Returns one list of results documents per side; raw runs stay under
+    ``out/<label>-<round>/``.
+    """
+    runs: list[list[dict]] = [[] for _ in sides]
+    total, done = rounds * len(sides), 0
+    for r in range(rounds):
+        order = list(enumerate(sides))
+        for index, side in order if r % 2 == 0 else order[::-1]:
+            done += 1
+            start = time.perf_counter()
+            runs[index].append(run_side(side, out / f"{side.label}-{r + 1}"))
+            log(f"[{done}/{total}] {side.label} round {r + 1}: {time.perf_counter() - start:.1f} s")
+    return runs
+
+
+def _merge_metric(metrics: list[dict]) -> dict:
+    """One metric from several rounds: samples concatenated, each round's count kept."""
+    values = [v for m in metrics for v in m["values"]]
+    return {**summarize(values, metrics[0]["unit"]), "rounds": [len(m["values"]) for m in metrics]}
+
+
+def _merge_case(recs: list[dict]) -> dict:
+    """One record from the same case in several rounds; failed if any round failed."""
+    failed = [r["error"] for r in recs if r.get("error")]
+    error = f"failed in {len(failed)} of {len(recs)} rounds: {failed[0]}" if failed else None
+    names = [n for n in recs[0]["metrics"] if all(n in r["metrics"] for r in recs)]
+    metrics = {} if error else {n: _merge_metric([r["metrics"][n] for r in recs]) for n in names}
+    info = {**recs[0].get("info", {}), "rounds": len(recs)}
+    duration = round(sum(r.get("duration_s", 0.0) for r in recs), 3)
+    return results.record(*results.case_key(recs[0]), metrics, info, error, duration)
+
+
+def merge(docs: Sequence[dict]) -> dict:
+    """One results document from several runs of the same matrix (see ``_merge_case``).
+
+    A case missing from some rounds (an interrupted run) is merged from the
+    rounds that have it.
+    """
+    by_case: dict[tuple[str, str, str], list[dict]] = {}
+    for doc in docs:
+        for rec in doc["records"]:
+            by_case.setdefault(results.case_key(rec), []).append(rec)
+    first = docs[0]
+    return {
+        **first,
+        "complete": all(d["complete"] for d in docs),
+        "finished": docs[-1]["finished"],
+        "records": [_merge_case(recs) for recs in by_case.values()],
+    }
+
+
+def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
+
+
+def _output_folder(out: str | None) -> Path:
+    folder = (
+        Path(out) if out else Path("reports") / datetime.now(timezone.utc).strftime("gate-%Y%m%dT%H%M%SZ")
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
+    from serbench.cli import UsageError
+
+    compare.thresholds(args)  # a malformed threshold fails before minutes of measuring
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    try:
+        repo = repository_root(Path.cwd())
+        folder = _output_folder(args.out)
+        with worktree(repo, args.base) as (base_code, commit):
+            print(
+                f"gate: base {args.base} ({commit[:12]}) against the working tree of {repo}", file=sys.stderr
+            )
+            sides = [Side("base", base_code, _run_args(args)), Side("head", repo, _run_args(args))]
+            base_runs, head_runs = interleave(sides, args.rounds, folder, lambda m: print(m, file=sys.stderr))
+    except (GateError, subprocess.TimeoutExpired, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    base, head = merge(base_runs), merge(head_runs)
+    results.write_json_atomic(folder / "base.json", base)
+    results.write_json_atomic(folder / "head.json", head)
+    if not args.markdown:
+        args.markdown = str(folder / "summary.md")
+    code = compare.conclude(args, base, head)
+    print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
+    return code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench gate``."""
+    parser = subparsers.add_parser(
+        "gate",
+        help="CI gate: measure REF and the working tree interleaved, exit 1 on a regression",
+        description="Check out REF in a temporary worktree, run base and working tree interleaved "
+        "(A B, B A, ...) on this machine, then compare as `serbench compare` does.",
+    )
+    parser.add_argument("--base", required=True, metavar="REF", help="git revision to compare against")
+    parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
+    parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help=f"runs per side (default {DEFAULT_ROUNDS})"
+    )
+    parser.add_argument(
+        "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
+    )
+    compare.add_options(parser)
+    parser.set_defaults(func=cmd_gate)
