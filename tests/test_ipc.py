@@ -1,0 +1,169 @@
+"""The ipc scenario end to end: metrics from a real frontend/engine pair, and integrity.
+
+Every case here forks a real engine on a private ipc:// folder; the folder
+lives under ``tmp_path`` (``tempfile.tempdir``) so the tests can check that
+nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import zmq
+
+from serbench import transport
+from serbench.profiles import PROFILES
+from serbench.scenarios import ipc
+from serbench.scenarios.ipc import EngineError, IntegrityError, Settings, Tracked, account, measure
+from workloads import get_workload, output_token
+from workloads.messages import EngineCoreOutput, EngineCoreOutputs
+
+TEXT = "text-sonnet:output_len=6"
+IMAGES = "images-4"  # gemma: four 9.6 MB tensors, one zero-copy frame each
+
+
+def settings(**changes) -> Settings:
+    base = {"num_prompts": 3, "rate": math.inf, "max_concurrency": None, "probes": 0, "floor": 3}
+    return Settings(**{**base, "step_s": 0.001, **changes})
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ipc folders under tmp_path; afterwards none left and no child process alive."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    yield tmp_path
+    assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
+    assert not psutil.Process().children(recursive=True), "process left behind"
+
+
+def test_text_case_accounts_for_every_token() -> None:
+    out = measure("msgspec-frombuffer", TEXT, settings())
+    metrics = out["metrics"]
+    assert len(metrics["ttft_s"]["values"]) == 3
+    assert len(metrics["itl_s"]["values"]) == 3 * 5
+    assert out["info"]["output_tokens"] == 18
+    assert metrics["floor_rtt_s"]["median"] > 0
+    assert metrics["ttft_s"]["median"] <= metrics["e2e_s"]["median"]
+    assert "payload_gb_per_s" not in metrics
+
+
+def test_tcp_transport_and_concurrency_limit() -> None:
+    out = measure("pickle", TEXT, settings(transport="tcp", max_concurrency=1, rate=50.0))
+    assert out["info"]["output_tokens"] == 18
+    ttft, e2e = out["metrics"]["ttft_s"]["values"], out["metrics"]["e2e_s"]["values"]
+    assert all(t <= e for t, e in zip(ttft, e2e, strict=True))
+
+
+def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
+    cfg = settings(num_prompts=2, probes=2, max_concurrency=1)
+    out = measure("pickle-oob", "images-4:profile=llava", cfg)
+    metrics, info = out["metrics"], out["info"]
+    assert len(metrics["payload_gb_per_s"]["values"]) == 2
+    assert len(metrics["unix_gb_per_s"]["values"]) == 2
+    assert info["payload_vs_unix"] > 0
+    assert info["payload_bytes"] == get_workload("images-4:profile=llava").payload_bytes()
+
+
+def _writable_payload(frames: list) -> list[np.ndarray]:
+    """The frames zmq sends without copying (pyzmq copies those below 64 KiB), as arrays."""
+    views = [memoryview(f) for f in frames]
+    return [np.frombuffer(v, np.uint8) for v in views if not v.readonly and v.nbytes >= 64 * 1024]
+
+
+def reusing_sender(sock: zmq.Socket, frames: list) -> None:
+    """Sends, then at once builds the next message in the same buffers (DESIGN §1's bug).
+
+    The original bytes are put back once zmq is done, so only the message
+    in flight can be hurt.
+    """
+    arrays = _writable_payload(frames)
+    trackers = transport.send(sock, frames, track=True)
+    for arr in reversed(arrays):  # the last bytes to leave are overwritten first
+        np.invert(arr, out=arr)
+    for tracker in trackers:
+        tracker.wait()
+    for arr in arrays:
+        np.invert(arr, out=arr)
+
+
+def waiting_sender(sock: zmq.Socket, frames: list) -> None:
+    """The fix: reuse a buffer only after the tracker of *every* frame says it was sent."""
+    arrays = _writable_payload(frames)
+    for tracker in transport.send(sock, frames, track=True):
+        tracker.wait()
+    for arr in arrays:
+        np.invert(arr, out=arr)
+        np.invert(arr, out=arr)
+
+
+def test_sender_reusing_its_buffer_too_early_fails_the_case() -> None:
+    with pytest.raises(EngineError, match="arrived corrupted"):
+        measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1), reusing_sender)
+
+
+def test_sender_waiting_for_every_frame_passes() -> None:
+    out = measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1), waiting_sender)
+    assert out["info"]["output_tokens"] == 2 * get_workload(IMAGES).output_len
+
+
+def test_lost_request_fails_the_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ipc, "STALL_TIMEOUT_S", 0.5)
+    sent = []
+
+    def dropping_sender(sock: zmq.Socket, frames: list) -> None:
+        sent.append(1)
+        if len(sent) != 2:
+            transport.send(sock, frames)
+
+    with pytest.raises(IntegrityError, match=r"1 request.* unfinished .*messages lost"):
+        measure("msgspec-frombuffer", TEXT, settings(), dropping_sender)
+
+
+def test_duplicated_request_fails_the_case() -> None:
+    def doubling_sender(sock: zmq.Socket, frames: list) -> None:
+        transport.send(sock, frames)
+        transport.send(sock, frames)
+
+    with pytest.raises(EngineError, match="arrived twice"):
+        measure("flat-mmk", TEXT, settings(), doubling_sender)
+
+
+def _outputs(*items: tuple[str, int, str | None]) -> EngineCoreOutputs:
+    return EngineCoreOutputs(outputs=[EngineCoreOutput(rid, [tok], reason) for rid, tok, reason in items])
+
+
+def test_account_checks_value_position_and_end() -> None:
+    tracked = {"a": Tracked(0.0, 2)}
+    assert account(_outputs(("a", output_token("a", 0), None)), tracked, 1.0) == 0
+    with pytest.raises(IntegrityError, match="token 1"):
+        account(_outputs(("a", output_token("a", 0), "length")), dict(tracked), 2.0)
+    with pytest.raises(IntegrityError, match="finish_reason"):
+        account(_outputs(("a", output_token("a", 1), None)), {"a": Tracked(0.0, 2, [1.0])}, 2.0)
+    assert account(_outputs(("a", output_token("a", 1), "length")), tracked, 2.0) == 1
+    with pytest.raises(IntegrityError, match="after the end"):
+        account(_outputs(("a", output_token("a", 2), None)), tracked, 3.0)
+    with pytest.raises(IntegrityError, match="never sent"):
+        account(_outputs(("b", output_token("b", 0), None)), tracked, 3.0)
+
+
+def test_settings_follow_profile_then_options() -> None:
+    text, images = get_workload("text-sonnet"), get_workload("images-8")
+    assert ipc.settings_for(PROFILES["full"], text).num_prompts == 1000
+    assert ipc.settings_for(PROFILES["full"], text).rate == 40.0
+    assert ipc.settings_for(PROFILES["quick"], images).max_concurrency == 1
+    profile = PROFILES["quick"].with_options(ipc_rate=2.0, ipc_step_ms=0.0, ipc_num_prompts=None)
+    cfg = ipc.settings_for(profile, text)
+    default_prompts = ipc.DEFAULTS[("quick", "text")]["num_prompts"]
+    assert (cfg.rate, cfg.step_s, cfg.num_prompts) == (2.0, 0.0, default_prompts)
+
+
+def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
+    offsets = ipc.arrival_offsets(2000, 40.0, 1.0, seed=0)
+    assert offsets == ipc.arrival_offsets(2000, 40.0, 1.0, seed=0)
+    assert offsets[0] == 0.0 and offsets == sorted(offsets)
+    assert offsets[-1] / 1999 == pytest.approx(1 / 40, rel=0.1)
+    assert ipc.arrival_offsets(3, math.inf, 1.0, seed=0) == [0.0, 0.0, 0.0]
