@@ -1,0 +1,244 @@
+"""The engine side: safety on the network, the standalone command, and faults mid-run.
+
+Faults end their case with a clear error, leave no process and no ipc
+folder behind, and do not stop the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zmq
+
+from serbench import cli, transport
+from serbench.engine import DEFAULT_BIND, Control, Engine, open_session
+from serbench.isolation import CaseFailed, run_isolated
+from serbench.profiles import PROFILES
+from serbench.results import load as load_results
+from serbench.runner import Plan, execute
+from serbench.scenarios.ipc import EngineError, EngineLink, Settings, measure
+from serializers import get_serializer
+from workloads.messages import EngineCoreOutputs
+
+TEXT = "text-sonnet:output_len=6"
+SETTINGS = Settings(num_prompts=4, rate=math.inf, max_concurrency=None, probes=0, floor=2, step_s=0.002)
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ipc folders under tmp_path; afterwards none left and no child process alive."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    yield tmp_path
+    assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
+    assert not psutil.Process().children(recursive=True), "process left behind"
+
+
+# ---- safety -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["pickle", "pickle-oob", "cloudpickle"])
+def test_unsafe_backend_is_refused_on_a_non_loopback_address(backend: str) -> None:
+    start = Control("start", "s", {"backend": backend, "step_s": 0.0})
+    with pytest.raises(ValueError, match=r"refusing unsafe backend .*--allow-unsafe-deserialization"):
+        open_session(start, "tcp://0.0.0.0:5555", allow_unsafe=False)
+    assert open_session(start, "tcp://0.0.0.0:5555", allow_unsafe=True).id == "s"
+    assert open_session(start, "tcp://127.0.0.1:5555", allow_unsafe=False).id == "s"
+    assert open_session(start, "ipc:///tmp/x/requests", allow_unsafe=False).id == "s"
+
+
+def test_safe_backend_is_accepted_anywhere() -> None:
+    start = Control("start", "s", {"backend": "msgspec-frombuffer", "step_s": 0.0})
+    assert open_session(start, "tcp://0.0.0.0:5555", allow_unsafe=False).id == "s"
+
+
+def test_engine_binds_loopback_by_default() -> None:
+    args = cli.build_parser().parse_args(["engine"])
+    assert args.bind == DEFAULT_BIND
+    assert transport.is_loopback(args.bind)
+    assert not args.allow_unsafe_deserialization
+
+
+@pytest.fixture
+def engine_on(tmp_path: Path) -> Iterator[tuple[zmq.Context, transport.Addresses]]:
+    """An Engine in a thread, bound on ipc but told it listens on a public address."""
+    ctx = zmq.Context()
+    addrs = transport.ipc_addresses(tmp_path)
+    requests, outputs = transport.bind_engine(ctx, addrs, linger_ms=0)
+    engine = Engine(requests, outputs, "tcp://0.0.0.0:5555")
+    thread = threading.Thread(target=engine.serve)
+    thread.start()
+    yield ctx, addrs
+    engine.stop()
+    thread.join()
+    requests.close()
+    outputs.close()
+    ctx.term()
+
+
+def test_engine_refuses_pickle_over_the_wire_and_keeps_serving(engine_on) -> None:
+    ctx, addrs = engine_on
+    push, pull = transport.connect_frontend(ctx, addrs)
+    try:
+        push.send(b"\xc1 not a header")  # garbage is ignored, not fatal
+        link = EngineLink(push, pull, addrs.requests, None)
+        link.send("start", backend="pickle", step_s=0.0)
+        with pytest.raises(EngineError, match="refusing unsafe backend 'pickle'"):
+            link.expect("ready", 5)
+        link = EngineLink(push, pull, addrs.requests, None)
+        link.send("start", backend="msgspec-frombuffer", step_s=0.0)
+        link.expect("ready", 5)
+        assert transport.round_trip_floor(push, pull, 2)
+    finally:
+        push.close()
+        pull.close()
+
+
+def test_bad_bind_is_a_one_line_usage_error(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["engine", "--bind", "http://127.0.0.1:80"]) == cli.EXIT_USAGE
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+# ---- two OS processes over tcp ------------------------------------------------
+
+
+def _free_port_pair() -> int:
+    """A port P with P and P+1 free on loopback (requests and outputs)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with socket.socket() as other:
+            try:
+                other.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None:
+    url = f"tcp://127.0.0.1:{_free_port_pair()}"
+    serbench = [sys.executable, "-m", "serbench"]
+    engine = subprocess.Popen([*serbench, "engine", "--bind", url], stderr=subprocess.PIPE, text=True)
+    try:
+        options = ["--engine", url, "--backends", "msgspec-frombuffer,pickle", "--workloads", TEXT]
+        options += ["--num-prompts", "3", "--step-ms", "1", "--out", str(tmp_path / "out")]
+        run = subprocess.run(
+            [*serbench, "run", "--scenarios", "ipc", *options],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        records = load_results(tmp_path / "out" / "results.json")["records"]
+        assert [r["error"] for r in records] == [None, None]
+        assert {r["info"]["local_engine"] for r in records} == {False}
+        assert {r["info"]["output_tokens"] for r in records} == {18}
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        _, err = engine.communicate(timeout=20)
+    assert engine.returncode == 0
+    assert "listening" in err and "stopped" in err
+
+
+# ---- faults ---------------------------------------------------------------------
+
+
+def _sender_that(action, at: int):
+    """A sender that runs ``action()`` just before the ``at``-th request (1-based)."""
+    count = []
+
+    def send(sock: zmq.Socket, frames: list) -> None:
+        count.append(1)
+        if len(count) == at:
+            action()
+        transport.send(sock, frames)
+
+    return send
+
+
+def _the_engine() -> psutil.Process:
+    (child,) = psutil.Process().children()
+    return child
+
+
+def test_engine_killed_mid_run_fails_the_case_cleanly() -> None:
+    kill = _sender_that(lambda: _the_engine().kill(), at=3)
+    with pytest.raises(EngineError, match=r"engine process died \(killed by signal 9\)"):
+        measure("msgspec-frombuffer", TEXT, SETTINGS, kill)
+
+
+def _frontend_that_dies(pid_file: Path) -> None:
+    """Runs in a forked child: a case whose frontend is SIGKILLed mid-run."""
+
+    def die() -> None:
+        pid_file.write_text(str(_the_engine().pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    measure("msgspec-frombuffer", TEXT, SETTINGS, _sender_that(die, at=3))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_frontend_killed_mid_run_takes_its_engine_along(tmp_path: Path) -> None:
+    pid_file = tmp_path / "engine.pid"
+    with pytest.raises(CaseFailed, match="SIGKILL"):
+        run_isolated(_frontend_that_dies, (pid_file,), timeout=60)
+    engine = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(engine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(engine), "engine outlived its frontend"
+
+
+class Flaky:
+    """msgspec-frombuffer, except that one outputs message in a hundred fails to decode."""
+
+    name = "flaky"
+    safe = True
+
+    def __init__(self) -> None:
+        self.inner = get_serializer("msgspec-frombuffer")
+        self.outputs_decoded = 0
+
+    def encode(self, obj: Any) -> list:
+        return self.inner.encode(obj)
+
+    def decode(self, frames: Sequence, type_: type) -> Any:
+        if type_ is EngineCoreOutputs:
+            self.outputs_decoded += 1
+            if self.outputs_decoded % 100 == 0:
+                raise ValueError(f"flaky: refusing outputs message #{self.outputs_decoded}")
+        return self.inner.decode(frames, type_)
+
+
+def flaky() -> Flaky:
+    return Flaky()
+
+
+def test_backend_failing_one_message_in_a_hundred_fails_only_its_case(tmp_path: Path) -> None:
+    plan = Plan([f"{__name__}:flaky", "msgspec-frombuffer"], ["text-sonnet:output_len=120"], ["ipc"])
+    profile = PROFILES["quick"].with_options(ipc_num_prompts=1, ipc_step_ms=0.0, ipc_rate=math.inf)
+    results = execute(plan, profile, tmp_path / "results.json", argv=[])
+    errors = {r["backend"]: r["error"] for r in results.data["records"]}
+    assert "could not decode an outputs message: ValueError: flaky: refusing outputs message #100" in (
+        errors[f"{__name__}:flaky"] or ""
+    )
+    assert errors["msgspec-frombuffer"] is None
