@@ -29,6 +29,9 @@ def doc(records: list[dict], **environment: object) -> dict:
     return {
         "schema": SCHEMA,
         "complete": True,
+        "started": "2026-11-29T17:00:00+00:00",
+        "finished": "2026-11-29T17:01:00+00:00",
+        "profile": "quick",
         "environment": {**env, **environment},
         "backends": {},
         "records": records,

@@ -1,0 +1,135 @@
+"""serbench gate: merging rounds, interleaving, errors, and one end-to-end run in a fresh clone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_compare import doc, metric, rec, samples
+
+from serbench import cli, gate
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_merge_concatenates_samples_and_remembers_rounds() -> None:
+    first = doc([rec({"encode_s": metric(samples(1, n=15)), "frames": metric([2], "count")})])
+    second = doc([rec({"encode_s": metric(samples(2, n=10)), "frames": metric([2], "count")})])
+    merged = gate.merge([first, second])
+    (record,) = merged["records"]
+    encode = record["metrics"]["encode_s"]
+    assert encode["values"] == samples(1, n=15) + samples(2, n=10)
+    assert encode["rounds"] == [15, 10]
+    assert encode["ci_low"] <= encode["median"] <= encode["ci_high"]
+    assert record["metrics"]["frames"]["values"] == [2.0, 2.0]
+    assert record["error"] is None and record["info"]["rounds"] == 2
+
+
+def test_a_case_failing_in_any_round_is_failed() -> None:
+    ok = rec({"encode_s": metric(samples(1))})
+    merged = gate.merge([doc([ok]), doc([rec({}, error="segfault")]), doc([ok])])
+    (record,) = merged["records"]
+    assert record["error"] == "failed in 1 of 3 rounds: segfault"
+    assert record["metrics"] == {}
+
+
+def test_rounds_alternate_the_order_of_the_sides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = []
+
+    def fake_run(side: gate.Side, out: Path) -> dict:
+        calls.append(side.label)
+        return doc([])
+
+    monkeypatch.setattr(gate, "run_side", fake_run)
+    sides = [gate.Side("base", tmp_path, ()), gate.Side("head", tmp_path, ())]
+    runs = gate.interleave(sides, 3, tmp_path, log=lambda _: None)
+    assert calls == ["base", "head", "head", "base", "base", "head"]
+    assert [len(r) for r in runs] == [3, 3]
+
+
+def git(repo: Path, *args: str) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_an_unknown_ref_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "f").write_text("x")
+    git(tmp_path, "add", "f")
+    git(tmp_path, "commit", "-qm", "one")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["gate", "--base", "no-such-ref", "--out", str(tmp_path / "out")]) == 2
+    assert "no-such-ref" in capsys.readouterr().err
+
+
+def test_outside_a_git_repository_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert cli.main(["gate", "--base", "HEAD~1"]) == 2
+    assert "git rev-parse" in capsys.readouterr().err
+
+
+BASE_BACKEND = """
+from serializers import get_serializer
+
+
+def make():
+    return get_serializer("msgspec-frombuffer")
+"""
+
+# Head's version sends one extra empty frame: a machine-independent regression
+# (frames +1, wire bytes unchanged) that the gate must flag whatever the timing noise.
+HEAD_BACKEND = """
+from serializers import get_serializer, unsupported_cases
+
+
+class Padded:
+    name = "padded"
+    safe = True
+
+    def __init__(self):
+        self.inner = get_serializer("msgspec-frombuffer")
+        self.unsupported = unsupported_cases(self.inner)
+
+    def encode(self, obj):
+        return [*self.inner.encode(obj), b""]
+
+    def decode(self, frames, type_):
+        return self.inner.decode(list(frames)[:-1], type_)
+
+
+def make():
+    return Padded()
+"""
+
+
+def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None:
+    """Clone, commit a backend, commit a change that adds a frame; ``gate --base HEAD~1``
+    runs each revision's own code and fails on the extra frame."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    for version, source in (("base", BASE_BACKEND), ("head", HEAD_BACKEND)):
+        (clone / "gate_e2e_backend.py").write_text(source)
+        git(clone, "add", "gate_e2e_backend.py")
+        git(clone, "commit", "-qm", f"{version} backend")
+    base_commit, head_commit = git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD")
+    out = tmp_path / "out"
+    monkeypatch.chdir(clone)
+    args = ["--backends", "gate_e2e_backend:make", "--workloads", "text-sonnet", "--rounds", "2"]
+    code = cli.main(["gate", "--base", "HEAD~1", *args, "--out", str(out)])
+    printed = capsys.readouterr().out
+
+    assert code == 1
+    frames_line = next(line for line in printed.splitlines() if " frames " in line)
+    assert frames_line.startswith("REGRESSION") and "exact" in frames_line
+    assert f"serbench gate --base {base_commit[:12]} --scenarios micro" in printed
+    base, head = (json.loads((out / f"{side}.json").read_text()) for side in ("base", "head"))
+    # each side ran its own revision's serbench (the commit comes from serbench's own location)
+    assert base["environment"]["git_commit"] == base_commit
+    assert head["environment"]["git_commit"] == head_commit
+    (record,) = head["records"]
+    assert record["metrics"]["encode_s"]["rounds"] == [record["info"]["samples"]] * 2
+    assert "frames" in (out / "summary.md").read_text()
+    assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the temporary one is gone
