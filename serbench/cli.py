@@ -140,7 +140,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # Modules that add a subcommand through ``register(subparsers)``.
-COMMAND_MODULES: tuple = tuple(__import__(f"serbench.{m}", fromlist=["_"]) for m in ("compare", "gate"))
+COMMAND_MODULES: tuple = tuple(
+    __import__(f"serbench.{m}", fromlist=["_"]) for m in ("compare", "gate", "engine")
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
