@@ -8,8 +8,12 @@ or not, lands in the results file, which is saved after each one.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +80,30 @@ def _conformance_error(info: dict) -> str | None:
     return f"failed conformance ({len(failed)} case(s)): {first}"
 
 
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While running, SIGTERM ends the run as Ctrl-C does: partial file kept, children killed.
+
+    Forked children inherit the handler; in them SIGTERM keeps its default meaning.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    owner = os.getpid()
+
+    def interrupt(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def execute(
     plan: Plan,
     profile: Profile,
@@ -85,32 +113,36 @@ def execute(
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
-    On KeyboardInterrupt the file keeps ``complete: false`` and the cases so far.
+    On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
+    and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
-    backends = _check_backends(sorted({c.backend for c in cases}))
-    results = ResultsFile(out, environment.collect(argv), profile.name, backends)
-    for index, case in enumerate(cases):
-        if on_case:
-            on_case(index, len(cases), case)
-        start = time.perf_counter()
-        error = _conformance_error(backends[case.backend])
-        outcome: dict = {}
-        if error is None:
-            try:
-                outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
-            except CaseFailed as exc:
-                error = str(exc)
-        results.add(
-            record(
-                case.scenario,
-                case.backend,
-                case.workload,
-                outcome.get("metrics"),
-                outcome.get("info"),
-                error,
-                round(time.perf_counter() - start, 3),
+    with sigterm_as_interrupt():
+        results = ResultsFile(out, environment.collect(argv), profile.name, {})
+        backends = _check_backends(sorted({c.backend for c in cases}))
+        results.data["backends"] = backends
+        results.save()
+        for index, case in enumerate(cases):
+            if on_case:
+                on_case(index, len(cases), case)
+            start = time.perf_counter()
+            error = _conformance_error(backends[case.backend])
+            outcome: dict = {}
+            if error is None:
+                try:
+                    outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
+                except CaseFailed as exc:
+                    error = str(exc)
+            results.add(
+                record(
+                    case.scenario,
+                    case.backend,
+                    case.workload,
+                    outcome.get("metrics"),
+                    outcome.get("info"),
+                    error,
+                    round(time.perf_counter() - start, 3),
+                )
             )
-        )
-    results.finish()
+        results.finish()
     return results

@@ -1,0 +1,96 @@
+"""Ctrl-C or SIGTERM in the middle of ``serbench run``: a valid, incomplete results file and no orphans.
+
+The run's second case hangs on purpose (``misbehaving:mode=hang`` on 8 images),
+so the signal always lands while a child is busy; the first case is finished
+and must be in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from serbench import results
+
+PLUGINS = Path(__file__).parent / "plugins"
+HANGING = "misbehaving_backends:misbehaving:mode=hang"
+START_TIMEOUT_S = 240  # imports, conformance check and one quick micro case on a busy 2-core box
+EXIT_TIMEOUT_S = 60
+
+
+def _records(path: Path) -> int:
+    """Records in the results file so far (0 while it is absent)."""
+    try:
+        return len(json.loads(path.read_text())["records"])
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not condition():
+        assert proc.poll() is None, f"serbench run ended early with code {proc.returncode}"
+        assert time.monotonic() < deadline, "no case finished in time"
+        time.sleep(0.1)
+
+
+def _session_processes(sid: int) -> list[psutil.Process]:
+    """Processes still alive in the run's session (its whole tree, even reparented ones)."""
+    alive = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return alive
+
+
+def _interrupt(proc: subprocess.Popen, how: str) -> None:
+    """Ctrl-C as a terminal sends it (the whole process group), or SIGTERM to the runner alone."""
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+
+
+def _reap(sid: int) -> None:
+    """Kill what a failed run left in its session, so that one failure does not leak processes."""
+    for proc in _session_processes(sid):
+        proc.kill()
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path, how: str) -> None:
+    path, log = tmp_path / "results.json", tmp_path / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--out", str(tmp_path)]
+    command += ["--backends", HANGING, "--workloads", "text-sonnet,images-8:profile=llava"]
+    with log.open("w") as stderr:  # a file, not a pipe: an orphan holding a pipe would hang the test
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        _wait_for(lambda: _records(path) >= 1, proc)
+        _interrupt(proc, how)
+        proc.wait(timeout=EXIT_TIMEOUT_S)
+        leftovers = _session_processes(proc.pid)
+    finally:
+        _reap(proc.pid)
+        proc.wait()
+    assert proc.returncode == 130, log.read_text()[-2000:]
+    assert "interrupted: partial results (complete: false)" in log.read_text()
+    data = results.load(path)
+    assert data["complete"] is False and data["finished"] is None
+    assert [(r["workload"], r["error"]) for r in data["records"]] == [("text-sonnet", None)]
+    assert data["records"][0]["metrics"]["decode_s"]["median"] > 0
+    assert leftovers == []
