@@ -1,0 +1,97 @@
+"""What the asv suites share: the parameter grid and scenario runs through serbench's registries.
+
+asv runs the suites of the working tree against every commit it benchmarks,
+so a suite must cope with a commit that predates the scenario (or the
+function) it wraps: that benchmark is skipped there (``NotImplementedError``
+in ``setup``), not failed.
+
+The grid is every built-in backend by every built-in workload;
+``SERBENCH_ASV_BACKENDS`` / ``SERBENCH_ASV_WORKLOADS`` (specs separated by
+spaces, e.g. ``"pickle msgspec-frombuffer:threshold=inf"``) narrow or change
+it — the asv test uses them to stay quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Any
+
+from serbench.scenarios import Case
+from serializers import BUILTINS
+from workloads import available_workloads
+
+PARAM_NAMES = ["backend", "workload"]
+
+
+def _grid(variable: str, default: list[str]) -> list[str]:
+    return os.environ.get(variable, "").split() or default
+
+
+BACKENDS = _grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
+WORKLOADS = _grid("SERBENCH_ASV_WORKLOADS", available_workloads())
+
+
+def measure(scenario: str) -> dict[tuple[str, str], Any]:
+    """For ``setup_cache``: every case of ``scenario`` on the grid, as ``serbench run`` measures it.
+
+    Each case runs in its own fresh process under the quick profile with the
+    scenario's default options; the answer maps (backend, workload) to the
+    case's metrics, or to the reason it failed. Empty when this commit has no
+    such scenario; a cell the scenario does not measure is absent, and so
+    are the extra variants its ``cases`` may add (memory's zero-copy-off
+    rows): the parameters must stay the same from commit to commit, so a
+    variant is measured by naming it in ``SERBENCH_ASV_BACKENDS``.
+    """
+    from serbench.isolation import CaseFailed, run_isolated
+    from serbench.profiles import PROFILES
+    from serbench.runner import run_case
+    from serbench.scenarios import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        return {}
+    parser = argparse.ArgumentParser()
+    SCENARIOS[scenario].add_arguments(parser)
+    profile = PROFILES["quick"].with_options(**SCENARIOS[scenario].options(parser.parse_args([])))
+    outcomes: dict[tuple[str, str], Any] = {}
+    for case in SCENARIOS[scenario].cases(BACKENDS, WORKLOADS):
+        if case.backend not in BACKENDS:
+            continue
+        try:
+            outcomes[case.backend, case.workload] = run_isolated(
+                run_case, (case, profile), profile.case_timeout_s
+            )["metrics"]
+        except CaseFailed as exc:
+            outcomes[case.backend, case.workload] = str(exc)
+    return outcomes
+
+
+class ScenarioTracks:
+    """Base of the suites whose ``track_`` methods read one scenario's medians from ``setup_cache``.
+
+    Each subclass defines its own ``setup_cache`` (asv keys the cache by the
+    function's source line, so an inherited one would be shared between
+    suites) returning ``measure(scenario)``.
+    """
+
+    scenario: str
+    params = [BACKENDS, WORKLOADS]
+    param_names = PARAM_NAMES
+
+    def setup(self, cache: dict, backend: str, workload: str) -> None:
+        if not cache:
+            raise NotImplementedError(f"no {self.scenario} scenario in this commit")
+        if (backend, workload) not in cache:
+            raise NotImplementedError(f"no case {Case(self.scenario, backend, workload).label}")
+
+    def median(self, cache: dict, backend: str, workload: str, metric: str) -> float:
+        """The case's median of ``metric``; a failed case fails the benchmark with its reason.
+
+        A metric the case does not have (``copies`` of a text request, which
+        has no payload) is NaN, which asv shows as n/a.
+        """
+        outcome = cache[backend, workload]
+        if isinstance(outcome, str):
+            raise RuntimeError(f"{Case(self.scenario, backend, workload).label} failed: {outcome}")
+        return outcome[metric]["median"] if metric in outcome else math.nan

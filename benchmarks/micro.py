@@ -1,0 +1,47 @@
+"""The micro scenario under asv: encode / decode times, bytes and frames on the wire.
+
+asv times exactly the callables the micro scenario times
+(``serbench.scenarios.micro.operations``) and counts bytes with the
+scenario's own ``wire_bytes``; asv does the sampling and statistics.
+"""
+
+from __future__ import annotations
+
+from .common import BACKENDS, PARAM_NAMES, WORKLOADS
+
+
+class Micro:
+    params = [BACKENDS, WORKLOADS]
+    param_names = PARAM_NAMES
+    # Up to 5 samples or 5 s per (backend, workload): in-band backends take
+    # seconds per call on images-32, and the grid has 30 cells.
+    repeat = (1, 5, 5.0)
+
+    def setup(self, backend: str, workload: str) -> None:
+        try:
+            from serbench.scenarios.micro import operations, wire_bytes
+        except ImportError as exc:
+            raise NotImplementedError(f"micro has no operations() in this commit: {exc}") from None
+        from serializers import get_serializer
+        from workloads import get_workload
+
+        self.serializer = get_serializer(backend)
+        self.message = get_workload(workload).request(0)
+        self.ops = operations(self.serializer, self.message)
+        self.wire_bytes = wire_bytes
+
+    def time_encode(self, backend: str, workload: str) -> None:
+        self.ops["encode_s"]()
+
+    def time_decode(self, backend: str, workload: str) -> None:
+        self.ops["decode_s"]()
+
+    def track_wire_bytes(self, backend: str, workload: str) -> int:
+        return self.wire_bytes(self.serializer.encode(self.message))
+
+    track_wire_bytes.unit = "bytes"
+
+    def track_frames(self, backend: str, workload: str) -> int:
+        return len(self.serializer.encode(self.message))
+
+    track_frames.unit = "frames"
