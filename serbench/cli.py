@@ -136,12 +136,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         _point_latest(folder)
     print(summary.render(results.data))
     print(f"\nresults: {path}")
+    from serbench.report import write_report
+
+    print(f"report:  {write_report(results.data, folder)}")
     return 0
 
 
 # Modules that add a subcommand through ``register(subparsers)``.
 COMMAND_MODULES: tuple = tuple(
-    __import__(f"serbench.{m}", fromlist=["_"]) for m in ("compare", "gate", "engine")
+    __import__(f"serbench.{m}", fromlist=["_"]) for m in ("compare", "gate", "report", "engine")
 )
 
 

@@ -1,0 +1,331 @@
+"""matplotlib figures for the HTML report, rendered off-screen to PNG bytes.
+
+Figures are built on ``matplotlib.figure.Figure`` directly (the Agg canvas,
+no pyplot and no global backend switch), so the report can run inside any
+process. Every figure gives a backend the colour ``palette`` assigned it, so
+a reader can follow one backend down the page; every axis carries its unit,
+scaled to something readable (ms, MB ...) from the data it shows.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.transforms import blended_transform_factory
+
+WIDTH_IN = 11.0
+DPI = 100
+FAILED_COLOUR = "#c62828"
+LINESTYLES = ("-", "--", ":", "-.")
+# Display scales per unit, largest first: the first factor not above the value wins.
+SCALES = {
+    "s": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
+    "bytes": ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")),
+}
+UNITLESS = ("", "count", "ratio")
+_IMAGES = re.compile(r"images-(\d+)")
+
+Case = tuple[str, str]  # (backend, workload)
+
+
+def scale_for(unit: str, value: float) -> tuple[float, str]:
+    """Display factor and unit for ``value`` in ``unit``: (1e-3, "ms") for 0.0138 s."""
+    steps = SCALES.get(unit)
+    if not steps:
+        return 1.0, unit
+    return next(((f, name) for f, name in steps if abs(value) >= f), steps[-1])
+
+
+def image_count(workload: str) -> int | None:
+    """Images per request of an ``images-N`` workload spec, None for others."""
+    match = _IMAGES.match(workload)
+    return int(match.group(1)) if match else None
+
+
+def family(workload: str) -> str:
+    """The workload spec without its image count: one line per family in plots against N."""
+    return _IMAGES.sub("images-N", workload, count=1)
+
+
+def stat_value(metric: dict, stat: str) -> float:
+    """A metric's ``median`` (from the file) or ``p99`` (from its raw values)."""
+    if stat == "median":
+        return metric["median"]
+    return float(np.percentile(metric["values"], 99))
+
+
+def palette(backends: Sequence[str]) -> dict[str, str]:
+    """One colour per backend (hex), in the given order: the same in every figure and table."""
+    colours = matplotlib.colormaps["tab10" if len(backends) <= 10 else "tab20"].colors
+    return {b: matplotlib.colors.to_hex(colours[i % len(colours)]) for i, b in enumerate(backends)}
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One metric statistic across cases: what one axes of a figure shows."""
+
+    label: str  # what is measured, e.g. "encode time"
+    unit: str  # the results file's unit: "s", "bytes", "count", ...
+    stat: str  # "median" (with its CI) or "p99"
+    cases: dict[Case, dict]  # successful cases → the metric
+    failed: frozenset[Case] = field(default_factory=frozenset)
+    log: bool = True
+
+    def scale(self) -> tuple[float, str]:
+        values = [stat_value(m, self.stat) for m in self.cases.values()]
+        return scale_for(self.unit, max(values, default=0.0))
+
+    def axis_label(self) -> str:
+        _, unit = self.scale()
+        stat = "" if self.stat == "median" else f" {self.stat}"
+        return f"{self.label}{stat}" + ("" if unit in UNITLESS else f" ({unit})")
+
+
+def _figure(rows: int, cols: int, row_height: float) -> tuple[Figure, list]:
+    fig = Figure(figsize=(WIDTH_IN, 0.6 + row_height * rows), layout="constrained")
+    return fig, list(fig.subplots(rows, cols, squeeze=False).ravel())
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def _backend_legend(fig: Figure, backends: Sequence[str], colours: dict[str, str]) -> None:
+    handles = [Line2D([], [], color=colours[b], marker="s", linestyle="", markersize=10) for b in backends]
+    fig.legend(handles, backends, loc="outside upper center", ncols=min(len(backends), 6), frameon=False)
+
+
+def _plain(value: float, _pos=None) -> str:
+    return f"{value:g}"
+
+
+def _two_and_five(value: float, _pos=None) -> str:
+    """Label minor ticks at 2 and 5 times a power of ten only: enough to read a narrow log axis."""
+    leading = round(value / 10 ** math.floor(math.log10(value))) if value > 0 else 0
+    return _plain(value) if leading in (2, 5) else ""
+
+
+def log_axis(ax, values: Sequence[float], axis: str = "y") -> None:
+    """Log scale with plain numbers (0.01, 2, 500), minor labels only when the data span < 2 decades."""
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(_plain))
+    narrow = max(values) < 100 * min(values)
+    target.set_minor_formatter(FuncFormatter(_two_and_five) if narrow else NullFormatter())
+
+
+def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None:
+    if panel.log and values and min(values) > 0:
+        log_axis(ax, values, axis)
+
+
+def _error(metric: dict, stat: str, factor: float) -> tuple[float, float]:
+    """Error bar extents of a median (its CI); none for a percentile."""
+    if stat != "median":
+        return 0.0, 0.0
+    median = metric["median"]
+    return (median - metric["ci_low"]) / factor, (metric["ci_high"] - median) / factor
+
+
+def _bar_panel(ax, panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours) -> None:
+    factor, _ = panel.scale()
+    width = 0.8 / len(backends)
+    heights = []
+    for i, backend in enumerate(backends):
+        xs, ys, errs = [], [], []
+        for j, workload in enumerate(workloads):
+            x = j - 0.4 + width * (i + 0.5)
+            metric = panel.cases.get((backend, workload))
+            if metric is not None:
+                xs.append(x)
+                ys.append(stat_value(metric, panel.stat) / factor)
+                errs.append(_error(metric, panel.stat, factor))
+            elif (backend, workload) in panel.failed:
+                ax.plot(
+                    x,
+                    0.02,
+                    "x",
+                    color=FAILED_COLOUR,
+                    transform=blended_transform_factory(ax.transData, ax.transAxes),
+                )
+        if xs:
+            yerr = np.array(errs).T if np.any(errs) else None
+            ax.bar(xs, ys, width, color=colours[backend], yerr=yerr, capsize=2, ecolor="#333")
+        heights += ys
+    _use_log(ax, panel, heights)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel(panel.axis_label())
+    ax.grid(axis="y", alpha=0.3)
+
+
+def bars(panels: Sequence[Panel], backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
+    """Grouped bars, one axes per panel (stacked): workloads on x, a bar per backend, CI whiskers.
+
+    A red cross at the foot of an empty slot marks a case that failed.
+    """
+    fig, axes = _figure(len(panels), 1, 2.9)
+    for ax, panel in zip(axes, panels, strict=True):
+        _bar_panel(ax, panel, backends, workloads, colours)
+    axes[-1].set_xlabel("workload")
+    _backend_legend(fig, backends, colours)
+    return _png(fig)
+
+
+def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
+    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend."""
+    rows = math.ceil(len(workloads) / 4)
+    cols = math.ceil(len(workloads) / rows)  # 4 workloads: one row of 4; 5: two rows of 3
+    fig, axes = _figure(rows, cols, 2.8)
+    factor, _ = panel.scale()
+    for ax, workload in zip(axes, workloads, strict=False):
+        samples = []
+        for backend in backends:
+            metric = panel.cases.get((backend, workload))
+            if metric is None or not metric["values"]:
+                continue
+            xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
+            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", color=colours[backend])
+            samples += [xs[0], xs[-1]]
+        _use_log(ax, panel, samples, axis="x")
+        ax.set(title=workload, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+    for ax in axes[len(workloads) :]:
+        ax.set_visible(False)
+    _backend_legend(fig, backends, colours)
+    return _png(fig)
+
+
+def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> list[str]:
+    """Plot ``panel`` against image count; returns the workload families drawn."""
+    factor, _ = panel.scale()
+    images = {case: m for case, m in panel.cases.items() if image_count(case[1]) is not None}
+    families = sorted({family(w) for _, w in images})
+    counts, ys = set(), []
+    for backend in backends:
+        for k, fam in enumerate(families):
+            points = sorted(
+                ((image_count(w), m) for (b, w), m in images.items() if b == backend and family(w) == fam),
+                key=lambda point: point[0],
+            )
+            if not points:
+                continue
+            x = [n for n, _ in points]
+            y = [stat_value(m, panel.stat) / factor for _, m in points]
+            err = np.array([_error(m, panel.stat, factor) for _, m in points]).T
+            style = LINESTYLES[k % len(LINESTYLES)]
+            ax.errorbar(x, y, yerr=err, color=colours[backend], linestyle=style, marker="o", capsize=3)
+            counts.update(x)
+            ys += y
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(counts), [str(n) for n in sorted(counts)])
+    ax.minorticks_off()
+    _use_log(ax, panel, ys)
+    if not panel.log:
+        ax.set_ylim(bottom=0)
+    ax.set(xlabel="images per request", ylabel=panel.axis_label())
+    ax.grid(alpha=0.3)
+    return families
+
+
+def against_images(panels: Sequence[Panel], backends: Sequence[str], colours: dict) -> bytes:
+    """Each panel as lines against images per request (log2 x), a line per backend and workload family."""
+    cols = min(2, len(panels))
+    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
+    families: set[str] = set()
+    for ax, panel in zip(axes, panels, strict=False):
+        families.update(_line_panel(ax, panel, backends, colours))
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    if len(families) > 1:
+        styles = [
+            Line2D([], [], color="#555", linestyle=LINESTYLES[k % len(LINESTYLES)])
+            for k in range(len(families))
+        ]
+        axes[0].legend(styles, sorted(families), fontsize="small")
+    _backend_legend(fig, backends, colours)
+    return _png(fig)
+
+
+def timelines(
+    workload: str, runs: dict[str, dict[str, list[float]]], backends: Sequence[str], colours
+) -> bytes:
+    """RSS above baseline against time, one axes per side, a line per backend.
+
+    ``runs``: backend → a timeline ``{"t_s": [...], side: [bytes, ...], ...}``.
+    """
+    sides = list(dict.fromkeys(key for t in runs.values() for key in t if key != "t_s"))
+    fig, axes = _figure(1, len(sides), 3.4)
+    peak = max((max(t.get(side) or [0]) for t in runs.values() for side in sides), default=0)
+    factor, unit = scale_for("bytes", peak)
+    for ax, side in zip(axes, sides, strict=True):
+        for backend in backends:
+            timeline = runs.get(backend)
+            if timeline and side in timeline:
+                t_ms = np.asarray(timeline["t_s"]) * 1e3
+                ax.plot(t_ms, np.asarray(timeline[side]) / factor, color=colours[backend])
+        ax.set(
+            title=f"{side}, {workload}", xlabel="time since start (ms)", ylabel=f"RSS above baseline ({unit})"
+        )
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    _backend_legend(fig, [b for b in backends if b in runs], colours)
+    return _png(fig)
+
+
+@dataclass(frozen=True)
+class RatioPoint:
+    """head/base of one metric of one case, with its interval and the comparison's verdict."""
+
+    backend: str
+    workload: str
+    ratio: float
+    low: float | None
+    high: float | None
+    verdict: str
+
+
+VERDICT_MARKERS = {"regression": ("X", 11), "improvement": ("P", 10)}
+
+
+def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], backends, workloads, colours) -> None:
+    width = 0.8 / len(backends)
+    extent = [0.8, 1.25]  # at least this much around 1, so "unchanged" looks unchanged
+    for p in points:
+        i, j = backends.index(p.backend), workloads.index(p.workload)
+        low, high = (p.low, p.high) if p.low and p.high else (p.ratio, p.ratio)
+        extent += [low, high]
+        marker, size = VERDICT_MARKERS.get(p.verdict, ("o", 6))
+        ax.errorbar(j - 0.4 + width * (i + 0.5), p.ratio, yerr=[[p.ratio - low], [high - p.ratio]],
+                    color=colours[p.backend], marker=marker, markersize=size, markeredgecolor="black",
+                    markeredgewidth=0.8 if marker != "o" else 0, capsize=2)  # fmt: skip
+    ax.axhline(1.0, color="#333", linewidth=0.8)
+    log_axis(ax, extent)
+    ax.set_ylim(min(extent) / 1.1, max(extent) * 1.1)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set(title=title, ylabel="head / base")
+    ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def ratios(
+    panels: dict[str, Sequence[RatioPoint]], backends: Sequence[str], workloads: Sequence[str], colours: dict
+) -> bytes:
+    """Per metric (one axes each, stacked): head/base per case with its interval; log y, 1 = unchanged.
+
+    Regressions are drawn as a large cross, improvements as a large plus.
+    """
+    fig, axes = _figure(len(panels), 1, 2.4)
+    for ax, (title, points) in zip(axes, panels.items(), strict=True):
+        _ratio_panel(ax, title, points, list(backends), list(workloads), colours)
+    _backend_legend(fig, backends, colours)
+    return _png(fig)
