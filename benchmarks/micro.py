@@ -13,9 +13,9 @@ from .common import BACKENDS, PARAM_NAMES, WORKLOADS
 class Micro:
     params = [BACKENDS, WORKLOADS]
     param_names = PARAM_NAMES
-    # Up to 5 samples or 5 s per (backend, workload): in-band backends take
-    # seconds per call on images-32, and the grid has 30 cells.
-    repeat = (1, 5, 5.0)
+    # Up to 5 samples or 4 s per (backend, workload) and round: in-band
+    # backends take seconds per call on images-32, and the grid has 30 cells.
+    repeat = (1, 5, 4.0)
 
     def setup(self, backend: str, workload: str) -> None:
         try:
