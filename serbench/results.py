@@ -105,20 +105,39 @@ class ResultsFile:
         write_json_atomic(self.path, self.data)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_metric(metric: Any) -> bool:
+    """``{"unit", "values", "median", "ci_low", "ci_high"}`` with numbers where numbers belong."""
+    return (
+        isinstance(metric, dict)
+        and set(METRIC_KEYS) <= set(metric)
+        and isinstance(metric["values"], list)
+        and all(map(_is_number, metric["values"]))
+        and all(_is_number(metric[key]) for key in ("median", "ci_low", "ci_high"))
+    )
+
+
 def _validate(data: Any) -> None:
     if not isinstance(data, dict) or "schema" not in data:
         raise ResultsError("not a serbench results file (no 'schema')")
     if data["schema"] != SCHEMA:
-        raise ResultsError(f"schema {data['schema']!r}, this serbench reads {SCHEMA!r}")
-    for key in ("environment", "records", "backends", "complete"):
-        if key not in data:
-            raise ResultsError(f"missing {key!r}")
+        raise ResultsError(f"schema {data['schema']!r:.80}, this serbench reads {SCHEMA!r}")
+    for key, kind in (("environment", dict), ("records", list), ("backends", dict), ("complete", bool)):
+        if not isinstance(data.get(key), kind):
+            raise ResultsError(f"{key!r} missing or not a {kind.__name__}")
     for i, rec in enumerate(data["records"]):
-        if not isinstance(rec, dict) or not {"scenario", "backend", "workload", "metrics"} <= set(rec):
+        if (
+            not isinstance(rec, dict)
+            or not {"scenario", "backend", "workload", "metrics"} <= set(rec)
+            or not isinstance(rec["metrics"], dict)
+        ):
             raise ResultsError(f"record {i} is malformed")
         for name, metric in rec["metrics"].items():
-            if not isinstance(metric, dict) or not set(METRIC_KEYS) <= set(metric):
-                raise ResultsError(f"record {i} metric {name!r} is malformed")
+            if not _is_metric(metric):
+                raise ResultsError(f"record {i} metric {name!r:.80} is malformed")
 
 
 def load(path: str | Path) -> dict:
@@ -128,8 +147,8 @@ def load(path: str | Path) -> dict:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise ResultsError(f"{path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, over-long ints, deep nesting
+        raise ResultsError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from None
     try:
         _validate(data)
     except ResultsError as exc:
