@@ -10,11 +10,12 @@ Wire protocol (both directions): frame 0 is a small msgpack ``Control``
 header (kind, session, data), decoded by msgspec whatever the backend; the
 backend's own frames follow. The empty message is a ping, answered with the
 empty message. A frontend opens a session (``start``: backend spec, step
-time), sends ``request``s (and ``probe``s, decoded and acknowledged but not
-scheduled), and closes it with ``end``. Every request carries the checksum
-of its payload; the engine checks it after handing the request to the
-scheduler and reports a mismatch, a failed decode or a duplicate as an
-``error`` — the frontend fails the case on it.
+time), sends ``request``s (an ``ack`` goes back as soon as one asking for
+it is decoded: the transfer time of its payload), and closes it with
+``end``. Every request carries the checksum of its payload; the engine
+checks it after handing the request to the scheduler and reports a
+mismatch, a failed decode or a duplicate as an ``error`` — the frontend
+fails the case on it.
 
 Safety: an unsafe backend (one that can run code from its input, like
 pickle) is refused on a non-loopback address unless the engine was started
@@ -169,7 +170,7 @@ class Engine:
                 log.info(
                     "ignored %r for session %r (current: %r)", ctrl.kind, ctrl.session, session and session.id
                 )
-            elif ctrl.kind in ("request", "probe"):
+            elif ctrl.kind == "request":
                 self._receive_request(session, ctrl, frames[1:])
             elif ctrl.kind == "end":
                 self.events.put(("end", session.id))
@@ -186,7 +187,7 @@ class Engine:
         return session
 
     def _receive_request(self, session: Session, ctrl: Control, frames: list) -> None:
-        """Decode, hand over to the scheduler (or ack a probe), then check integrity."""
+        """Decode, hand over to the scheduler (acknowledged if asked), then check integrity."""
         try:
             request = session.decoder.decode(frames, EngineCoreRequest)
         except Exception as exc:
@@ -204,10 +205,9 @@ class Engine:
             self.events.put(("error", session.id, f"request {rid!r} arrived twice (duplicated message)"))
             return
         session.seen.add(rid)
-        if ctrl.kind == "probe":
+        if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid))
-        else:
-            self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
+        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
         expected = ctrl.data.get("checksum")
         actual = request_checksum(request)
         if actual != expected:

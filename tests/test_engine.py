@@ -33,7 +33,7 @@ from serializers import get_serializer
 from workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"
-SETTINGS = Settings(num_prompts=4, rate=math.inf, max_concurrency=None, probes=0, floor=2, step_s=0.002)
+SETTINGS = Settings(num_prompts=4, rate=math.inf, max_concurrency=None, floor=2, step_s=0.002)
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,7 @@ IMAGES = "images-4"  # gemma: four 9.6 MB tensors, one zero-copy frame each
 
 
 def settings(**changes) -> Settings:
-    base = {"num_prompts": 3, "rate": math.inf, "max_concurrency": None, "probes": 0, "floor": 3}
+    base = {"num_prompts": 3, "rate": math.inf, "max_concurrency": None, "floor": 3}
     return Settings(**{**base, "step_s": 0.001, **changes})
 
 
@@ -59,7 +59,7 @@ def test_tcp_transport_and_concurrency_limit() -> None:
 
 
 def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
-    cfg = settings(num_prompts=2, probes=2, max_concurrency=1)
+    cfg = settings(num_prompts=2, max_concurrency=1)
     out = measure("pickle-oob", "images-4:profile=llava", cfg)
     metrics, info = out["metrics"], out["info"]
     assert len(metrics["payload_gb_per_s"]["values"]) == 2

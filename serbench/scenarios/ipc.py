@@ -6,13 +6,17 @@ with ``serbench engine`` (``--engine tcp://HOST:PORT``). In one run it measures
 
 1. the transport floor: round trips of the empty message through the same
    sockets and the engine's receive thread;
-2. for payload workloads, transfer probes: encode → send → engine decode →
-   ack, one at a time (payload GB/s), and the same bytes streamed over a
-   plain unix socket between two processes, as the reference;
-3. the load: the workload's requests with Poisson/gamma arrivals at a rate
+2. the load: the workload's requests with Poisson/gamma arrivals at a rate
    (or all at once), optionally capped in concurrency, while the engine
    steps and streams one token per running request per step. TTFT runs from
-   just before a request's encode to the decode of its first output.
+   just before a request's encode to the decode of its first output. For
+   payload workloads the engine also acknowledges each request as soon as it
+   is decoded: payload bytes / (ack - created) is the payload GB/s;
+3. for payload workloads, the same payload bytes streamed over a plain unix
+   socket between two processes: the reference for that GB/s.
+
+Payload workloads default to one request at a time, so their TTFT and GB/s
+are those of one request, not of a queue.
 
 Integrity is not sampled, it is total: the engine checks every request
 against a checksum computed outside the timed path, and the frontend checks
@@ -49,33 +53,21 @@ from serbench.stats import summarize
 from serializers import Serializer, get_serializer
 from workloads import Workload, get_workload, output_token
 from workloads.messages import EngineCoreOutputs, EngineCoreRequest
+from workloads.tree import array_bytes, is_array, iter_leaves
 
 clock = time.perf_counter
 Sender = Callable[[zmq.Socket, list], Any]
 
 STARTUP_TIMEOUT_S = 10.0  # engine bound and answering `start`
 STALL_TIMEOUT_S = 10.0  # no output at all while requests are unfinished: lost
-ENGINE_EXIT_S = 2.0  # an engine that answered `done` exits by itself within this
 POOL_BYTES = 1 << 29  # distinct payload requests kept in memory; beyond, they repeat
 
 # Per profile and workload kind: what a run measures unless options say otherwise.
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("quick", "text"): {"num_prompts": 10, "rate": 40.0, "max_concurrency": None, "probes": 0, "floor": 50},
-    ("full", "text"): {"num_prompts": 1000, "rate": 40.0, "max_concurrency": None, "probes": 0, "floor": 200},
-    ("quick", "payload"): {
-        "num_prompts": 2,
-        "rate": math.inf,
-        "max_concurrency": 1,
-        "probes": 2,
-        "floor": 50,
-    },
-    ("full", "payload"): {
-        "num_prompts": 10,
-        "rate": math.inf,
-        "max_concurrency": 1,
-        "probes": 10,
-        "floor": 200,
-    },
+    ("quick", "text"): {"num_prompts": 10, "rate": 40.0, "max_concurrency": None, "floor": 50},
+    ("full", "text"): {"num_prompts": 1000, "rate": 40.0, "max_concurrency": None, "floor": 200},
+    ("quick", "payload"): {"num_prompts": 1, "rate": math.inf, "max_concurrency": 1, "floor": 50},
+    ("full", "payload"): {"num_prompts": 10, "rate": math.inf, "max_concurrency": 1, "floor": 200},
 }
 
 
@@ -94,7 +86,6 @@ class Settings:
     num_prompts: int
     rate: float
     max_concurrency: int | None
-    probes: int
     floor: int
     burstiness: float = 1.0
     step_s: float = 0.005
@@ -141,13 +132,13 @@ class RequestPool:
         self.requests = list(workload.requests(distinct))
         self.checksums = [request_checksum(r) for r in self.requests]
 
-    def get(self, index: int, prefix: str = "") -> tuple[EngineCoreRequest, int]:
-        """Request ``index`` (under ``prefix`` + its id) and its checksum."""
+    def get(self, index: int) -> tuple[EngineCoreRequest, int]:
+        """Request ``index`` (a repeat gets an id of its own) and its checksum."""
         slot = index % len(self.requests)
         base = self.requests[slot]
-        if index == slot and not prefix:
+        if index == slot:
             return base, self.checksums[slot]
-        rid = f"{prefix}{base.request_id}#{index}"
+        rid = f"{base.request_id}#{index}"
         return msgspec.structs.replace(base, request_id=rid), self.checksums[slot]
 
 
@@ -207,13 +198,6 @@ class EngineLink:
             )
         return ctrl
 
-    def sync(self) -> None:
-        """Ping and wait for the pong: the engine has finished all it received before."""
-        transport.send(self.push, [transport.PING])
-        got = self.recv(STALL_TIMEOUT_S)
-        if got is None or got[0] is not None:
-            raise IntegrityError("expected the engine's empty reply")
-
 
 def _exit_reason(code: int | None) -> str:
     if code is not None and code < 0:
@@ -235,7 +219,6 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
     proc = context.Process(target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine")
     proc.start()
     writer.close()
-    clean_exit = False
     try:
         if not reader.poll(STARTUP_TIMEOUT_S):
             raise EngineError(f"engine did not start within {STARTUP_TIMEOUT_S:g} s")
@@ -246,11 +229,10 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
         if status != "ok":
             raise EngineError(payload)
         yield payload, proc, folder
-        clean_exit = True
     finally:
         reader.close()
-        if clean_exit:
-            proc.join(ENGINE_EXIT_S)
+        # Even after `done` it is killed, not awaited: it has nothing left to send,
+        # and its own exit (freeing what it decoded) would cost the case time.
         kill_tree(proc.pid)
         proc.join(1)
         if folder:
@@ -283,19 +265,6 @@ def open_link(cfg: Settings, backend: str) -> Iterator[tuple[EngineLink, bool]]:
             raise IntegrityError(f"engine ended with {done.data['unfinished']} request(s) still running")
 
 
-def measure_probes(link: EngineLink, serializer: Serializer, pool: RequestPool, count: int) -> list[float]:
-    """Seconds from encode to the engine's ack of the decoded request, one request at a time."""
-    samples = []
-    for i in range(count):
-        request, checksum = pool.get(i, prefix="probe-")
-        start = clock()
-        link.send("probe", serializer.encode(request), checksum=checksum)
-        link.expect("ack", STALL_TIMEOUT_S)
-        samples.append(clock() - start)
-        link.sync()  # the engine has checked this probe before the next one goes
-    return samples
-
-
 @dataclass
 class Tracked:
     """What the frontend knows of one request in flight."""
@@ -303,6 +272,7 @@ class Tracked:
     created: float
     max_tokens: int
     times: list[float] = field(default_factory=list)
+    acked: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -334,10 +304,21 @@ def account(outputs: EngineCoreOutputs, tracked: dict[str, Tracked], at: float) 
     return finished
 
 
+def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
+    """Note when the engine had decoded a request; once per request."""
+    state = tracked.get(ctrl.data.get("request_id"))
+    if state is None or state.acked is not None:
+        raise IntegrityError(f"unexpected ack for {ctrl.data.get('request_id')!r}")
+    state.acked = at
+
+
 def run_load(
-    link: EngineLink, serializer: Serializer, pool: RequestPool, cfg: Settings, sender: Sender
+    link: EngineLink, serializer: Serializer, pool: RequestPool, cfg: Settings, sender: Sender, ack: bool
 ) -> tuple[dict[str, Tracked], float]:
-    """Send every request on schedule, take every output; (per-request record, duration)."""
+    """Send every request on schedule, take every output; (per-request record, duration).
+
+    With ``ack`` the engine acknowledges each request once decoded.
+    """
     offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     waiting = deque(range(cfg.num_prompts))
     tracked: dict[str, Tracked] = {}
@@ -348,7 +329,7 @@ def run_load(
         while waiting and can_send and offsets[waiting[0]] <= clock() - start:
             request, checksum = pool.get(waiting.popleft())
             created = clock()
-            link.send("request", serializer.encode(request), sender, checksum=checksum)
+            link.send("request", serializer.encode(request), sender, checksum=checksum, ack=ack)
             tracked[request.request_id] = Tracked(created, request.sampling_params.max_tokens)
             active += 1
             can_send = cfg.max_concurrency is None or active < cfg.max_concurrency
@@ -360,6 +341,9 @@ def run_load(
                 raise IntegrityError(_lost(tracked))
             continue
         ctrl, frames = got
+        if ctrl is not None and ctrl.kind == "ack":
+            acknowledge(ctrl, tracked, now)
+            continue
         if ctrl is None or ctrl.kind != "outputs":
             raise IntegrityError(f"unexpected {ctrl.kind if ctrl else 'empty'!r} message during the load")
         try:
@@ -392,7 +376,7 @@ def serving_summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def load_metrics(tracked: dict[str, Tracked], duration: float) -> tuple[dict, dict]:
+def load_metrics(tracked: dict[str, Tracked], duration: float, payload: int) -> tuple[dict, dict]:
     """TTFT, ITL, E2E and throughput metrics (and their serving summary) from a finished load."""
     ttft = [t.times[0] - t.created for t in tracked.values()]
     e2e = [t.times[-1] - t.created for t in tracked.values()]
@@ -406,6 +390,9 @@ def load_metrics(tracked: dict[str, Tracked], duration: float) -> tuple[dict, di
         "req_per_s": summarize([len(tracked) / duration], "req/s"),
         "output_tokens_per_s": summarize([tokens / duration], "tokens/s"),
     }
+    if payload:
+        transfers = [t.acked - t.created for t in tracked.values()]
+        metrics["payload_gb_per_s"] = summarize([payload / s / 1e9 for s in transfers], "GB/s")
     serving = {"ttft": serving_summary(ttft), "itl": serving_summary(itl), "e2e": serving_summary(e2e)}
     return metrics, {"serving": serving, "duration_s": duration, "output_tokens": tokens}
 
@@ -413,31 +400,26 @@ def load_metrics(tracked: dict[str, Tracked], duration: float) -> tuple[dict, di
 def measure(
     backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send
 ) -> dict[str, Any]:
-    """One ipc case: floor, probes and unix reference (payload workloads), then the load.
+    """One ipc case: the floor, the load, and for payload workloads the unix-socket reference.
 
     ``sender`` sends the frontend's request frames; tests swap in a faulty one.
     """
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
-    pool = RequestPool(workload, max(cfg.num_prompts, cfg.probes, 1))
+    pool = RequestPool(workload, cfg.num_prompts)
     payload = workload.payload_bytes()
     with open_link(cfg, backend) as (link, local):
         floor = transport.round_trip_floor(link.push, link.pull, cfg.floor)
-        probes = measure_probes(link, serializer, pool, cfg.probes) if payload else []
-        tracked, duration = run_load(link, serializer, pool, cfg, sender)
-    metrics, info = load_metrics(tracked, duration)
+        tracked, duration = run_load(link, serializer, pool, cfg, sender, ack=bool(payload))
+    metrics, info = load_metrics(tracked, duration, payload)
     metrics["floor_rtt_s"] = summarize(floor, "s")
     info.update(settings=_settings_info(cfg), payload_bytes=payload, local_engine=local)
     info["ttft_over_floor"] = metrics["ttft_s"]["median"] / metrics["floor_rtt_s"]["median"]
-    if probes:
-        metrics["payload_gb_per_s"] = summarize([payload / s / 1e9 for s in probes], "GB/s")
-        if local:
-            frames = serializer.encode(pool.get(0)[0])
-            unix = transport.unix_stream_seconds(frames, cfg.probes)
-            metrics["unix_gb_per_s"] = summarize([payload / s / 1e9 for s in unix], "GB/s")
-            info["payload_vs_unix"] = (
-                metrics["payload_gb_per_s"]["median"] / metrics["unix_gb_per_s"]["median"]
-            )
+    if payload and local:
+        tensors = [array_bytes(leaf) for leaf in iter_leaves(pool.get(0)[0]) if is_array(leaf)]
+        unix = transport.unix_stream_seconds(tensors, cfg.num_prompts)
+        metrics["unix_gb_per_s"] = summarize([payload / s / 1e9 for s in unix], "GB/s")
+        info["payload_vs_unix"] = metrics["payload_gb_per_s"]["median"] / metrics["unix_gb_per_s"]["median"]
     return {"metrics": metrics, "info": info}
 
 
