@@ -95,6 +95,10 @@ LABELS = {
     "wire_bytes": "wire bytes",
     "frames": "frames",
     "ttft_s": "TTFT",
+    "ttft_p99_s": "TTFT p99",
+    "floor_rtt_s": "empty-message round trip (floor)",
+    "unix_gb_per_s": "raw unix socket (reference)",
+    "output_tokens_per_s": "output tokens",
     "itl_s": "ITL",
     "e2e_s": "end-to-end latency",
     "req_per_s": "requests",
@@ -106,7 +110,15 @@ LABELS = {
 }
 # Metrics read on a linear axis; every other one spans orders of magnitude across workloads.
 LINEAR_METRICS = frozenset(
-    {"frames", "copies", "copies_frontend", "req_per_s", "peak_rss_engine_bytes", "peak_rss_frontend_bytes"}
+    {
+        "frames",
+        "output_tokens_per_s",
+        "copies",
+        "copies_frontend",
+        "req_per_s",
+        "peak_rss_engine_bytes",
+        "peak_rss_frontend_bytes",
+    }
 )
 # Half-width of a median's CI over the median: at most this is "quiet", at most the second "moderate".
 NOISE_LEVELS = ((0.02, "quiet"), (0.10, "moderate"))
@@ -150,7 +162,7 @@ class Look:
         """A backend's name with its colour swatch and, if it runs code from its input, a mark."""
         swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
         mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
-        return f"{swatch}{e(name)}{mark if name in self.unsafe else ''}"
+        return f"<span class='backend'>{swatch}{e(name)}{mark if name in self.unsafe else ''}</span>"
 
 
 # ---------------------------------------------------------------- numbers
@@ -168,7 +180,8 @@ def format_value(value: float, unit: str) -> str:
     return _number(value / factor) + ("" if shown in UNITLESS else f" {shown}")
 
 
-def _metric_cell(metric: dict, name: str, stat: str) -> str:
+def _metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
+    """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip."""
     from serbench.plots import scale_for, stat_value
 
     value = stat_value(metric, stat)
@@ -179,7 +192,7 @@ def _metric_cell(metric: dict, name: str, stat: str) -> str:
         low, high = _number(metric["ci_low"] / factor), _number(metric["ci_high"] / factor)
         text += f' <span class="ci">[{low} {DASH} {high}]</span>'
         exact += f", 95% CI {metric['ci_low']!r} to {metric['ci_high']!r}"
-    return f'<td data-metric="{e(name)}" data-stat="{stat}" title="{e(exact)}">{text}</td>'
+    return f'<td {case} data-metric="{e(name)}" data-stat="{stat}" title="{e(exact)}">{text}</td>'
 
 
 # ---------------------------------------------------------------- html pieces
@@ -212,7 +225,7 @@ def _case_cell(rec: dict | None, name: str, stat: str) -> str:
         return f'<td class="failed" {case}>failed</td>'
     if name not in rec["metrics"]:
         return f'<td class="na" {case}>{DASH}</td>'
-    return _metric_cell(rec["metrics"][name], name, stat).replace("<td ", f"<td {case} ", 1)
+    return _metric_cell(rec["metrics"][name], name, stat, case)
 
 
 def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> str:
@@ -226,25 +239,27 @@ def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> s
     for backend in look.backends(records):
         cells = "".join(_case_cell(by_case.get((backend, w)), name, stat) for w in workloads)
         rows.append(f"<tr><th>{look.backend(backend)}</th>{cells}</tr>")
-    caption = f"{LABELS.get(name, name)}: {'median [95% CI of the median]' if stat == MEDIAN else stat}"
+    repeated = any(len(r["metrics"].get(name, {}).get("values", ())) > 1 for r in records)
+    what = "median [95% CI of the median]" if repeated else "one value per case"
+    caption = f"{LABELS.get(name, name)}: {what if stat == MEDIAN else stat}"
     return _table(["backend", *map(e, workloads)], rows, "numbers", caption)
 
 
 # ---------------------------------------------------------------- scenario sections
 
 
+def _ok(records: Iterable[dict]) -> list[dict]:
+    return [r for r in records if not r.get("error")]
+
+
 def _metric_names(records: Iterable[dict]) -> list[str]:
-    return _unique(name for r in records if not r.get("error") for name in r["metrics"])
+    return _unique(name for r in _ok(records) for name in r["metrics"])
 
 
 def _panel(records: Sequence[dict], name: str, stat: str):
     from serbench.plots import Panel
 
-    ok = {
-        (r["backend"], r["workload"]): r["metrics"][name]
-        for r in results.ok_records({"records": records})
-        if name in r["metrics"]
-    }
+    ok = {(r["backend"], r["workload"]): r["metrics"][name] for r in _ok(records) if name in r["metrics"]}
     failed = frozenset((r["backend"], r["workload"]) for r in records if r.get("error"))
     unit = next(iter(ok.values()))["unit"]
     return Panel(LABELS.get(name, name), unit, stat, ok, failed, log=name not in LINEAR_METRICS)
@@ -254,7 +269,7 @@ def _timeline(records: Sequence[dict], look: Look) -> bytes | None:
     """Each backend's timeline of the workload with the most images (None: no timelines)."""
     from serbench import plots
 
-    ok = [r for r in results.ok_records({"records": records}) if r.get("info", {}).get("timeline")]
+    ok = [r for r in _ok(records) if r.get("info", {}).get("timeline")]
     if not ok:
         return None
     workload = max((r["workload"] for r in ok), key=lambda w: (plots.image_count(w) or 0, w))
@@ -265,13 +280,13 @@ def _timeline(records: Sequence[dict], look: Look) -> bytes | None:
 def _draw(spec: FigureSpec, columns: Sequence[Column], records: Sequence[dict], look: Look) -> bytes | None:
     from serbench import plots
 
+    if spec.kind == "timeline":
+        return _timeline(records, look)
     panels = [_panel(records, name, stat) for name, stat in columns]
     backends = look.backends(records)
     workloads = _unique(r["workload"] for r in records)
     if spec.kind == "cdf":
         return plots.cdf(panels[0], backends, workloads, look.colours)
-    if spec.kind == "timeline":
-        return _timeline(records, look)
     if spec.kind == "images" and len({plots.image_count(w) for w in workloads} - {None}) >= 2:
         return plots.against_images(panels, backends, look.colours)
     return plots.bars(panels, backends, workloads, look.colours)
@@ -288,7 +303,7 @@ def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
     """Figures with their tables, then a table of the metrics no figure shows."""
     from serbench.scenarios import SCENARIOS
 
-    present = set(_metric_names(records))
+    present = _metric_names(records)
     parts = [f"<p>{e(SCENARIOS[scenario].description)}</p>" if scenario in SCENARIOS else ""]
     shown: set[str] = set()
     for spec in _specs(scenario, records):
@@ -300,12 +315,12 @@ def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
         if spec.table:
             shown.update(name for name, _ in columns)
             parts += [metric_table(records, name, stat, look) for name, stat in columns]
-    rest = [(name, MEDIAN) for name in present - shown]
+    rest = [name for name in present if name not in shown]
     if rest:
-        parts += ["<h3>Other metrics</h3>", *(metric_table(records, n, s, look) for n, s in sorted(rest))]
+        parts += ["<h3>Other metrics</h3>", *(metric_table(records, name, MEDIAN, look) for name in rest)]
     if not present:
         parts += ["<p class='banner bad'>Every case of this scenario failed: see the failed cases.</p>"]
-    return _section(f"scenario-{scenario}", f"{scenario}", "".join(parts))
+    return _section(f"scenario-{scenario}", scenario, "".join(parts))
 
 
 def _scenarios(data: dict) -> list[str]:
@@ -354,7 +369,7 @@ def environment_section(runs: Sequence[Run]) -> str:
     for key in tables[0]:
         values = [t[key] for t in tables]
         differs = len(set(values)) > 1 and key not in ("results", "started → finished")
-        cls = ' class="differs"' if differs or values[0].startswith("NO") else ""
+        cls = ' class="differs"' if differs or any(v.startswith("NO") for v in values) else ""
         rows.append(f"<tr{cls}><th>{e(key)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
     headers = ["", *(e(run.label) for run in runs)]
     return _section("environment", "Environment", _table(headers, rows, "env"))
@@ -599,6 +614,7 @@ table.env th,table.numbers th{white-space:nowrap}
 caption{text-align:left;font-weight:600;padding:.2em 0}
 .ci{color:#666;font-size:.92em} td.failed{color:#b71c1c;font-weight:600}
 td.na{color:#999} pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:70ch}
+.backend{white-space:nowrap}
 .swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.35em;vertical-align:-1px}
 .badge{border-radius:3px;padding:0 .4em;font-size:.85em;font-weight:600;white-space:nowrap}
 .bad,.regression,.failed-in-head{background:#fde0e0;color:#b71c1c}

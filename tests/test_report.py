@@ -350,3 +350,11 @@ def test_noise_indicator_reports_each_scenario_spread(built):
 )
 def test_values_are_shown_in_a_readable_scale(value, unit, text):
     assert report.format_value(value, unit) == text
+
+
+def test_scenario_whose_every_case_failed_says_so():
+    records = [results.record("micro", "pickle", "images-4", error="Killed by signal 9")]
+    look = report.Look.of({"records": records, "backends": {}})
+    section = report.scenario_section("micro", records, look)
+    assert "Every case of this scenario failed" in section
+    assert "<img" not in section
