@@ -12,10 +12,11 @@ backend's own frames follow. The empty message is a ping, answered with the
 empty message. A frontend opens a session (``start``: backend spec, step
 time), sends ``request``s (an ``ack`` goes back as soon as one asking for
 it is decoded: the transfer time of its payload), and closes it with
-``end``. Every request carries the checksum of its payload; the engine
-checks it after handing the request to the scheduler and reports a
-mismatch, a failed decode or a duplicate as an ``error`` — the frontend
-fails the case on it.
+``end``. Every request carries the checksum of its payload. The engine keeps
+what it decoded and checks it when the session ends (or once more than
+``VERIFY_BACKLOG_BYTES`` wait), so that checking costs no step time; it
+reports a mismatch, a failed decode or a duplicate as an ``error``, and the
+frontend fails the case on it.
 
 Safety: an unsafe backend (one that can run code from its input, like
 pickle) is refused on a non-loopback address unless the engine was started
@@ -48,7 +49,7 @@ from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from workloads.base import output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
-from workloads.tree import payload_checksum
+from workloads.tree import payload_bytes, payload_checksum
 
 log = logging.getLogger("serbench.engine")
 
@@ -56,6 +57,7 @@ DEFAULT_BIND = "tcp://127.0.0.1:5555"
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
 MAX_STEP_S = 10.0
+VERIFY_BACKLOG_BYTES = 2 << 30  # decoded payload kept for checking at the end; beyond, checked at once
 PR_SET_PDEATHSIG = 1
 
 
@@ -96,6 +98,8 @@ class Session:
     decoder: Serializer
     encoder: Serializer
     seen: set[str] = field(default_factory=set)
+    unverified: list[tuple[EngineCoreRequest, Any]] = field(default_factory=list)
+    unverified_bytes: int = 0
 
 
 @dataclass
@@ -173,6 +177,7 @@ class Engine:
             elif ctrl.kind == "request":
                 self._receive_request(session, ctrl, frames[1:])
             elif ctrl.kind == "end":
+                self._verify(session)
                 self.events.put(("end", session.id))
             else:
                 log.warning("ignored unknown message kind %r", ctrl.kind)
@@ -208,17 +213,22 @@ class Engine:
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid))
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
-        expected = ctrl.data.get("checksum")
-        actual = request_checksum(request)
-        if actual != expected:
-            self.events.put(
-                (
-                    "error",
-                    session.id,
-                    f"request {rid!r} arrived corrupted: payload checksum {actual:#010x}, sent "
-                    f"{expected!r:.12} (the sender changed a buffer before zmq had sent it?)",
+        session.unverified.append((request, ctrl.data.get("checksum")))
+        session.unverified_bytes += payload_bytes(request)
+        if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
+            self._verify(session)
+
+    def _verify(self, session: Session) -> None:
+        """Check every request received but not yet checked against its checksum."""
+        for request, expected in session.unverified:
+            actual = request_checksum(request)
+            if actual != expected:
+                message = (
+                    f"request {request.request_id!r} arrived corrupted: payload checksum {actual:#010x}, "
+                    f"sent {expected!r} (the sender changed a buffer before zmq sent it?)"
                 )
-            )
+                self.events.put(("error", session.id, message))
+        session.unverified, session.unverified_bytes = [], 0
 
     # ---- main thread: scheduler ----------------------------------------
 
