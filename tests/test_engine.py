@@ -7,11 +7,11 @@ folder behind, and do not stop the run.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import signal
 import socket
-import subprocess
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,10 +24,11 @@ import zmq
 
 from serbench import cli, transport
 from serbench.engine import DEFAULT_BIND, Control, Engine, open_session
-from serbench.isolation import CaseFailed, run_isolated
+from serbench.isolation import CaseFailed, kill_tree, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import load as load_results
 from serbench.runner import Plan, execute
+from serbench.scenarios import get_scenario
 from serbench.scenarios.ipc import EngineError, EngineLink, Settings, measure
 from serializers import get_serializer
 from workloads.messages import EngineCoreOutputs
@@ -128,29 +129,45 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
-def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None:
-    url = f"tcp://127.0.0.1:{_free_port_pair()}"
-    serbench = [sys.executable, "-m", "serbench"]
-    engine = subprocess.Popen([*serbench, "engine", "--bind", url], stderr=subprocess.PIPE, text=True)
+def _cli_in_fork(argv: list[str], tmpdir: Path) -> mp.Process:
+    """``serbench ARGV`` in a forked child (no second torch import), temp files in ``tmpdir``."""
+
+    def main() -> None:
+        tempfile.tempdir = str(tmpdir)
+        os._exit(cli.main(argv))
+
+    proc = mp.get_context("fork").Process(target=main)
+    proc.start()
+    return proc
+
+
+def _listening(port: int) -> bool:
     try:
-        options = ["--engine", url, "--backends", "msgspec-frombuffer,pickle", "--workloads", TEXT]
-        options += ["--num-prompts", "3", "--step-ms", "1", "--out", str(tmp_path / "out")]
-        run = subprocess.run(
-            [*serbench, "run", "--scenarios", "ipc", *options],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        records = load_results(tmp_path / "out" / "results.json")["records"]
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None:
+    """`serbench engine` in an OS process of its own, driven by `run --engine` options from this one."""
+    port = _free_port_pair()
+    url = f"tcp://127.0.0.1:{port}"
+    engine = _cli_in_fork(["engine", "--bind", url], tmp_path)
+    try:
+        assert _wait_for(lambda: _listening(port), 30)
+        args = cli.build_parser().parse_args(["run", "--engine", url, "--num-prompts", "3", "--step-ms", "1"])
+        profile = PROFILES["quick"].with_options(**get_scenario("ipc").options(args))
+        plan = Plan(["msgspec-frombuffer", "pickle"], [TEXT], ["ipc"])
+        records = execute(plan, profile, tmp_path / "results.json", argv=[]).data["records"]
         assert [r["error"] for r in records] == [None, None]
         assert {r["info"]["local_engine"] for r in records} == {False}
         assert {r["info"]["output_tokens"] for r in records} == {18}
     finally:
-        engine.send_signal(signal.SIGTERM)
-        _, err = engine.communicate(timeout=20)
-    assert engine.returncode == 0
-    assert "listening" in err and "stopped" in err
+        os.kill(engine.pid, signal.SIGTERM)
+        engine.join(20)
+        kill_tree(engine.pid)
+    assert engine.exitcode == 0
 
 
 # ---- faults ---------------------------------------------------------------------
@@ -202,10 +219,42 @@ def test_frontend_killed_mid_run_takes_its_engine_along(tmp_path: Path) -> None:
     with pytest.raises(CaseFailed, match="SIGKILL"):
         run_isolated(_frontend_that_dies, (pid_file,), timeout=60)
     engine = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while not _gone(engine) and time.monotonic() < deadline:
+    assert _wait_for(lambda: _gone(engine), 10), "engine outlived its frontend"
+
+
+def _grandchildren(pid: int) -> bool:
+    """Whether a child of ``pid`` has a child of its own (a case's engine)."""
+    try:
+        return any(child.children() for child in psutil.Process(pid).children())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_for(condition, timeout_s: float) -> bool:
+    """Poll ``condition`` until true or ``timeout_s`` passed; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(engine), "engine outlived its frontend"
+    return bool(condition())
+
+
+def test_ctrl_c_mid_case_leaves_no_process_and_no_socket_file(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    options = ["--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", "--num-prompts", "400"]
+    run = _cli_in_fork(["run", "--scenarios", "ipc", *options, "--out", str(tmp_path / "out")], tmp)
+    try:
+        engine_seen = _wait_for(lambda: _grandchildren(run.pid), 60)
+        started = [p.pid for p in psutil.Process(run.pid).children(recursive=True)]
+        os.kill(run.pid, signal.SIGINT)
+        run.join(30)
+    finally:
+        kill_tree(run.pid)
+    assert engine_seen, "the ipc case never started an engine"
+    assert run.exitcode == 130
+    assert all(_gone(pid) for pid in started), "process left behind"
+    assert not list(tmp.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
+    assert load_results(tmp_path / "out" / "results.json")["complete"] is False
 
 
 class Flaky:
