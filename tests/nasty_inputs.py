@@ -191,8 +191,7 @@ def craft(fmt: str, obj: Any, payload: Frames = ()) -> Frames:
 
     body = msgspec.msgpack.encode(map_leaves(obj, ext))
     if fmt == "flat":
-        packed = msgspec.msgpack.encode(table)
-        body = len(packed).to_bytes(4, "little") + packed + body
+        body = flat_header(msgspec.msgpack.encode(table), body)
     return [body, *payload]
 
 
