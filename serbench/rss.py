@@ -15,6 +15,9 @@ While the sides run, the caller samples their RSS with psutil from outside
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -29,6 +32,7 @@ from serbench.isolation import kill_tree
 
 SAMPLE_INTERVAL_S = 0.005
 MAX_TIMELINE_POINTS = 400
+EXIT_GRACE_S = 1.0  # for a released side to exit by itself before it is killed
 
 _context = mp.get_context("fork")
 
@@ -57,6 +61,18 @@ def peak_above(baseline: int) -> int:
     return status_bytes("VmHWM") - baseline
 
 
+def release_free_memory() -> None:
+    """Hand this process's free heap memory back to the kernel (``malloc_trim``).
+
+    A forked side inherits its parent's heap. Free memory that is still
+    resident there would be reused by the side without raising its RSS, so
+    what the side allocates would depend on the parent's history; after the
+    trim every byte a side allocates is a fresh page, and shows.
+    """
+    gc.collect()
+    ctypes.CDLL(None).malloc_trim(0)
+
+
 @dataclass(frozen=True)
 class Side:
     """One process of a measurement.
@@ -81,10 +97,15 @@ class SideResult:
 class Measurement:
     sides: dict[str, SideResult]
     timeline: dict[str, list[float]]  # "t_s" and, per side, RSS above its baseline
+    started: float  # time.monotonic() when the sides were released; t_s counts from it
 
 
 def _side_main(conn: Connection, side: Side) -> None:
-    """The forked process of one side: setup, baseline, wait for go, run, report."""
+    """The forked process of one side: setup, baseline, wait for go, run, report.
+
+    After reporting it stays alive until the caller ends it, so that nothing
+    it sent (a last ZeroMQ message) dies with it before the others are done.
+    """
     try:
         state = side.setup()
         baseline = reset_peak()
@@ -94,8 +115,7 @@ def _side_main(conn: Connection, side: Side) -> None:
         conn.send(("done", peak_above(baseline), result))
     except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
+    wait([conn])  # until the caller says exit (or kills this process)
 
 
 def _receive(conn: Connection, name: str, expected: str) -> tuple:
@@ -149,13 +169,13 @@ class _Run:
         if not wait([self.conns[name]], max(0.0, self.deadline - time.monotonic())):
             raise MeasurementFailed(f"{name} timed out")
 
-    def go(self) -> tuple[dict[str, SideResult], dict[str, list[float]]]:
+    def go(self) -> Measurement:
         """Release every side at once; sample RSS until all have reported."""
         watched = {name: psutil.Process(proc.pid) for name, proc in self.procs.items()}
         timeline: dict[str, list[float]] = {"t_s": [], **{name: [] for name in self.procs}}
+        start = time.monotonic()
         for conn in self.conns.values():
             conn.send("go")
-        start = time.monotonic()
         results: dict[str, SideResult] = {}
         pending = dict(self.conns)
         while pending:
@@ -167,7 +187,7 @@ class _Run:
                 peak, result = _receive(conn, name, "done")
                 results[name] = SideResult(self.baselines[name], peak, result)
                 del pending[name]
-        return results, _thin(timeline)
+        return Measurement(results, _thin(timeline), start)
 
     def _sample(
         self, watched: dict[str, psutil.Process], timeline: dict[str, list[float]], start: float
@@ -178,8 +198,13 @@ class _Run:
             timeline[name].append(float("nan") if rss is None else rss - self.baselines[name])
 
     def close(self) -> None:
-        for name, proc in self.procs.items():
-            self.conns[name].close()
+        """Release every side (each exits when told); kill what is still running."""
+        for conn in self.conns.values():
+            with contextlib.suppress(OSError):
+                conn.send("exit")
+            conn.close()
+        for proc in self.procs.values():
+            proc.join(EXIT_GRACE_S)
             kill_tree(proc.pid)
             proc.join(5)
 
@@ -187,16 +212,17 @@ class _Run:
 def measure(sides: list[Side], timeout_s: float) -> Measurement:
     """Run ``sides`` in fresh forked processes, together; their peaks above baseline.
 
-    Sides start in order, each after the previous one's setup is done, and
-    run their measured part together once all have their baseline.
+    Sides start in order, each after the previous one's setup is done, from a
+    heap with no free memory resident, and run their measured part together
+    once all have their baseline.
     Raises MeasurementFailed if any side raises, dies or runs past ``timeout_s``;
     every side's process tree is killed either way.
     """
+    release_free_memory()
     run = _Run(time.monotonic() + timeout_s)
     try:
         for side in sides:  # one at a time: a later side's setup may need an earlier's (bind, then connect)
             run.start(side)
-        results, timeline = run.go()
+        return run.go()
     finally:
         run.close()
-    return Measurement(results, timeline)

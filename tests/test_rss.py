@@ -55,6 +55,20 @@ def test_setup_memory_is_in_the_baseline_not_in_the_peak():
     assert 16 * MiB - MiB <= peak <= 16 * MiB + SLACK
 
 
+def heap_blocks(nbytes: int) -> list[bytearray]:
+    """``nbytes`` in 64 KiB blocks: below the mmap threshold, so on malloc's heap."""
+    return [bytearray(64 * 1024) for _ in range(nbytes // (64 * 1024))]
+
+
+def test_free_memory_the_parent_kept_resident_does_not_hide_a_sides_allocations():
+    held = heap_blocks(64 * MiB)
+    pin = bytearray(64 * 1024)  # allocated above them: free() alone cannot trim them away
+    del held
+    _, peak = measure_one(nothing, lambda _: {"n": len(heap_blocks(48 * MiB))})
+    assert 48 * MiB - MiB <= peak <= 48 * MiB + SLACK
+    del pin
+
+
 def test_sides_are_measured_separately_and_return_their_results():
     m = measure(
         [

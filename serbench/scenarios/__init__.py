@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from serbench.scenarios.base import Case, Column, Scenario
 from serbench.scenarios.ipc import Ipc
+from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
 from workloads.spec import SpecError
 
 __all__ = ["SCENARIOS", "Case", "Column", "Scenario", "get_scenario"]
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc())}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc(), Memory())}
 
 
 def get_scenario(name: str) -> Scenario:

@@ -1,0 +1,173 @@
+"""The memory scenario: variants, and what one real run must show structurally.
+
+One run (module fixture) through the runner: pickle, zero-copy
+msgspec-frombuffer, its ``threshold=inf`` variant and a backend that copies
+every decoded tensor once more, on text and 4 gemma images. Assertions
+compare cases of that same run or rest on kernel accounting (copies), never
+on time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from serbench.profiles import PROFILES
+from serbench.runner import Plan, execute
+from serbench.scenarios import get_scenario
+from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
+from serbench.summary import render
+from serializers import get_serializer
+from workloads import get_workload
+from workloads.tree import is_array, iter_leaves, map_leaves
+
+MB = 1e6
+COPYING = f"{__name__}:copying_decoder"
+ZERO_COPY = "msgspec-frombuffer"
+ZERO_COPY_OFF = "msgspec-frombuffer:threshold=inf"
+REPEATS = 2
+
+
+class CopyingDecoder:
+    """msgspec-frombuffer whose decode copies every tensor once more: a zero-copy regression."""
+
+    name = "copying-decoder"
+    safe = True
+
+    def __init__(self) -> None:
+        self.inner = get_serializer(ZERO_COPY)
+
+    def encode(self, obj: Any) -> list:
+        return self.inner.encode(obj)
+
+    def decode(self, frames: Any, type_: type) -> Any:
+        decoded = self.inner.decode(frames, type_)
+        return map_leaves(decoded, lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf)
+
+
+def copying_decoder() -> CopyingDecoder:
+    return CopyingDecoder()
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    records: dict[tuple[str, str], dict]  # (backend, workload) → record
+    summary: str
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    profile = dataclasses.replace(PROFILES["quick"], case_timeout_s=60).with_options(
+        memory_repetitions=REPEATS
+    )
+    plan = Plan(["pickle", ZERO_COPY, COPYING], ["text-sonnet", "images-4"], ["memory"])
+    out = tmp_path_factory.mktemp("memory") / "results.json"
+    data = execute(plan, profile, out, ["run", "--scenarios", "memory"]).data
+    failed = [f"{r['backend']} x {r['workload']}: {r['error']}" for r in data["records"] if r["error"]]
+    assert not failed
+    return Run({(r["backend"], r["workload"]): r for r in data["records"]}, render(data))
+
+
+def median(record: dict, metric: str) -> float:
+    return record["metrics"][metric]["median"]
+
+
+def test_msgpack_backends_at_their_default_threshold_get_a_zero_copy_off_variant() -> None:
+    assert zero_copy_off("msgspec-frombuffer") == "msgspec-frombuffer:threshold=inf"
+    assert zero_copy_off("flat-mmk") == "flat-mmk:threshold=inf"
+    assert zero_copy_off("msgspec-frombuffer:threshold=1024") is None  # a named threshold is pinned
+    assert zero_copy_off("pickle") is None
+    assert zero_copy_off("pickle-oob") is None  # pickle-oob at inf would be in-band pickle again
+    cases = get_scenario("memory").cases(["pickle", "numpy-intermediate"], ["images-4", "images-8"])
+    assert [(c.backend, c.workload) for c in cases] == [
+        ("pickle", "images-4"),
+        ("pickle", "images-8"),
+        ("numpy-intermediate", "images-4"),
+        ("numpy-intermediate", "images-8"),
+        ("numpy-intermediate:threshold=inf", "images-4"),
+        ("numpy-intermediate:threshold=inf", "images-8"),
+    ]
+
+
+def test_repetitions_come_from_the_option_or_the_profile() -> None:
+    assert repetitions(PROFILES["quick"].with_options(memory_repetitions=5)) == Repetitions(5, 5, 0.0)
+    assert repetitions(PROFILES["full"]).least >= 3
+
+
+def test_the_miniature_keeps_dtypes_ranks_and_the_zero_copy_path() -> None:
+    message = get_workload("images-4:profile=qwen2-vl,dtype=bfloat16").request(0)
+    small = miniature(message)
+    pairs = list(zip(iter_leaves(message), iter_leaves(small), strict=True))
+    arrays = [(a, b) for a, b in pairs if is_array(a)]
+    assert arrays
+    for big, tiny in arrays:
+        assert (tiny.dtype, tiny.ndim) == (big.dtype, big.ndim)
+        assert tiny.nbytes <= 4096 and (tiny.nbytes >= 256 or tiny.nbytes == big.nbytes)
+    assert [a for a, _ in pairs if not is_array(a)] == [b for _, b in pairs if not is_array(b)]
+
+
+def test_use_rejects_a_request_whose_bytes_changed() -> None:
+    message = get_workload("images-4:profile=llava").request(0)
+    sent = Sent.of(message)
+    sent.check(message)
+    changed = map_leaves(message, lambda leaf: leaf + 1 if isinstance(leaf, torch.Tensor) else leaf)
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        sent.check(changed)
+
+
+def test_zero_copy_backend_makes_one_engine_copy_and_none_at_the_frontend(run: Run) -> None:
+    rec = run.records[(ZERO_COPY, "images-4")]
+    assert 0.95 <= median(rec, "copies") <= 1.1  # the receive buffer
+    assert median(rec, "copies_frontend") <= 0.1
+
+
+def test_in_band_pickle_copies_the_payload_more_on_both_sides(run: Run) -> None:
+    pickle, zero = run.records[("pickle", "images-4")], run.records[(ZERO_COPY, "images-4")]
+    assert median(pickle, "copies") >= median(zero, "copies") + 1.5
+    assert median(pickle, "copies_frontend") >= median(zero, "copies_frontend") + 1.5
+
+
+@pytest.mark.parametrize("spec", [ZERO_COPY_OFF, COPYING])
+def test_one_more_copy_of_the_payload_shows_as_one_more_engine_copy(run: Run, spec: str) -> None:
+    extra = median(run.records[(spec, "images-4")], "copies") - median(
+        run.records[(ZERO_COPY, "images-4")], "copies"
+    )
+    assert 0.85 <= extra <= 1.15
+
+
+def test_repetitions_are_fresh_processes_that_agree(run: Run) -> None:
+    for key, rec in run.records.items():
+        for metric in ("peak_rss_engine_bytes", "peak_rss_frontend_bytes"):
+            values = rec["metrics"][metric]["values"]
+            assert len(values) == REPEATS
+            assert max(values) - min(values) <= 2 * MB, (key, metric, values)
+
+
+def test_text_has_no_payload_so_no_copies_and_a_small_peak(run: Run) -> None:
+    text = run.records[(ZERO_COPY, "text-sonnet")]
+    assert "copies" not in text["metrics"]
+    assert median(text, "peak_rss_engine_bytes") <= 4 * MB
+    assert median(text, "peak_rss_frontend_bytes") <= 4 * MB
+
+
+def test_phases_and_timeline_are_consistent_with_the_peaks(run: Run) -> None:
+    rec = run.records[(ZERO_COPY, "images-4")]
+    phases = rec["info"]["phases"]
+    order = ["start", "encoded", "received", "decoded", "used", "acknowledged"]
+    assert [phases[p]["t_s"] for p in order] == sorted(phases[p]["t_s"] for p in order)
+    assert phases["received"]["peak_bytes"] >= 0.95 * rec["info"]["payload_bytes"]  # the receive buffer
+    timeline = rec["info"]["timeline"]
+    assert len(timeline["t_s"]) == len(timeline["engine"]) == len(timeline["frontend"]) >= 1
+    peak = max(rec["metrics"]["peak_rss_engine_bytes"]["values"])
+    assert np.nanmax(timeline["engine"]) <= peak + 2 * MB  # sampled RSS never above the kernel's peak
+
+
+def test_the_summary_has_the_memory_tables_with_both_variants(run: Run) -> None:
+    summary = run.summary
+    assert "memory: engine peak MB above baseline" in summary
+    assert "memory: frontend peak MB above baseline" in summary
+    assert ZERO_COPY_OFF in summary
