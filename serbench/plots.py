@@ -26,6 +26,7 @@ WIDTH_IN = 11.0
 DPI = 100
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
+FEW_SAMPLES = 10
 # Display scales per unit, largest first: the first factor not above the value wins.
 SCALES = {
     "s": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
@@ -195,7 +196,10 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
             if metric is None or not metric["values"]:
                 continue
             xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
-            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", color=colours[backend])
+            marker = "o" if len(xs) < FEW_SAMPLES else ""  # a CDF of one sample is a point, not a line
+            ax.step(
+                xs, np.arange(1, len(xs) + 1) / len(xs), where="post", color=colours[backend], marker=marker
+            )
             samples += [xs[0], xs[-1]]
         _use_log(ax, panel, samples, axis="x")
         ax.set(title=workload, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
