@@ -29,7 +29,7 @@ from serbench.profiles import PROFILES
 from serbench.results import load as load_results
 from serbench.runner import Plan, execute
 from serbench.scenarios import get_scenario
-from serbench.scenarios.ipc import EngineError, EngineLink, Settings, measure
+from serbench.scenarios.ipc import EngineError, EngineLink, Settings, measure, serving_report
 from serializers import get_serializer
 from workloads.messages import EngineCoreOutputs
 
@@ -159,10 +159,15 @@ def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None
         args = cli.build_parser().parse_args(["run", "--engine", url, "--num-prompts", "3", "--step-ms", "1"])
         profile = PROFILES["quick"].with_options(**get_scenario("ipc").options(args))
         plan = Plan(["msgspec-frombuffer", "pickle"], [TEXT], ["ipc"])
-        records = execute(plan, profile, tmp_path / "results.json", argv=[]).data["records"]
+        data = execute(plan, profile, tmp_path / "results.json", argv=[]).data
+        records = data["records"]
         assert [r["error"] for r in records] == [None, None]
         assert {r["info"]["local_engine"] for r in records} == {False}
         assert {r["info"]["output_tokens"] for r in records} == {18}
+        header, _, *rows = serving_report(data).splitlines()
+        assert header.split() == [TEXT, "msgspec-frombuffer", "pickle"]
+        assert rows[0].split()[-2:] == ["3", "3"]  # successful requests
+        assert any(row.startswith("P99 TTFT (ms)") for row in rows)
     finally:
         os.kill(engine.pid, signal.SIGTERM)
         engine.join(20)

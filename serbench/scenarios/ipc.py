@@ -492,3 +492,46 @@ class Ipc(Scenario):
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         return measure(case.backend, case.workload, settings_for(profile, get_workload(case.workload)))
+
+
+def _serving_rows(records: list[dict]) -> list[list[str]]:
+    """The serving benchmark's summary lines, one column per record."""
+
+    def row(label: str, value) -> list[str]:
+        return [label, *(value(r) for r in records)]
+
+    def metric(name: str, scale: float, fmt: str = "{:.2f}"):
+        return lambda r: fmt.format(r["metrics"][name]["median"] * scale) if name in r["metrics"] else "-"
+
+    def serving(part: str, stat: str):
+        return lambda r: f"{r['info']['serving'][part][stat]:.2f}"
+
+    rows = [
+        row("Successful requests", lambda r: str(len(r["metrics"]["ttft_s"]["values"]))),
+        row("Benchmark duration (s)", lambda r: f"{r['info']['duration_s']:.2f}"),
+        row("Request throughput (req/s)", metric("req_per_s", 1)),
+        row("Output token throughput (tok/s)", metric("output_tokens_per_s", 1, "{:.1f}")),
+    ]
+    for part, name in (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E")):
+        for stat, label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
+            rows.append(row(f"{label} {name} (ms)", serving(part, f"{stat}_ms")))
+    rows.append(row("Empty-message round trip (µs)", metric("floor_rtt_s", 1e6, "{:.0f}")))
+    rows.append(row("Payload GB/s (median)", metric("payload_gb_per_s", 1)))
+    rows.append(row("Unix-socket GB/s, same bytes", metric("unix_gb_per_s", 1)))
+    return rows
+
+
+def serving_report(data: dict) -> str:
+    """Per workload, the ipc records of a results document in the serving benchmark's layout.
+
+    Printed for docs/ipc.md by ``python -c "from serbench.results import load;
+    from serbench.scenarios.ipc import serving_report as r; print(r(load('RESULTS.json')))"``.
+    """
+    from serbench.summary import table  # summary imports the scenario registry, which imports us
+
+    records = [r for r in data["records"] if r["scenario"] == Ipc.name and not r.get("error")]
+    blocks = []
+    for workload in dict.fromkeys(r["workload"] for r in records):
+        group = [r for r in records if r["workload"] == workload]
+        blocks.append(table([workload, *(r["backend"] for r in group)], _serving_rows(group)))
+    return "\n\n".join(blocks)
