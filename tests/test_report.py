@@ -35,7 +35,7 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
 )
 WINDOW = (1366, 900)
-IMAGE_COUNTS = (4, 8, 16, 32)
+IMAGE_COUNTS = (4, 16)
 
 
 # ---------------------------------------------------------------- building results files
