@@ -18,7 +18,10 @@ import math
 import os
 from typing import Any
 
-from serbench.scenarios import Case
+from serbench.isolation import CaseFailed, run_isolated
+from serbench.profiles import PROFILES
+from serbench.runner import run_case
+from serbench.scenarios import SCENARIOS, Case
 from serializers import BUILTINS
 from workloads import available_workloads
 
@@ -44,11 +47,6 @@ def measure(scenario: str) -> dict[tuple[str, str], Any]:
     rows): the parameters must stay the same from commit to commit, so a
     variant is measured by naming it in ``SERBENCH_ASV_BACKENDS``.
     """
-    from serbench.isolation import CaseFailed, run_isolated
-    from serbench.profiles import PROFILES
-    from serbench.runner import run_case
-    from serbench.scenarios import SCENARIOS
-
     if scenario not in SCENARIOS:
         return {}
     parser = argparse.ArgumentParser()
