@@ -3,10 +3,11 @@
 Each trial is one gate run as ``serbench gate`` does it — rounds of
 ``python -m serbench run``, base and head interleaved (A B, B A, …), rounds
 merged per side — except that both sides run this working tree and differ
-only in the backend. Base measures ``serbench.testing:slowed:factor=1.0``;
-head measures the same backend again plus copies slowed by each FACTOR. Head's
-factor-1.0 case against base is an A/A trial; each slowed copy against base
-is an A/B trial. Verdicts come from ``serbench.compare.compare`` with the
+only in the backends. Both sides measure the same number of cases of
+``serbench.testing:slowed`` in the same order (slot 0, 1, …): base has
+``factor=1.0`` in every slot, head has ``factor=1.0`` in slot 0 and each
+FACTOR in the next slots. Slot 0, base against head, is an A/A trial; every
+other slot an A/B trial with a known slowdown. Verdicts come from ``serbench.compare.compare`` with the
 gate's default threshold, a trial "alarms" when any row of its case is a
 regression — exactly what makes ``serbench gate`` exit 1.
 
@@ -28,12 +29,12 @@ from pathlib import Path
 from serbench import compare, gate, results
 
 REPO = Path(__file__).resolve().parent.parent
-SLOWED = "serbench.testing:slowed:base={backend},factor={factor}"
+SLOWED = "serbench.testing:slowed:base={backend},factor={factor},slot={slot}"
 LABEL = "slowed"
 
 
-def _spec(backend: str, factor: float) -> str:
-    return SLOWED.format(backend=backend, factor=factor)
+def _spec(backend: str, factor: float, slot: int) -> str:
+    return SLOWED.format(backend=backend, factor=factor, slot=slot)
 
 
 def _only(doc: dict, backend: str) -> dict:
@@ -45,9 +46,11 @@ def _only(doc: dict, backend: str) -> dict:
 def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, rounds: int) -> dict:
     """One interleaved gate run; the merged base and head results are stored in ``folder``."""
     common = ("--workloads", workloads, "--scenarios", "micro")
-    head_specs = ",".join(_spec(backend, f) for f in [1.0, *factors])
+    slots = range(len(factors) + 1)
+    base_specs = ",".join(_spec(backend, 1.0, slot) for slot in slots)
+    head_specs = ",".join(_spec(backend, f, slot) for slot, f in zip(slots, [1.0, *factors], strict=True))
     sides = [
-        gate.Side("base", REPO, ("--backends", _spec(backend, 1.0), *common)),
+        gate.Side("base", REPO, ("--backends", base_specs, *common)),
         gate.Side("head", REPO, ("--backends", head_specs, *common)),
     ]
     load_before = os.getloadavg()[0]
@@ -63,10 +66,12 @@ def evaluate(folder: Path, max_regression: float) -> dict[float, list[str]]:
     """Factor → the regressions (``metric workload``) the gate flags for it in this trial."""
     trial = json.loads((folder / "trial.json").read_text())
     base, head = results.load(folder / "base.json"), results.load(folder / "head.json")
-    reference = _only(base, _spec(trial["backend"], 1.0))
     flagged = {}
-    for factor in [1.0, *trial["factors"]]:
-        comparison = compare.compare(reference, _only(head, _spec(trial["backend"], factor)), max_regression)
+    for slot, factor in enumerate([1.0, *trial["factors"]]):
+        reference = _only(base, _spec(trial["backend"], 1.0, slot))
+        comparison = compare.compare(
+            reference, _only(head, _spec(trial["backend"], factor, slot)), max_regression
+        )
         flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.3f}" for r in comparison.regressions]
     return flagged
 

@@ -59,6 +59,10 @@ def _call_time(fn: Callable[[], object], calls: int = 2000) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def slowed(base: str = "msgspec-frombuffer", factor: str = "1.10") -> Slowed:
-    """Factory for dotted-path specs: ``serbench.testing:slowed:base=NAME,factor=F``."""
+def slowed(base: str = "msgspec-frombuffer", factor: str = "1.10", slot: str = "") -> Slowed:
+    """Factory for dotted-path specs: ``serbench.testing:slowed:base=NAME,factor=F``.
+
+    ``slot`` changes nothing but the spec, so that one run can hold several
+    otherwise identical cases (the gate-quality script's A sides).
+    """
     return Slowed(get_serializer(base), float(factor))
