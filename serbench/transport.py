@@ -185,9 +185,9 @@ def round_trip_floor(push: zmq.Socket, pull: zmq.Socket, count: int, timeout_s: 
     return [round_trip(push, pull, timeout_s) for _ in range(count)]
 
 
-def _unix_reader(sock: socket.socket, sizes: list[int]) -> None:
-    """Child side of the unix-socket stream: read each message fully, ack with one byte."""
-    for size in sizes:
+def _unix_reader(sock: socket.socket, size: int) -> None:
+    """Child side of the unix-socket stream: read messages of ``size`` bytes, ack each with one byte."""
+    while True:
         # Fresh, untouched memory per message, as zmq receives into: pages fault in during the copy.
         view = memoryview(np.empty(size, np.uint8))
         got = 0
@@ -199,30 +199,39 @@ def _unix_reader(sock: socket.socket, sizes: list[int]) -> None:
         sock.sendall(b"k")
 
 
-def unix_stream_seconds(frames: Sequence[Any], repeats: int) -> list[float]:
-    """Seconds to stream the bytes of ``frames`` over a plain unix socket, ``repeats`` times.
+class UnixStream:
+    """The same bytes over a plain unix socket to another process: the reference for ipc GB/s.
 
-    The reference the ipc scenario's payload GB/s is read against: the same
-    bytes, between two processes, with no framing library in between. Each
-    sample is send-all → the reader has every byte → one-byte ack.
+    No framing library in between: each ``sample()`` is send-all → the reader
+    has every byte (in fresh memory) → one-byte ack. The reader stays up, so
+    samples can be interleaved with the measurement they are compared to.
     """
-    views = [memoryview(frame).cast("B") for frame in frames]
-    size = sum(v.nbytes for v in views)
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, [size] * repeats))
-    reader.start()
-    child.close()
-    try:
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for view in views:
-                parent.sendall(view)
-            if parent.recv(1) != b"k":
-                raise RuntimeError("unix-socket reader ended early")
-            samples.append(time.perf_counter() - start)
-        return samples
-    finally:
-        parent.close()
-        kill_tree(reader.pid)
-        reader.join(5)
+
+    def __init__(self, frames: Sequence[Any]) -> None:
+        self.views = [memoryview(frame).cast("B") for frame in frames]
+        size = sum(v.nbytes for v in self.views)
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, size))
+        self.reader.start()
+        child.close()
+
+    def sample(self) -> float:
+        """Seconds to stream the bytes once."""
+        start = time.perf_counter()
+        for view in self.views:
+            self.sock.sendall(view)
+        if self.sock.recv(1) != b"k":
+            raise RuntimeError("unix-socket reader ended early")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Stop the reader process and close the socket."""
+        self.sock.close()
+        kill_tree(self.reader.pid)
+        self.reader.join(5)
+
+    def __enter__(self) -> UnixStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

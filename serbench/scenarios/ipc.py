@@ -313,11 +313,19 @@ def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
 
 
 def run_load(
-    link: EngineLink, serializer: Serializer, pool: RequestPool, cfg: Settings, sender: Sender, ack: bool
+    link: EngineLink,
+    serializer: Serializer,
+    pool: RequestPool,
+    cfg: Settings,
+    sender: Sender,
+    ack: bool,
+    between: Callable[[], Any] | None = None,
 ) -> tuple[dict[str, Tracked], float]:
     """Send every request on schedule, take every output; (per-request record, duration).
 
-    With ``ack`` the engine acknowledges each request once decoded.
+    With ``ack`` the engine acknowledges each request once decoded;
+    ``between`` runs before each request sent while none is in flight (an
+    interleaved reference measurement that disturbs no request).
     """
     offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     waiting = deque(range(cfg.num_prompts))
@@ -327,6 +335,8 @@ def run_load(
     while waiting or active:
         can_send = cfg.max_concurrency is None or active < cfg.max_concurrency
         while waiting and can_send and offsets[waiting[0]] <= clock() - start:
+            if between is not None and not active:
+                between()
             request, checksum = pool.get(waiting.popleft())
             created = clock()
             link.send("request", serializer.encode(request), sender, checksum=checksum, ack=ack)
@@ -397,27 +407,44 @@ def load_metrics(tracked: dict[str, Tracked], duration: float, payload: int) -> 
     return metrics, {"serving": serving, "duration_s": duration, "output_tokens": tokens}
 
 
+@contextlib.contextmanager
+def _unix_reference(request: EngineCoreRequest, enabled: bool) -> Iterator[transport.UnixStream | None]:
+    """A unix-socket stream of the request's raw tensor bytes, or None when not wanted."""
+    if not enabled:
+        yield None
+        return
+    tensors = [array_bytes(leaf) for leaf in iter_leaves(request) if is_array(leaf)]
+    with transport.UnixStream(tensors) as stream:
+        yield stream
+
+
 def measure(
     backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send
 ) -> dict[str, Any]:
     """One ipc case: the floor, the load, and for payload workloads the unix-socket reference.
 
+    Unix-socket samples are taken between requests when the load leaves gaps
+    (one request at a time, the payload default), so both sides of the
+    payload-vs-unix ratio see the same machine; the rest are taken after.
     ``sender`` sends the frontend's request frames; tests swap in a faulty one.
     """
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
     pool = RequestPool(workload, cfg.num_prompts)
     payload = workload.payload_bytes()
-    with open_link(cfg, backend) as (link, local):
+    unix: list[float] = []
+    reference = _unix_reference(pool.get(0)[0], bool(payload) and not cfg.engine)
+    with reference as stream, open_link(cfg, backend) as (link, local):
         floor = transport.round_trip_floor(link.push, link.pull, cfg.floor)
-        tracked, duration = run_load(link, serializer, pool, cfg, sender, ack=bool(payload))
+        between = (lambda: unix.append(stream.sample())) if stream else None
+        tracked, duration = run_load(link, serializer, pool, cfg, sender, bool(payload), between)
+        while stream and len(unix) < cfg.num_prompts:
+            unix.append(stream.sample())
     metrics, info = load_metrics(tracked, duration, payload)
     metrics["floor_rtt_s"] = summarize(floor, "s")
     info.update(settings=_settings_info(cfg), payload_bytes=payload, local_engine=local)
     info["ttft_over_floor"] = metrics["ttft_s"]["median"] / metrics["floor_rtt_s"]["median"]
-    if payload and local:
-        tensors = [array_bytes(leaf) for leaf in iter_leaves(pool.get(0)[0]) if is_array(leaf)]
-        unix = transport.unix_stream_seconds(tensors, cfg.num_prompts)
+    if unix:
         metrics["unix_gb_per_s"] = summarize([payload / s / 1e9 for s in unix], "GB/s")
         info["payload_vs_unix"] = metrics["payload_gb_per_s"]["median"] / metrics["unix_gb_per_s"]["median"]
     return {"metrics": metrics, "info": info}
