@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from serbench.cli import build_parser
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
 from serbench.scenarios import get_scenario
@@ -94,8 +95,12 @@ def test_msgpack_backends_at_their_default_threshold_get_a_zero_copy_off_variant
 
 
 def test_repetitions_come_from_the_option_or_the_profile() -> None:
-    assert repetitions(PROFILES["quick"].with_options(memory_repetitions=5)) == Repetitions(5, 5, 0.0)
+    args = build_parser().parse_args(["run", "--memory-repetitions", "5"])
+    profile = PROFILES["quick"].with_options(**get_scenario("memory").options(args))
+    assert repetitions(profile) == Repetitions(5, 5, 0.0)
     assert repetitions(PROFILES["full"]).least >= 3
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--memory-repetitions", "0"])
 
 
 def test_the_miniature_keeps_dtypes_ranks_and_the_zero_copy_path() -> None:

@@ -68,6 +68,14 @@ class Repetitions:
 REPETITIONS = {"quick": Repetitions(1, 3, 0.3), "full": Repetitions(3, 10, 30.0)}
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
+    return value
+
+
 def repetitions(profile: Profile) -> Repetitions:
     """``--memory-repetitions N`` exactly, else the profile's policy."""
     count = profile.options.get("memory_repetitions")
@@ -128,6 +136,7 @@ class Route:
 
 
 def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
+    """The serializer, warmed up on the miniature through decode and use; sockets bound."""
     serializer = get_serializer(route.backend)
     route.warmup.check(serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message)))
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
@@ -148,6 +157,7 @@ def engine_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[
 
 
 def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
+    """The serializer, warmed up on the miniature's encode; sockets connected."""
     serializer = get_serializer(route.backend)
     serializer.encode(route.warmup.message)
     push, pull = transport.connect_frontend(zmq.Context(), route.addresses)
@@ -227,7 +237,7 @@ class Memory(Scenario):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--memory-repetitions",
-            type=int,
+            type=positive_int,
             metavar="N",
             help="fresh frontend/engine pairs per case (default: quick 1-3 within 0.3 s, full 3-10 in 30 s)",
         )
