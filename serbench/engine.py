@@ -19,8 +19,9 @@ reports a mismatch, a failed decode or a duplicate as an ``error``, and the
 frontend fails the case on it.
 
 Safety: an unsafe backend (one that can run code from its input, like
-pickle) is refused on a non-loopback address unless the engine was started
-with ``allow_unsafe``.
+pickle) is refused on a non-loopback address, and a backend named by dotted
+path (``module:factory``, which would import and call whatever a client
+names) on any address, unless the engine was started with ``allow_unsafe``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from workloads.base import output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from workloads.spec import parse_spec
 from workloads.tree import payload_bytes, payload_checksum
 
 log = logging.getLogger("serbench.engine")
@@ -114,6 +116,11 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
     step_s = ctrl.data.get("step_s", 0.005)
     if not isinstance(spec, str) or not isinstance(step_s, (int, float)) or not 0 <= step_s <= MAX_STEP_S:
         raise ValueError(f"bad start message: backend={spec!r}, step_s={step_s!r}")
+    if parse_spec(spec).is_dotted_path and not allow_unsafe:
+        raise ValueError(
+            f"refusing backend {spec!r} given by dotted path (building it imports and calls any "
+            "function a client names); start the engine with --allow-unsafe-deserialization to accept it"
+        )
     decoder = get_serializer(spec)
     if not is_safe(decoder) and not allow_unsafe and not transport.is_loopback(bind_address):
         raise ValueError(
@@ -345,7 +352,8 @@ def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: 
     bound = Addresses(requests.LAST_ENDPOINT.decode(), outputs.LAST_ENDPOINT.decode())
     report.send(("ok", bound))
     try:
-        Engine(requests, outputs, bind.requests).serve(sessions=1)
+        # The frontend that forked this engine chose the backend, so any spec it names is accepted.
+        Engine(requests, outputs, bind.requests, allow_unsafe=True).serve(sessions=1)
     finally:
         requests.close()
         outputs.close()
@@ -407,6 +415,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--allow-unsafe-deserialization",
         action="store_true",
-        help="accept backends that run code from their input (pickle, cloudpickle) on a non-loopback address",
+        help="accept backends that run code from their input (pickle, cloudpickle) on a non-loopback "
+        "address, and backends named by dotted path",
     )
     parser.set_defaults(func=cmd_engine)

@@ -59,6 +59,12 @@ def test_unsafe_backend_is_refused_on_a_non_loopback_address(backend: str) -> No
     assert open_session(start, "ipc:///tmp/x/requests", allow_unsafe=False).id == "s"
 
 
+def test_backend_by_dotted_path_is_refused_even_on_loopback() -> None:
+    start = Control("start", "s", {"backend": "os:system:command=true", "step_s": 0.0})
+    with pytest.raises(ValueError, match="dotted path"):
+        open_session(start, "tcp://127.0.0.1:5555", allow_unsafe=False)
+
+
 def test_safe_backend_is_accepted_anywhere() -> None:
     start = Control("start", "s", {"backend": "msgspec-frombuffer", "step_s": 0.0})
     assert open_session(start, "tcp://0.0.0.0:5555", allow_unsafe=False).id == "s"
