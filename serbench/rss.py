@@ -95,7 +95,7 @@ class SideResult:
 @dataclass(frozen=True)
 class Measurement:
     sides: dict[str, SideResult]
-    timeline: dict[str, list[float]]  # "t_s" and, per side, RSS above its baseline
+    timeline: dict[str, list[float | None]]  # "t_s"; per side, RSS above baseline (None: unreadable)
     started: float  # time.monotonic() when the sides were released; t_s counts from it
 
 
@@ -136,7 +136,7 @@ def _rss(proc: psutil.Process) -> int | None:
         return None
 
 
-def _thin(timeline: dict[str, list[float]]) -> dict[str, list[float]]:
+def _thin(timeline: dict[str, list[float | None]]) -> dict[str, list[float | None]]:
     """At most MAX_TIMELINE_POINTS evenly spaced samples, the last one kept."""
     count = len(timeline["t_s"])
     if count <= MAX_TIMELINE_POINTS:
@@ -171,7 +171,7 @@ class _Run:
     def go(self) -> Measurement:
         """Release every side at once; sample RSS until all have reported."""
         watched = {name: psutil.Process(proc.pid) for name, proc in self.procs.items()}
-        timeline: dict[str, list[float]] = {"t_s": [], **{name: [] for name in self.procs}}
+        timeline: dict[str, list[float | None]] = {"t_s": [], **{name: [] for name in self.procs}}
         start = time.monotonic()
         for conn in self.conns.values():
             conn.send("go")
@@ -189,12 +189,12 @@ class _Run:
         return Measurement(results, _thin(timeline), start)
 
     def _sample(
-        self, watched: dict[str, psutil.Process], timeline: dict[str, list[float]], start: float
+        self, watched: dict[str, psutil.Process], timeline: dict[str, list[float | None]], start: float
     ) -> None:
         timeline["t_s"].append(round(time.monotonic() - start, 4))
         for name, proc in watched.items():
             rss = _rss(proc)
-            timeline[name].append(float("nan") if rss is None else rss - self.baselines[name])
+            timeline[name].append(None if rss is None else rss - self.baselines[name])
 
     def close(self) -> None:
         """Release every side (each exits when told); kill what is still running."""
