@@ -16,7 +16,8 @@ import multiprocessing as mp
 import signal
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -24,6 +25,7 @@ import psutil
 import torch
 
 _context = mp.get_context("fork")
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 class CaseFailed(Exception):
@@ -32,6 +34,7 @@ class CaseFailed(Exception):
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C ends
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)  # blocked by the parent around fork
     faulthandler.disable()  # a crash is recorded as the case's error, not dumped on the terminal
     # Decoded tensors view read-only received frames by design (zero-copy).
     warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
@@ -68,13 +71,24 @@ def _signal_name(exitcode: int) -> str:
         return f"signal {-exitcode}"
 
 
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C/SIGTERM while forking: raised in an at-fork hook, the interrupt would be lost."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
     """``fn(*args)`` in a fresh child; its return value, or CaseFailed."""
     receiver, sender = _context.Pipe(duplex=False)
     proc = _context.Process(target=_child, args=(sender, fn, args), daemon=False)
-    proc.start()
-    sender.close()
     try:
+        with _interrupts_deferred():
+            proc.start()
+        sender.close()
         ready = wait([receiver, proc.sentinel], timeout)
         if not ready:
             raise CaseFailed(f"timed out after {timeout:g} s")
@@ -91,5 +105,6 @@ def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
         return payload
     finally:
         receiver.close()
-        kill_tree(proc.pid)
-        proc.join(5)
+        if proc.pid is not None:  # started: an interrupt held during fork lands here, after it
+            kill_tree(proc.pid)
+            proc.join(5)

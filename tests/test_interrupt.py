@@ -1,8 +1,9 @@
 """Ctrl-C or SIGTERM in the middle of ``serbench run``: a valid, incomplete results file and no orphans.
 
 The run's second case hangs on purpose (``misbehaving:mode=hang`` on 8 images),
-so the signal always lands while a child is busy; the first case is finished
-and must be in the file.
+so the signal lands while a child is busy (or being forked); the first case
+is finished and must be in the file. The fork itself is the worst moment: an
+interrupt handled inside an at-fork hook is printed and dropped by Python.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import psutil
 import pytest
 
 from serbench import results
+from serbench.isolation import run_isolated
+from serbench.runner import sigterm_as_interrupt
 
 PLUGINS = Path(__file__).parent / "plugins"
 HANGING = "misbehaving_backends:misbehaving:mode=hang"
@@ -94,3 +97,24 @@ def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path
     assert [(r["workload"], r["error"]) for r in data["records"]] == [("text-sonnet", None)]
     assert data["records"][0]["metrics"]["decode_s"]["median"] > 0
     assert leftovers == []
+
+
+_pending_at_fork: list[int] = []
+
+
+def _signal_self_after_fork() -> None:
+    """An at-fork hook: the interrupt arrives exactly while the runner forks a case."""
+    if _pending_at_fork:
+        os.kill(os.getpid(), _pending_at_fork.pop())
+
+
+os.register_at_fork(after_in_parent=_signal_self_after_fork)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_arriving_during_fork_is_not_lost(signum: int) -> None:
+    with sigterm_as_interrupt(), pytest.raises(KeyboardInterrupt):
+        _pending_at_fork.append(signum)
+        run_isolated(time.sleep, (5,), 60)
+    assert _pending_at_fork == []
+    assert psutil.Process().children(recursive=True) == []
