@@ -1,4 +1,4 @@
-"""A results file that cannot be used is one line of ResultsError, and exit 2 for the commands reading it.
+"""A results file that cannot be used is one line of ResultsError, and exit 2 for report and compare.
 
 Truncated (a run killed mid-write by something other than serbench),
 corrupted (bytes flipped, types changed) and foreign (another tool's JSON, a
@@ -99,12 +99,15 @@ def test_missing_file_or_directory_is_results_error(tmp_path: Path, missing: str
         results.load(tmp_path / missing)
 
 
-def test_compare_on_an_unusable_file_exits_2_with_one_line(
-    bad_file: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_commands_on_an_unusable_file_exit_2_with_one_line(
+    bad_file: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     good = bad_file.parent / "good.json"
-    for base, head in ((good, bad_file), (bad_file, good)):
-        assert cli.main(["compare", str(base), str(head)]) == 2
+    out = ["--out", str(bad_file.parent / "report")] if command == "report" else []
+    singles = [(bad_file,)] if command == "report" else []  # report takes one file or base and head
+    for files in [(good, bad_file), (bad_file, good), *singles]:
+        assert cli.main([command, *map(str, files), *out]) == 2
         err = capsys.readouterr().err
         assert err.startswith("serbench: error: ") and str(bad_file) in err
         assert len(err.strip().splitlines()) == 1
