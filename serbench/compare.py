@@ -20,7 +20,8 @@ Machine-independent metrics (``wire_bytes``, ``frames``, ``copies``) are
 compared exactly: any increase is a regression. A case that failed in head
 but not in base is a regression of its own (verdict "failed in head"); the
 reverse is "fixed in head". Cases present on one side only are listed as
-added or removed.
+added or removed. Reference metrics (``copy_s``, the machine's own copy
+speed) are not compared.
 
 When the samples of a metric came from several processes (the gate merges
 rounds; the merged metric carries ``"rounds"``: the sample count of each),
@@ -56,6 +57,10 @@ HIGHER_IS_BETTER = frozenset({"req_per_s", "payload_gb_per_s"})
 # machine-independent numbers; ``copies`` is a ratio of page-granular RSS
 # readings, so a hundredth of the payload is below its resolution).
 EXACT_RESOLUTION = {"wire_bytes": 0.0, "frames": 0.0, "copies": 0.01}
+# Measurements of the machine, not of the code under test (micro's plain copy of
+# the payload, timed beside each backend as a yardstick): shown in results, never
+# compared, since a change in them is noise by definition.
+REFERENCE_METRICS = frozenset({"copy_s"})
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
 
@@ -262,7 +267,7 @@ def compare(
         if b.get("error"):
             rows.append(_case_row(case, FIXED_IN_HEAD))
             continue
-        for name in b["metrics"].keys() & h["metrics"].keys():
+        for name in (b["metrics"].keys() & h["metrics"].keys()) - REFERENCE_METRICS:
             threshold = overrides.get(name, max_regression)
             rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold))
     return Comparison(

@@ -211,3 +211,11 @@ def test_parse_threshold(text: str, value: float) -> None:
 def test_parse_threshold_rejects_nonsense(text: str) -> None:
     with pytest.raises(ValueError):
         cmp.parse_threshold(text)
+
+
+def test_the_machine_reference_copy_is_not_compared() -> None:
+    rows = one(
+        {"copy_s": metric(samples(1)), "encode_s": metric(samples(1))},
+        {"copy_s": metric(samples(2, 2.0)), "encode_s": metric(samples(2))},
+    )
+    assert set(rows) == {"encode_s"}
