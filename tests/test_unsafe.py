@@ -3,6 +3,8 @@
 One crafted payload — a pickle whose ``__reduce__`` calls ``exec`` — is sent
 as the frames of a request. Each unsafe backend runs it (the marker file
 appears); each safe backend raises ``DecodeError`` and the marker never does.
+``serbench list``, the terminal summary and the HTML report mark exactly the
+unsafe backends.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from serbench import cli, summary
+from serbench import cli, report, summary
+from serbench.results import ResultsFile, record
 from serializers import BUILTINS, DecodeError, get_serializer, is_safe
 from workloads.messages import EngineCoreRequest
 
@@ -64,23 +67,24 @@ def test_serbench_list_marks_exactly_the_unsafe_backends(capsys: pytest.CaptureF
         assert (UNSAFE_MARK in rows[name]) == (name in UNSAFE), rows[name]
 
 
-def test_terminal_summary_marks_exactly_the_unsafe_backends() -> None:
+def results_document(folder: Path, specs: list[str]) -> dict:
+    """A results document with one micro record per backend, safety as each declares."""
     metric = {"unit": "s", "values": [1e-3], "median": 1e-3, "ci_low": 1e-3, "ci_high": 1e-3}
-    specs = UNSAFE + SAFE
-    data = {
-        "backends": {spec: {"safe": spec in SAFE} for spec in specs},
-        "records": [
-            {
-                "scenario": "micro",
-                "backend": spec,
-                "workload": "text-sonnet",
-                "metrics": dict.fromkeys(("encode_s", "decode_s", "roundtrip_s"), metric),
-                "error": None,
-            }
-            for spec in specs
-        ],
-    }
-    text = summary.render(data)
+    metrics = dict.fromkeys(("encode_s", "decode_s", "roundtrip_s"), metric)
+    run = ResultsFile(folder / "results.json", {}, "quick", {s: {"safe": s in SAFE} for s in specs})
     for spec in specs:
+        run.add(record("micro", spec, "text-sonnet", metrics))
+    return run.data
+
+
+# Each view of a results document, and how it marks an unsafe backend next to its name.
+VIEWS = {"summary": (summary.render, "{} (unsafe)"), "report": (report.render, '{} <span class="badge bad"')}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_summary_and_report_mark_exactly_the_unsafe_backends(tmp_path: Path, view: str) -> None:
+    render, mark = VIEWS[view]
+    text = render(results_document(tmp_path, UNSAFE + SAFE))
+    for spec in UNSAFE + SAFE:
         assert spec in text
-        assert (f"{spec} (unsafe)" in text) == (spec in UNSAFE), spec
+        assert (mark.format(spec) in text) == (spec in UNSAFE), spec
