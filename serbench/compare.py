@@ -192,7 +192,7 @@ def ratio_interval(
 
 
 def statistical_verdict(
-    ratio: float, low: float | None, high: float | None, threshold: float, higher_is_better: bool
+    low: float | None, high: float | None, threshold: float, higher_is_better: bool
 ) -> str:
     """Regression/improvement when significant and not shown within ±threshold."""
     if low is None or high is None:
@@ -232,9 +232,9 @@ def compare_metric(
         verdict = NO_CHANGE
     else:
         low, high = ratio_interval(base, head)
-        verdict = statistical_verdict(ratio, low, high, threshold, name in HIGHER_IS_BETTER)
-    return MetricComparison(*case, name, head.get("unit") or base.get("unit", ""), b, h, ratio, low, high,
-                            verdict, exact)  # fmt: skip
+        verdict = statistical_verdict(low, high, threshold, name in HIGHER_IS_BETTER)
+    unit = head.get("unit") or base.get("unit", "")
+    return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
 
 
 def _case_row(case: tuple[str, str, str], verdict: str) -> MetricComparison:
@@ -413,7 +413,7 @@ def render_markdown(comparison: Comparison, base: dict, head: dict) -> str:
 
 # ------------------------------------------------------------------------ CLI
 
-EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION = 0, 1  # unusable input: cli.EXIT_USAGE (2)
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
