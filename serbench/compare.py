@@ -27,7 +27,11 @@ When the samples of a metric came from several processes (the gate merges
 rounds; the merged metric carries ``"rounds"``: the sample count of each),
 the bootstrap resamples whole rounds first and samples within them second,
 so that a difference between processes (allocator history, CPU placement)
-widens the interval instead of passing for a regression.
+widens the interval instead of passing for a regression. With as many
+rounds on each side — the gate's interleaved pairs, base and head run one
+right after the other — the ratio is the median of the per-round ratios and
+the pairs are resampled together, so that load that comes and goes on a
+shared machine hits both sides of a pair and cancels.
 """
 
 from __future__ import annotations
@@ -152,57 +156,89 @@ def _groups(metric: dict) -> list[np.ndarray]:
     return np.split(values, np.cumsum(sizes)[:-1])
 
 
-def _bootstrap_medians(groups: list[np.ndarray], rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` bootstrap medians: rounds drawn with replacement, then samples within each.
+def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each drawn round index in ``picks``, the median of a resample of that round's samples.
 
-    With one round this is the ordinary bootstrap. Rounds of unequal size are
-    drawn at the largest size and the surplus masked, so each drawn round
-    contributes exactly its own number of samples.
+    Rounds of unequal size are drawn at the largest size and the surplus
+    masked, so each resample has exactly its round's number of samples.
     """
     sizes = np.array([len(g) for g in groups])
     flat = np.concatenate(groups)
-    picks = rng.integers(len(groups), size=(n, len(groups)))
     picked_sizes = sizes[picks][..., None]
     width = int(sizes.max())
-    within = (rng.random((n, len(groups), width)) * picked_sizes).astype(int)
+    within = (rng.random((*picks.shape, width)) * picked_sizes).astype(int)
     drawn = flat[(np.cumsum(sizes) - sizes)[picks][..., None] + within]
     drawn[np.arange(width) >= picked_sizes] = np.nan
-    return np.nanmedian(drawn.reshape(n, -1), axis=1)
+    return np.nanmedian(drawn, axis=-1)
 
 
-def ratio_interval(
+def _ratio(head: np.ndarray, base: np.ndarray, paired: bool) -> np.ndarray:
+    """The ratio statistic over the last axis (rounds) of per-round medians.
+
+    Paired (rounds measured side by side): the median of the per-round
+    ratios, so that drift between rounds cancels. Otherwise: the median
+    round of head over the median round of base.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if paired:
+            return np.median(head / base, axis=-1)
+        return np.median(head, axis=-1) / np.median(base, axis=-1)
+
+
+def ratio_estimate(
     base: dict, head: dict, confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED
-) -> tuple[float | None, float | None]:
-    """Percentile-bootstrap interval of median(head)/median(base) from the raw samples.
+) -> tuple[float | None, float | None, float | None]:
+    """Ratio head/base and its percentile-bootstrap interval, from the raw samples.
 
-    (None, None) when a side has fewer than two samples or a median of zero:
-    no interval, no significance.
+    One round per side: the ratio of medians, samples resampled. Several:
+    rounds are resampled first and samples within them second; when both
+    sides have the same number of rounds (the gate's interleaved A B / B A
+    pairs) round ``i`` of base and of head are drawn together and the
+    statistic is the median of per-round ratios. The ratio is None for a
+    zero base; the interval is (None, None) with fewer than two samples a
+    side — no interval, no significance.
     """
     base_groups, head_groups = _groups(base), _groups(head)
+    paired = len(base_groups) == len(head_groups)
+    medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
+    ratio = float(_ratio(*medians, paired)[0])
+    if not math.isfinite(ratio):
+        return None, None, None
     if min(sum(map(len, base_groups)), sum(map(len, head_groups))) < 2:
-        return None, None
+        return ratio, None, None
     rng = np.random.default_rng(seed)
-    head_medians = _bootstrap_medians(head_groups, rng, BOOTSTRAP_RESAMPLES)
-    base_medians = _bootstrap_medians(base_groups, rng, BOOTSTRAP_RESAMPLES)
-    if not np.all(base_medians):
-        return None, None
+    head_picks = rng.integers(len(head_groups), size=(BOOTSTRAP_RESAMPLES, len(head_groups)))
+    base_picks = (
+        head_picks if paired else rng.integers(len(base_groups), size=(BOOTSTRAP_RESAMPLES, len(base_groups)))
+    )
+    ratios = _ratio(
+        _round_medians(head_groups, head_picks, rng), _round_medians(base_groups, base_picks, rng), paired
+    )
     alpha = (1 - confidence) / 2
-    low, high = np.quantile(head_medians / base_medians, [alpha, 1 - alpha])
-    return float(low), float(high)
+    low, high = np.nanquantile(ratios, [alpha, 1 - alpha])
+    return ratio, float(low), float(high)
 
 
 def statistical_verdict(
-    low: float | None, high: float | None, threshold: float, higher_is_better: bool
+    ratio: float | None, low: float | None, high: float | None, threshold: float, higher_is_better: bool
 ) -> str:
-    """Regression/improvement when significant and not shown within ±threshold."""
-    if low is None or high is None:
+    """Regression: a significant slowdown (interval above 1), estimated at no less than half
+    the threshold, and not shown to be within it (the interval reaches ``1 + threshold``).
+    Improvement: the mirror image. Anything else: no change.
+
+    The half-threshold floor keeps small but consistent shifts (a case measured
+    after a different neighbour, a warmer page cache) from failing the gate when
+    the interval is lopsided; a true slowdown of the full threshold clears it.
+    """
+    if ratio is None or low is None or high is None:
         return NO_CHANGE
-    if higher_is_better:  # express as a slowdown interval: >1 is worse
-        low, high = (1 / high if high else math.inf), (1 / low if low else math.inf)
+    slowdown, low, high = ratio, low, high
+    if higher_is_better:  # express as a slowdown: >1 is worse
+        slowdown, low, high = 1 / ratio, (1 / high if high else math.inf), (1 / low if low else math.inf)
     limit = 1 + threshold
-    if low > 1 and high >= limit:
+    if low > 1 and slowdown >= 1 + threshold / 2 and high >= limit:
         return REGRESSION
-    if high < 1 and low <= 1 / limit:
+    if high < 1 and slowdown <= 1 / (1 + threshold / 2) and low <= 1 / limit:
         return IMPROVEMENT
     return NO_CHANGE
 
@@ -222,17 +258,13 @@ def compare_metric(
 ) -> MetricComparison:
     """One row: medians, ratio head/base with its interval, verdict."""
     b, h = base["median"], head["median"]
-    ratio = h / b if b else None
     exact = name in EXACT_RESOLUTION
     if exact:
-        low = high = ratio
+        ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
-    elif ratio is None:
-        low = high = None
-        verdict = NO_CHANGE
     else:
-        low, high = ratio_interval(base, head)
-        verdict = statistical_verdict(low, high, threshold, name in HIGHER_IS_BETTER)
+        ratio, low, high = ratio_estimate(base, head)
+        verdict = statistical_verdict(ratio, low, high, threshold, name in HIGHER_IS_BETTER)
     unit = head.get("unit") or base.get("unit", "")
     return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
 

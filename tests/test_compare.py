@@ -219,3 +219,35 @@ def test_the_machine_reference_copy_is_not_compared() -> None:
         {"copy_s": metric(samples(2, 2.0)), "encode_s": metric(samples(2))},
     )
     assert set(rows) == {"encode_s"}
+
+
+def test_interleaved_pairs_cancel_drift_that_hits_both_sides() -> None:
+    """Load that comes and goes moves base round i and head round i together (they ran
+    back to back): paired, a 10 % slowdown stands out; unpaired, the drift hides it."""
+    drift = [1.0, 1.5, 0.8, 1.3, 1.0]
+    base_values = [v for i, d in enumerate(drift) for v in samples(30 + i, d, n=15)]
+    head_values = [v for i, d in enumerate(drift) for v in samples(40 + i, d * 1.10, n=15)]
+    base, head = metric(base_values, rounds=[15] * 5), metric(head_values, rounds=[15] * 5)
+    paired = one({"decode_s": base}, {"decode_s": head})["decode_s"]
+    assert paired.verdict == cmp.REGRESSION
+    assert paired.ratio == pytest.approx(1.10, abs=0.02)
+    unpaired = one({"decode_s": base}, {"decode_s": {**head, "rounds": [75]}})["decode_s"]
+    assert unpaired.ci_low < 1 and unpaired.verdict == cmp.NO_CHANGE
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low", "high", "verdict"),
+    [
+        (1.12, 1.05, 1.20, cmp.REGRESSION),
+        (1.06, 1.01, 1.15, cmp.REGRESSION),  # estimated above half the threshold, reaching it
+        (1.03, 1.01, 1.15, cmp.NO_CHANGE),  # lopsided interval around a 3 % shift
+        (1.06, 1.05, 1.07, cmp.NO_CHANGE),  # significant but shown within tolerance
+        (1.30, 0.95, 1.60, cmp.NO_CHANGE),  # not significant
+        (0.85, 0.80, 0.90, cmp.IMPROVEMENT),
+    ],
+)
+def test_statistical_verdict_rules(ratio: float, low: float, high: float, verdict: str) -> None:
+    assert cmp.statistical_verdict(ratio, low, high, 0.10, higher_is_better=False) == verdict
+    # the same numbers for a throughput are the inverse slowdown
+    mirrored = cmp.statistical_verdict(1 / ratio, 1 / high, 1 / low, 0.10, higher_is_better=True)
+    assert mirrored == verdict
