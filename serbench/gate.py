@@ -162,7 +162,7 @@ def _output_folder(out: str | None) -> Path:
         Path(out) if out else Path("reports") / datetime.now(timezone.utc).strftime("gate-%Y%m%dT%H%M%SZ")
     )
     folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return folder.resolve()  # the runs' working directories are the sides' trees
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

@@ -115,11 +115,12 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
         git(clone, "add", "gate_e2e_backend.py")
         git(clone, "commit", "-qm", f"{version} backend")
     base_commit, head_commit = git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD")
-    out = tmp_path / "out"
     monkeypatch.chdir(clone)
     args = ["--backends", "gate_e2e_backend:make", "--workloads", "text-sonnet", "--rounds", "2"]
-    code = cli.main(["gate", "--base", "HEAD~1", *args, "--out", str(out)])
+    code = cli.main(["gate", "--base", "HEAD~1", *args])  # default --out: relative to the clone
     printed = capsys.readouterr().out
+    (out,) = (clone / "reports").glob("gate-*")
+    assert f"gate report: {out.resolve()}" in printed
 
     assert code == 1
     frames_line = next(line for line in printed.splitlines() if " frames " in line)
