@@ -73,7 +73,10 @@ def _signal_name(exitcode: int) -> str:
 
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C/SIGTERM while forking: raised in an at-fork hook, the interrupt would be lost."""
+    """Hold Ctrl-C/SIGTERM while forking: raised in an at-fork hook, the interrupt would be lost.
+
+    Held for the calling thread; the runner has no other thread to take the signal.
+    """
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
         yield
