@@ -37,8 +37,18 @@ def _asv(args: list[str], home: Path, config: Path | None = None) -> subprocess.
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _config() -> dict:
+    return load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+
+
+def test_environments_results_and_site_are_ignored_by_git() -> None:
+    for key in ("env_dir", "results_dir", "html_dir"):
+        probe = f"{_config()[key]}/probe"
+        assert subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT).returncode == 0, key
+
+
 def test_asv_quick_run_has_a_result_for_every_benchmark(tmp_path: Path) -> None:
-    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf = _config()
     conf.update(
         repo=str(ROOT),
         benchmark_dir=str(ROOT / conf["benchmark_dir"]),
