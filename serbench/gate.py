@@ -69,7 +69,10 @@ def repository_root(start: Path) -> Path:
 @contextmanager
 def worktree(repo: Path, ref: str) -> Iterator[tuple[Path, str]]:
     """A detached checkout of ``ref`` in a temporary folder, and its commit; removed on exit."""
-    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    try:
+        commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except GateError:
+        raise GateError(f"{ref!r} is not a commit in {repo} (shallow clone? git fetch --unshallow)") from None
     folder = Path(tempfile.mkdtemp(prefix="serbench-gate-"))
     path = folder / "base"
     _git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
