@@ -33,14 +33,20 @@ class FlatMMKSerializer(MsgpackSerializer):
     tensor_to_buffer = staticmethod(tensor_buffer)
     tensor_from_buffer = staticmethod(tensor_from_buffer)
 
-    def encode_header(self, obj: Any) -> bytes:
+    def encode_header(self, obj: Any) -> bytearray:
         self._call.table = []
         try:
             structure = super().encode_header(obj)
-            table = _table_encoder.encode(self._call.table)
+            # The table is encoded straight after its prefix and the small structure
+            # appended: with everything inline the table is the whole payload, and
+            # concatenating bytes would copy it twice more.
+            header = bytearray(_PREFIX)
+            _table_encoder.encode_into(self._call.table, header, _PREFIX)
         finally:
             self._call.table = []
-        return len(table).to_bytes(_PREFIX, "little") + table + structure
+        header[:_PREFIX] = (len(header) - _PREFIX).to_bytes(_PREFIX, "little")
+        header += structure
+        return header
 
     def array_ext(self, code: int, dtype: str, shape: list[int], buf: memoryview) -> msgspec.msgpack.Ext:
         self._call.table.append((code, dtype, shape, self.array_ref(buf)))
