@@ -167,3 +167,21 @@ def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
     assert offsets[0] == 0.0 and offsets == sorted(offsets)
     assert offsets[-1] / 1999 == pytest.approx(1 / 40, rel=0.1)
     assert ipc.arrival_offsets(3, math.inf, 1.0, seed=0) == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--rate", "0"],
+        ["--rate", "nan"],
+        ["--burstiness", "inf"],
+        ["--num-prompts", "0"],
+        ["--engine", "ipc://x"],
+    ],
+)
+def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
+    from serbench.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["run", *argv])
+    assert exit_info.value.code == 2

@@ -463,6 +463,13 @@ def _rate(text: str) -> float:
     return rate
 
 
+def _burstiness(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -501,7 +508,9 @@ class Ipc(Scenario):
             "--num-prompts", type=_positive_int, help="requests per case (default by profile)"
         )
         parser.add_argument("--rate", type=_rate, help="requests per second, 'inf' = all at once")
-        parser.add_argument("--burstiness", type=_rate, help="gamma shape of arrival gaps (1 = Poisson)")
+        parser.add_argument(
+            "--burstiness", type=_burstiness, help="gamma shape of arrival gaps (1 = Poisson)"
+        )
         parser.add_argument("--max-concurrency", type=_positive_int, help="requests in flight at most")
         parser.add_argument("--step-ms", type=_non_negative, help="simulated model time per engine step (5)")
         parser.add_argument(
