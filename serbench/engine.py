@@ -106,6 +106,8 @@ class Session:
 
 @dataclass
 class Running:
+    """A request being generated: how many tokens it gets, and the next one's position."""
+
     max_tokens: int
     position: int = 0
 
@@ -142,11 +144,10 @@ class Engine:
         outputs: zmq.Socket,
         bind_address: str,
         allow_unsafe: bool = False,
-        send_timeout_s: float = SEND_TIMEOUT_S,
     ) -> None:
         self.requests = requests
         self.outputs = outputs
-        self.outputs.setsockopt(zmq.SNDTIMEO, int(send_timeout_s * 1000))
+        self.outputs.setsockopt(zmq.SNDTIMEO, int(SEND_TIMEOUT_S * 1000))
         self.bind_address = bind_address
         self.allow_unsafe = allow_unsafe
         self.events: queue.Queue[tuple] = queue.Queue()
