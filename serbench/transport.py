@@ -16,6 +16,10 @@ only this user can connect, which matters when the backend unpickles what
 arrives. The folder can be removed as soon as both sides are connected —
 established unix-socket connections outlive their file — so a process killed
 afterwards leaves nothing behind.
+
+Two references live here too: the round trip of the empty message (the
+transport's own floor) and ``UnixStream``, the same bytes over a plain unix
+socket, which payload throughput through ZeroMQ is read against.
 """
 
 from __future__ import annotations
