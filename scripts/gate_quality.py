@@ -86,10 +86,13 @@ def report(out: Path, max_regression: float) -> dict:
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
         loads.append((meta["load_before"] + meta["load_after"]) / 2)
-        for factor, regressions in evaluate(folder, max_regression).items():
+        flagged = evaluate(folder, max_regression)
+        for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
-            if factor == 1.0 and regressions:
-                print(f"  false alarm in {folder.name}: {'; '.join(regressions)}")
+        marks = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
+        print(f"{folder.name} (load {loads[-1]:.1f}): {marks}")
+        if flagged[1.0]:
+            print(f"  false alarm: {'; '.join(flagged[1.0])}")
     n = len(trials)
     reliable = [f for f, c in sorted(counts.items()) if f > 1 and c >= 0.95 * n]
     summary = {
