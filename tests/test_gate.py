@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import cli, gate
+from serbench import cli, gate, testing
+from serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,3 +135,36 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     assert record["metrics"]["encode_s"]["rounds"] == [record["info"]["samples"]] * 2
     assert "frames" in (out / "summary.md").read_text()
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the temporary one is gone
+
+
+class Counting:
+    """A stand-in backend that counts its calls."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = {"encode": 0, "decode": 0}
+
+    def encode(self, obj: object) -> list[bytes]:
+        self.calls["encode"] += 1
+        return [b"x"]
+
+    def decode(self, frames: list, type_: type) -> object:
+        self.calls["decode"] += 1
+        return type_()
+
+
+@pytest.mark.parametrize(("factor", "extra"), [(1.0, 0), (1.10, 10), (1.25, 25), (2.0, 100)])
+def test_slowed_does_factor_times_the_work_per_operation(factor: float, extra: int) -> None:
+    inner = Counting()
+    slowed = testing.Slowed(inner, factor)
+    for _ in range(100):  # a round trip: the two operations' credits must not mix
+        slowed.decode(slowed.encode(None), dict)
+    assert inner.calls == {"encode": 100 + extra, "decode": 100 + extra}
+
+
+def test_slowed_refuses_to_speed_up_and_is_reachable_by_dotted_path() -> None:
+    with pytest.raises(ValueError):
+        testing.Slowed(Counting(), 0.9)
+    backend = get_serializer("serbench.testing:slowed:base=pickle,factor=1.5")
+    assert backend.factor == 1.5 and backend.inner.name == "pickle"
