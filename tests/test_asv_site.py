@@ -1,4 +1,4 @@
-"""benchmarks/offline_site.py: the published asv page loads its scripts from the site, not CDNs.
+"""scripts/asv_offline_site.py: the published asv page loads its scripts from the site, not CDNs.
 
 The npm download is replaced by fixed bytes, so this runs without a network;
 what is checked is the page rewrite: addresses, copied files, and which
@@ -23,7 +23,7 @@ HOME_LINK = '<a href="https://github.com/airspeed-velocity/asv/">asv</a>'
 
 def _load_offline_site():
     # By path: tests/benchmarks (the pytest-benchmark suite) shadows the name `benchmarks`.
-    spec = importlib.util.spec_from_file_location("offline_site", ROOT / "benchmarks" / "offline_site.py")
+    spec = importlib.util.spec_from_file_location("offline_site", ROOT / "scripts" / "asv_offline_site.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

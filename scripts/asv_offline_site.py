@@ -7,11 +7,10 @@ of swallow" instead of graphs. This script fetches the same files from the
 npm registry with ``npm pack`` (cached in ``~/.cache/serbench/asv-static``),
 copies them into ``<html_dir>/static/`` and points the page at them::
 
-    asv publish && python benchmarks/offline_site.py [reports/asv-html]
+    asv publish && python scripts/asv_offline_site.py [reports/asv-html]
 
 A CDN address it does not know (a newer asv template) is an error, not a
-page that silently breaks. asv imports this module during benchmark
-discovery: it defines no benchmarks and uses only the standard library.
+page that silently breaks.
 """
 
 from __future__ import annotations
