@@ -58,10 +58,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _output_path(out: str | None) -> Path:
-    if out:
-        folder = Path(out)
-    else:
-        folder = Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = Path(out) if out else Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -106,7 +103,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from serbench import runner, summary
-
     from serbench.scenarios import SCENARIOS
 
     plan = _plan(args)

@@ -377,7 +377,7 @@ def _cells(row: MetricComparison) -> list[str]:
     ratio, interval = format_ratio(row)
     return [
         row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
-        f"{row.scenario} {row.backend} × {row.workload}",  # noqa: RUF001
+        f"{row.scenario} {row.backend} × {row.workload}",
         row.metric,
         format_value(row.base_median, row.unit),
         format_value(row.head_median, row.unit),

@@ -167,9 +167,8 @@ def assert_same(expected: Any, actual: Any, path: str = "$") -> None:
         raise AssertionError(f"{path}: type {type(actual).__name__}, expected {type(expected).__name__}")
     if is_array(expected):
         if expected.dtype != actual.dtype or tuple(expected.shape) != tuple(actual.shape):
-            raise AssertionError(
-                f"{path}: {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}{tuple(expected.shape)}"
-            )
+            got, want = f"{actual.dtype}{tuple(actual.shape)}", f"{expected.dtype}{tuple(expected.shape)}"
+            raise AssertionError(f"{path}: {got}, expected {want}")
         if array_bytes(expected) != array_bytes(actual):
             raise AssertionError(f"{path}: bytes differ")
     elif isinstance(expected, msgspec.Struct):
@@ -178,7 +177,7 @@ def assert_same(expected: Any, actual: Any, path: str = "$") -> None:
     elif isinstance(expected, (list, tuple)):
         if len(expected) != len(actual):
             raise AssertionError(f"{path}: length {len(actual)}, expected {len(expected)}")
-        for i, (a, b) in enumerate(zip(expected, actual)):
+        for i, (a, b) in enumerate(zip(expected, actual, strict=False)):
             assert_same(a, b, f"{path}[{i}]")
     elif isinstance(expected, dict):
         if list(expected) != list(actual):

@@ -17,7 +17,7 @@ import signal
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -57,10 +57,8 @@ def kill_tree(pid: int) -> None:
     except psutil.NoSuchProcess:
         return
     for proc in procs:
-        try:
+        with suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=5)
 
 

@@ -8,9 +8,13 @@ without it the suite covers every built-in backend and threshold variant.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
+
+from serbench import transport
 
 # Backends written outside the package, named by dotted path in tests (tests/plugins).
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
@@ -43,3 +47,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_spec" in metafunc.fixturenames:
         specs = metafunc.config.getoption("--backend") or BUILTIN_VARIANTS
         metafunc.parametrize("backend_spec", specs)
+
+
+@pytest.fixture
+def ipc_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """ipc folders under tmp_path; afterwards none left and no child process alive."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    yield tmp_path
+    assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
+    assert not psutil.Process().children(recursive=True), "process left behind"

@@ -46,7 +46,7 @@ def test_a_regression_exits_1_with_table_markdown_and_reproduce_command(tmp_path
     assert "serbench gate --base aaaaaaaaaaaa --scenarios micro --backends msgspec-frombuffer" in out
     text = md.read_text()
     assert text.startswith("## ❌ serbench: 2 regression(s) in 1 case(s)")
-    assert "| REGRESSION | micro msgspec-frombuffer × text-sonnet | encode_s |" in text  # noqa: RUF001
+    assert "| REGRESSION | micro msgspec-frombuffer × text-sonnet | encode_s |" in text
 
 
 def test_a_threshold_above_the_slowdown_lets_it_pass(tmp_path) -> None:

@@ -37,13 +37,7 @@ TEXT = "text-sonnet:output_len=6"
 SETTINGS = Settings(num_prompts=4, rate=math.inf, max_concurrency=None, floor=2, step_s=0.002)
 
 
-@pytest.fixture(autouse=True)
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ipc folders under tmp_path; afterwards none left and no child process alive."""
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
-    assert not psutil.Process().children(recursive=True), "process left behind"
+pytestmark = pytest.mark.usefixtures("ipc_sandbox")
 
 
 # ---- safety -------------------------------------------------------------------

@@ -8,10 +8,8 @@ nothing is left behind.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import zmq
 
@@ -31,13 +29,7 @@ def settings(**changes) -> Settings:
     return Settings(**{**base, "step_s": 0.001, **changes})
 
 
-@pytest.fixture(autouse=True)
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ipc folders under tmp_path; afterwards none left and no child process alive."""
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
-    assert not psutil.Process().children(recursive=True), "process left behind"
+pytestmark = pytest.mark.usefixtures("ipc_sandbox")
 
 
 def test_text_case_accounts_for_every_token() -> None:

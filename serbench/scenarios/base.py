@@ -15,6 +15,14 @@ from typing import Any, ClassVar
 from serbench.profiles import Profile
 
 
+def positive_int(text: str) -> int:
+    """argparse type for scenario options: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
+    return value
+
+
 @dataclass(frozen=True)
 class Case:
     scenario: str

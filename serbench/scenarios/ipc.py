@@ -48,7 +48,7 @@ from serbench import transport
 from serbench.engine import Control, control, parse_control, request_checksum, run_local
 from serbench.isolation import kill_tree
 from serbench.profiles import Profile
-from serbench.scenarios.base import Case, Column, Scenario
+from serbench.scenarios.base import Case, Column, Scenario, positive_int
 from serbench.stats import summarize
 from serializers import Serializer, get_serializer
 from workloads import Workload, get_workload, output_token
@@ -470,13 +470,6 @@ def _burstiness(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
 def _non_negative(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 10_000:
@@ -504,14 +497,12 @@ class Ipc(Scenario):
     ]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--num-prompts", type=_positive_int, help="requests per case (default by profile)"
-        )
+        parser.add_argument("--num-prompts", type=positive_int, help="requests per case (default by profile)")
         parser.add_argument("--rate", type=_rate, help="requests per second, 'inf' = all at once")
         parser.add_argument(
             "--burstiness", type=_burstiness, help="gamma shape of arrival gaps (1 = Poisson)"
         )
-        parser.add_argument("--max-concurrency", type=_positive_int, help="requests in flight at most")
+        parser.add_argument("--max-concurrency", type=positive_int, help="requests in flight at most")
         parser.add_argument("--step-ms", type=_non_negative, help="simulated model time per engine step (5)")
         parser.add_argument(
             "--transport", choices=("ipc", "tcp"), help="local link: ipc:// (default) or tcp://"

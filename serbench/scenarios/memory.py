@@ -42,7 +42,7 @@ import zmq
 from serbench import transport
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, status_bytes
-from serbench.scenarios.base import Case, Column, Scenario
+from serbench.scenarios.base import Case, Column, Scenario, positive_int
 from serbench.stats import summarize
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
@@ -66,14 +66,6 @@ class Repetitions:
 # Peaks agree within a fraction of a MB from one repetition to the next, so
 # the quick profile repeats only the cases that are cheap to repeat.
 REPETITIONS = {"quick": Repetitions(1, 3, 0.3), "full": Repetitions(3, 10, 30.0)}
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
-    return value
 
 
 def repetitions(profile: Profile) -> Repetitions:
