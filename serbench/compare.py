@@ -48,6 +48,7 @@ import numpy as np
 
 from serbench import environment, results
 from serbench.stats import CONFIDENCE, relative_spread
+from serbench.units import format_value
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -312,21 +313,6 @@ def compare(
 
 
 # ---------------------------------------------------------------- presentation
-
-SCALES = {
-    "s": [(1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")],
-    "bytes": [(1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B")],
-}
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """A median in a readable unit (``12.3 µs``, ``9.6 MB``)."""
-    if value is None:
-        return "—"
-    for scale, name in SCALES.get(unit, []):
-        if abs(value) >= scale or scale == SCALES[unit][-1][0]:
-            return f"{value / scale:.3g} {name}"
-    return f"{value:.4g} {unit}".strip()
 
 
 def format_ratio(row: MetricComparison) -> tuple[str, str]:

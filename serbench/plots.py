@@ -22,28 +22,16 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from serbench.units import UNITLESS, scale_for
+
 WIDTH_IN = 11.0
 DPI = 100
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
-# Display scales per unit, largest first: the first factor not above the value wins.
-SCALES = {
-    "s": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
-    "bytes": ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")),
-}
-UNITLESS = ("", "count", "ratio")
 _IMAGES = re.compile(r"images-(\d+)")
 
 Case = tuple[str, str]  # (backend, workload)
-
-
-def scale_for(unit: str, value: float) -> tuple[float, str]:
-    """Display factor and unit for ``value`` in ``unit``: (1e-3, "ms") for 0.0138 s."""
-    steps = SCALES.get(unit)
-    if not steps:
-        return 1.0, unit
-    return next(((f, name) for f, name in steps if abs(value) >= f), steps[-1])
 
 
 def image_count(workload: str) -> int | None:

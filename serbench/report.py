@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from serbench import compare, results, stats
+from serbench.units import format_number, format_value, scale_for
 
 MEDIAN, P99 = "median", "p99"
 Column = tuple[str, str]  # (metric name, statistic)
@@ -168,28 +169,16 @@ class Look:
 # ---------------------------------------------------------------- numbers
 
 
-def _number(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
-
-
-def format_value(value: float, unit: str) -> str:
-    """``value`` in a readable scale with its unit: 1.38e-05 s → "13.8 µs"."""
-    from serbench.plots import UNITLESS, scale_for
-
-    factor, shown = scale_for(unit, value)
-    return _number(value / factor) + ("" if shown in UNITLESS else f" {shown}")
-
-
 def _metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
     """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip."""
-    from serbench.plots import scale_for, stat_value
+    from serbench.plots import stat_value
 
     value = stat_value(metric, stat)
     text = format_value(value, metric["unit"])
     exact = f"{stat} {value!r} {metric['unit']}, n={len(metric['values'])}"
     if stat == MEDIAN and metric["ci_low"] != metric["ci_high"]:
         factor, _ = scale_for(metric["unit"], value)
-        low, high = _number(metric["ci_low"] / factor), _number(metric["ci_high"] / factor)
+        low, high = format_number(metric["ci_low"] / factor), format_number(metric["ci_high"] / factor)
         text += f' <span class="ci">[{low} {DASH} {high}]</span>'
         exact += f", 95% CI {metric['ci_low']!r} to {metric['ci_high']!r}"
     return f'<td {case} data-metric="{e(name)}" data-stat="{stat}" title="{e(exact)}">{text}</td>'
