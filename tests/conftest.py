@@ -15,17 +15,13 @@ import psutil
 import pytest
 
 from serbench import transport
+from serializers import BUILTINS
 
 # Backends written outside the package, named by dotted path in tests (tests/plugins).
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
 BUILTIN_VARIANTS = [
-    "pickle",
-    "pickle-oob",
-    "cloudpickle",
-    "numpy-intermediate",
-    "msgspec-frombuffer",
-    "flat-mmk",
+    *BUILTINS,
     "pickle-oob:threshold=inf",
     "numpy-intermediate:threshold=inf",
     "msgspec-frombuffer:threshold=inf",
