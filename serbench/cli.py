@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from serbench.profiles import PROFILES
-from serbench.results import ResultsError
+from serbench.results import ResultsError, output_folder
 from workloads.spec import SpecError
 
 EXIT_USAGE = 2
@@ -57,17 +56,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _output_path(out: str | None) -> Path:
-    folder = Path(out) if out else Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create output folder {folder}: {exc.strerror or exc}") from None
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"output folder {folder} is not writable")
-    return folder
-
-
 def _point_latest(folder: Path) -> None:
     """``reports/latest`` → this run's folder (only for the default location)."""
     latest = folder.parent / "latest"
@@ -109,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = PROFILES["full" if args.full else "quick"]
     for scenario in SCENARIOS.values():
         profile = profile.with_options(**scenario.options(args))
-    folder = _output_path(args.out)
+    folder = output_folder(args.out)
     path = folder / "results.json"
 
     tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children

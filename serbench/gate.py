@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from serbench import compare, results
@@ -160,14 +159,6 @@ def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
     return ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
 
 
-def _output_folder(out: str | None) -> Path:
-    folder = (
-        Path(out) if out else Path("reports") / datetime.now(timezone.utc).strftime("gate-%Y%m%dT%H%M%SZ")
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder.resolve()  # the runs' working directories are the sides' trees
-
-
 def cmd_gate(args: argparse.Namespace) -> int:
     """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
     from serbench.cli import UsageError
@@ -177,7 +168,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 1")
     try:
         repo = repository_root(Path.cwd())
-        folder = _output_folder(args.out)
+        folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the sides' trees
         with worktree(repo, args.base) as (base_code, commit):
             print(
                 f"gate: base {args.base} ({commit[:12]}) against the working tree of {repo}", file=sys.stderr

@@ -35,6 +35,23 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def output_folder(out: str | None, prefix: str = "") -> Path:
+    """``out``, or ``reports/<prefix><UTC time>``, created and checked writable.
+
+    A folder that cannot be used is a ResultsError (one line, exit 2), raised
+    before anything is measured.
+    """
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = Path(out) if out else Path("reports") / f"{prefix}{stamp}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot create output folder {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise ResultsError(f"output folder {folder} is not writable")
+    return folder
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON next to ``path`` and rename it into place: never half-written."""
     path.parent.mkdir(parents=True, exist_ok=True)
