@@ -5,7 +5,7 @@
   (``scenario/backend/workload``), one measure per metric (median and its CI).
 * ``github-action-benchmark`` — its ``customSmallerIsBetter`` tool: a list of
   ``{name, unit, value, range, extra}``. That tool takes one direction per
-  file, so higher-is-better metrics (``req_per_s``, ``payload_gb_per_s``)
+  file, so higher-is-better metrics (rates, ``*_per_s``)
   are left out.
 
 Failed cases are left out of both: a dashboard point must be a measurement.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from serbench.compare import HIGHER_IS_BETTER
+from serbench.compare import higher_is_better
 from serbench.results import ok_records, write_json_atomic
 
 
@@ -52,7 +52,7 @@ def github_action_benchmark(data: dict) -> list[dict]:
             "extra": f"median of {len(metric['values'])} samples, 95% CI; {commit}",
         }
         for name, metric_name, metric in _metrics(data)
-        if metric_name not in HIGHER_IS_BETTER
+        if not higher_is_better(metric_name)
     ]
 
 

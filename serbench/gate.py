@@ -8,8 +8,9 @@ a fresh ``python -m serbench run`` with that side's code first on the path
 before the editable install's finder). The rounds of each side are merged
 into one results document whose metrics remember which round each sample
 came from (``"rounds"``), so the comparison's bootstrap can tell process-to-
-process noise from a real change. Drift on a shared machine hits both sides
-alike; what is left is compared by ``serbench.compare``.
+process noise from a real change. Interleaving spreads load that comes and
+goes over both sides alike; ``serbench.compare`` compares what is left by the
+fast end of each side's samples, which a few disturbed rounds do not move.
 """
 
 from __future__ import annotations
