@@ -1,8 +1,8 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
-Each trial is one gate run as ``serbench gate`` does it — rounds of
-``python -m serbench run``, base and head interleaved (A B, B A, …), rounds
-merged per side — except that both sides run this working tree and differ
+Each trial is one gate run as ``serbench gate`` does it — a ``serbench run
+--serve`` worker per side, rounds of base and head interleaved (A B, B A, …),
+rounds merged per side — except that both sides run this working tree and differ
 only in the backends. Both sides measure the same number of cases of
 ``serbench.testing:slowed`` in the same order (slot 0, 1, …): base has
 ``factor=1.0`` in every slot, head has ``factor=1.0`` in slot 0 and each
@@ -54,7 +54,9 @@ def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, 
         gate.Side("head", REPO, ("--backends", head_specs, *common)),
     ]
     load_before = os.getloadavg()[0]
-    base_runs, head_runs = gate.interleave(sides, rounds, folder, log=lambda m: None)
+    folder.mkdir(parents=True, exist_ok=True)
+    with gate.measurers(sides, folder, log=print) as started:
+        base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
     meta = {"load_before": load_before, "load_after": os.getloadavg()[0], "cpus": os.cpu_count()}
     results.write_json_atomic(folder / "base.json", gate.merge(base_runs))
     results.write_json_atomic(folder / "head.json", gate.merge(head_runs))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -26,8 +27,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from serbench import compare, results
+from serbench.isolation import kill_tree
 from serbench.stats import summarize
 
 # The default matrix: quick enough for every pull request (DESIGN §5), wide
@@ -42,15 +45,6 @@ RUN_TIMEOUT_S = 1800
 
 class GateError(Exception):
     """A step of the gate that could not run (bad ref, git failure, a run that crashed)."""
-
-
-@dataclass(frozen=True)
-class Side:
-    """One side of the comparison: a label, the folder whose code runs, its run options."""
-
-    label: str
-    code: Path
-    run_args: tuple[str, ...]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -84,39 +78,136 @@ def worktree(repo: Path, ref: str) -> Iterator[tuple[Path, str]]:
         subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)
 
 
-def run_side(side: Side, out: Path) -> dict:
-    """One ``serbench run`` of ``side``'s code into ``out``; its loaded results."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(side.code), os.environ.get("PYTHONPATH")])),
-    }
-    command = [sys.executable, "-m", "serbench", "run", *side.run_args, "--out", str(out)]
-    proc = subprocess.run(
-        command, cwd=side.code, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
-    if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        raise GateError(f"{side.label}: serbench run failed: {last}")
-    return results.load(out / "results.json")
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a label, the folder whose code runs, its run options."""
+
+    label: str
+    code: Path
+    run_args: tuple[str, ...]
+
+    def run(self, *extra: str, **popen: Any) -> subprocess.Popen:
+        """``python -m serbench run`` with this side's options and its code first on the path."""
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(self.code), os.environ.get("PYTHONPATH")])),
+        }
+        command = [sys.executable, "-m", "serbench", "run", *self.run_args, *extra]
+        return subprocess.Popen(command, cwd=self.code, env=env, text=True, **popen)
+
+    def can_serve(self) -> bool:
+        """Whether this side's ``serbench run`` has ``--serve`` (revisions before it do not)."""
+        proc = self.run("--help", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return "--serve" in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+
+
+def _last_line(path: Path, default: str) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else default
+
+
+class Worker:
+    """A side's ``serbench run --serve`` process: each round is one request on its stdin.
+
+    Started once, so a round costs only its measurements; its stderr goes to ``log``.
+    """
+
+    def __init__(self, side: Side, log: Path) -> None:
+        self.side, self.log = side, log
+        with log.open("w") as err:
+            self.proc = side.run("--serve", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+
+    def measure(self, out: Path) -> dict:
+        """One round of every case into ``out``; its loaded results."""
+        try:
+            self.proc.stdin.write(f"{out}\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], RUN_TIMEOUT_S)
+            reply = self.proc.stdout.readline().strip() if ready else ""
+        except OSError:
+            reply = ""
+        if reply != str(out):
+            raise GateError(
+                f"{self.side.label}: serbench run --serve stopped: {_last_line(self.log, 'no reply')}"
+            )
+        return results.load(out / "results.json")
+
+    def close(self) -> None:
+        """End the worker (its stdin closes); killed if it does not end in time."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            kill_tree(self.proc.pid)
+            self.proc.wait()
+
+
+class OneShot:
+    """A side measured by a fresh ``serbench run`` per round: for revisions without ``--serve``."""
+
+    def __init__(self, side: Side, log: Path) -> None:
+        self.side, self.log = side, log
+
+    def measure(self, out: Path) -> dict:
+        """One round of every case into ``out``; its loaded results."""
+        with self.log.open("a") as err:
+            proc = self.side.run("--out", str(out), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            code = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            raise GateError(f"{self.side.label}: serbench run took over {RUN_TIMEOUT_S} s") from None
+        if code:
+            raise GateError(
+                f"{self.side.label}: serbench run failed: {_last_line(self.log, f'exit code {code}')}"
+            )
+        return results.load(out / "results.json")
+
+    def close(self) -> None:
+        """Nothing stays running between rounds."""
+
+
+Measurer = Worker | OneShot
+
+
+@contextmanager
+def measurers(
+    sides: Sequence[Side], out: Path, log: Callable[[str], None] = print
+) -> Iterator[list[Measurer]]:
+    """A worker per side, or a process per round for every side if one of them cannot serve
+    (the sides are measured alike either way); all stopped on exit."""
+    serve = all(side.can_serve() for side in sides)
+    if not serve:
+        log("note: a side predates `serbench run --serve`: every round is a fresh process (slower, noisier)")
+    kind = Worker if serve else OneShot
+    started: list[Measurer] = []
+    try:
+        for side in sides:
+            started.append(kind(side, out / f"{side.label}.log"))
+        yield started
+    finally:
+        for measurer in started:
+            measurer.close()
 
 
 def interleave(
-    sides: Sequence[Side], rounds: int, out: Path, log: Callable[[str], None] = print
+    sides: Sequence[Measurer], rounds: int, out: Path, log: Callable[[str], None] = print
 ) -> list[list[dict]]:
-    """Run every side ``rounds`` times, alternating the order each round (A B, B A, …).
+    """Measure every side ``rounds`` times, alternating the order each round (A B, B A, …).
 
-    Returns one list of results documents per side; raw runs stay under
+    Returns one list of results documents per side; raw rounds stay under
     ``out/<label>-<round>/``.
     """
     runs: list[list[dict]] = [[] for _ in sides]
     total, done = rounds * len(sides), 0
     for r in range(rounds):
         order = list(enumerate(sides))
-        for index, side in order if r % 2 == 0 else order[::-1]:
+        for index, measurer in order if r % 2 == 0 else order[::-1]:
+            label = measurer.side.label
             done += 1
             start = time.perf_counter()
-            runs[index].append(run_side(side, out / f"{side.label}-{r + 1}"))
-            log(f"[{done}/{total}] {side.label} round {r + 1}: {time.perf_counter() - start:.1f} s")
+            runs[index].append(measurer.measure(out / f"{label}-{r + 1}"))
+            log(f"[{done}/{total}] {label} round {r + 1}: {time.perf_counter() - start:.1f} s")
     return runs
 
 
@@ -156,6 +247,11 @@ def merge(docs: Sequence[dict]) -> dict:
     }
 
 
+def say(message: str) -> None:
+    """Progress goes to stderr; stdout is the verdict."""
+    print(message, file=sys.stderr)
+
+
 def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
     return ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
 
@@ -171,11 +267,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
         repo = repository_root(Path.cwd())
         folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the sides' trees
         with worktree(repo, args.base) as (base_code, commit):
-            print(
-                f"gate: base {args.base} ({commit[:12]}) against the working tree of {repo}", file=sys.stderr
-            )
+            say(f"gate: base {args.base} ({commit[:12]}) against the working tree of {repo}")
             sides = [Side("base", base_code, _run_args(args)), Side("head", repo, _run_args(args))]
-            base_runs, head_runs = interleave(sides, args.rounds, folder, lambda m: print(m, file=sys.stderr))
+            with measurers(sides, folder, say) as started:
+                base_runs, head_runs = interleave(started, args.rounds, folder, say)
     except (GateError, subprocess.TimeoutExpired, OSError) as exc:
         raise UsageError(str(exc)) from None
     base, head = merge(base_runs), merge(head_runs)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from serbench import conformance, environment
 from serbench.isolation import CaseFailed, run_isolated
@@ -104,6 +105,39 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _measure(
+    cases: list[Case],
+    profile: Profile,
+    backends: dict[str, dict],
+    results: ResultsFile,
+    on_case: Callable[[int, int, Case], None] | None = None,
+) -> None:
+    """Every case in its own child, recorded in ``results`` one by one; then finished."""
+    for index, case in enumerate(cases):
+        if on_case:
+            on_case(index, len(cases), case)
+        start = time.perf_counter()
+        error = _conformance_error(backends[case.backend])
+        outcome: dict = {}
+        if error is None:
+            try:
+                outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
+            except CaseFailed as exc:
+                error = str(exc)
+        results.add(
+            record(
+                case.scenario,
+                case.backend,
+                case.workload,
+                outcome.get("metrics"),
+                outcome.get("info"),
+                error,
+                round(time.perf_counter() - start, 3),
+            )
+        )
+    results.finish()
+
+
 def execute(
     plan: Plan,
     profile: Profile,
@@ -116,33 +150,27 @@ def execute(
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
-    cases = plan.cases()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        backends = _check_backends(sorted({c.backend for c in cases}))
-        results.data["backends"] = backends
+        results.data["backends"] = _check_backends(sorted({c.backend for c in plan.cases()}))
         results.save()
-        for index, case in enumerate(cases):
-            if on_case:
-                on_case(index, len(cases), case)
-            start = time.perf_counter()
-            error = _conformance_error(backends[case.backend])
-            outcome: dict = {}
-            if error is None:
-                try:
-                    outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
-                except CaseFailed as exc:
-                    error = str(exc)
-            results.add(
-                record(
-                    case.scenario,
-                    case.backend,
-                    case.workload,
-                    outcome.get("metrics"),
-                    outcome.get("info"),
-                    error,
-                    round(time.perf_counter() - start, 3),
-                )
-            )
-        results.finish()
+        _measure(plan.cases(), profile, results.data["backends"], results, on_case)
     return results
+
+
+def serve(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replies: TextIO) -> None:
+    """The gate's worker: check the backends once, then for every folder named on a line of
+    ``requests``, run every case of ``plan`` into ``FOLDER/results.json`` and echo the line.
+
+    One process measures many short rounds this way, so that the gate can alternate
+    base and head every second or two instead of paying an interpreter start, the
+    imports and the conformance checks for each round.
+    """
+    env = environment.collect(argv)
+    backends = _check_backends(sorted({c.backend for c in plan.cases()}))
+    for line in requests:
+        folder = Path(line.strip())
+        _measure(
+            plan.cases(), profile, backends, ResultsFile(folder / "results.json", env, profile.name, backends)
+        )
+        print(line.strip(), file=replies, flush=True)

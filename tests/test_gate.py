@@ -36,18 +36,66 @@ def test_a_case_failing_in_any_round_is_failed() -> None:
     assert record["metrics"] == {}
 
 
-def test_rounds_alternate_the_order_of_the_sides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    calls = []
+class FakeMeasurer:
+    def __init__(self, label: str, calls: list[str]) -> None:
+        self.side, self.calls = gate.Side(label, Path("."), ()), calls
 
-    def fake_run(side: gate.Side, out: Path) -> dict:
-        calls.append(side.label)
+    def measure(self, out: Path) -> dict:
+        self.calls.append(self.side.label)
         return doc([])
 
-    monkeypatch.setattr(gate, "run_side", fake_run)
-    sides = [gate.Side("base", tmp_path, ()), gate.Side("head", tmp_path, ())]
+
+def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
+    calls: list[str] = []
+    sides = [FakeMeasurer("base", calls), FakeMeasurer("head", calls)]
     runs = gate.interleave(sides, 3, tmp_path, log=lambda _: None)
     assert calls == ["base", "head", "head", "base", "base", "head"]
     assert [len(r) for r in runs] == [3, 3]
+
+
+MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", "--scenarios", "micro")
+
+
+def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
+    side = gate.Side("head", REPO, MICRO_TEXT)
+    assert side.can_serve()
+    worker = gate.Worker(side, tmp_path / "head.log")
+    try:
+        first, second = (worker.measure(tmp_path / f"round-{i}") for i in (1, 2))
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
+    for data in (first, second):
+        assert data["complete"]
+        (record,) = data["records"]
+        assert record["error"] is None and len(record["metrics"]["encode_s"]["values"]) > 1
+    assert first["started"] <= second["started"]
+
+
+def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
+    side = gate.Side("base", REPO, ("--backends", "no-such-backend"))
+    worker = gate.Worker(side, tmp_path / "base.log")
+    try:
+        with pytest.raises(gate.GateError, match=r"base: serbench run --serve stopped: .*no-such-backend"):
+            worker.measure(tmp_path / "round-1")
+    finally:
+        worker.close()
+
+
+def test_if_one_side_cannot_serve_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
+    """Measured alike: a base from before ``--serve`` makes head run per round too."""
+    sides = [gate.Side("base", tmp_path, ()), gate.Side("head", REPO, ())]
+    monkeypatch.setattr(gate.Side, "can_serve", lambda self: self.label == "head")
+    notes: list[str] = []
+    with gate.measurers(sides, tmp_path, notes.append) as started:
+        assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]
+    assert "predates" in notes[0]
+
+
+def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
+    one_shot = gate.OneShot(gate.Side("base", REPO, ("--backends", "no-such-backend")), tmp_path / "base.log")
+    with pytest.raises(gate.GateError, match=r"base: serbench run failed: .*no-such-backend"):
+        one_shot.measure(tmp_path / "round-1")
 
 
 def git(repo: Path, *args: str) -> str:
