@@ -1,7 +1,7 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
 Each trial is one gate run as ``serbench gate`` does it — a ``serbench run
---serve`` worker per side, rounds of base and head interleaved (A B, B A, …),
+--worker`` worker per side, rounds of base and head interleaved (A B, B A, …),
 rounds merged per side — except that both sides run this working tree and differ
 only in the backends. Both sides measure the same number of cases of
 ``serbench.testing:slowed`` in the same order (slot 0, 1, …): base has
@@ -13,6 +13,7 @@ regression — exactly what makes ``serbench gate`` exit 1.
 
     python scripts/gate_quality.py --trials 20 --out reports/gate-quality
     python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
+    python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
 
 The load average during each trial is recorded: on a shared machine it says
 how much noise the gate had to stay quiet on.
@@ -57,17 +58,36 @@ def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, 
     folder.mkdir(parents=True, exist_ok=True)
     with gate.measurers(sides, folder, log=print) as started:
         base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
-    meta = {"load_before": load_before, "load_after": os.getloadavg()[0], "cpus": os.cpu_count()}
+    meta = {
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+        "rounds": rounds,
+    }
     results.write_json_atomic(folder / "base.json", gate.merge(base_runs))
     results.write_json_atomic(folder / "head.json", gate.merge(head_runs))
     results.write_json_atomic(folder / "trial.json", {"backend": backend, "factors": factors, **meta})
     return meta
 
 
-def evaluate(folder: Path, max_regression: float) -> dict[float, list[str]]:
+def load_side(folder: Path, label: str, rounds: int | None) -> dict:
+    """One side of a stored trial, merged: every round, or only the first ``rounds``
+    (a round is ``<label>-<round>-<case>/`` per case, or ``<label>-<round>/`` for all)."""
+    if rounds is None:
+        return results.load(folder / f"{label}.json")
+    return gate.merge(
+        [
+            results.load(path / "results.json")
+            for r in range(1, rounds + 1)
+            for path in sorted(folder.glob(f"{label}-{r}-*")) or [folder / f"{label}-{r}"]
+        ]
+    )
+
+
+def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, list[str]]:
     """Factor → the regressions (``metric workload``) the gate flags for it in this trial."""
     trial = json.loads((folder / "trial.json").read_text())
-    base, head = results.load(folder / "base.json"), results.load(folder / "head.json")
+    base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     flagged = {}
     for slot, factor in enumerate([1.0, *trial["factors"]]):
         reference = _only(base, _spec(trial["backend"], 1.0, slot))
@@ -78,7 +98,7 @@ def evaluate(folder: Path, max_regression: float) -> dict[float, list[str]]:
     return flagged
 
 
-def report(out: Path, max_regression: float) -> dict:
+def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
     trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
     if not trials:
@@ -88,7 +108,7 @@ def report(out: Path, max_regression: float) -> dict:
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
         loads.append((meta["load_before"] + meta["load_after"]) / 2)
-        flagged = evaluate(folder, max_regression)
+        flagged = evaluate(folder, max_regression, rounds)
         for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
         marks = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
@@ -100,13 +120,15 @@ def report(out: Path, max_regression: float) -> dict:
     summary = {
         "trials": n,
         "max_regression": max_regression,
+        "rounds_scored": rounds or "all",
         "false_alarms_aa": counts[1.0],
         "detections": {f"{f:g}": c for f, c in sorted(counts.items()) if f > 1},
         "smallest_reliably_detected": reliable[0] if reliable else None,
         "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
         "cpus": os.cpu_count(),
     }
-    print(f"A/A: alarm in {counts[1.0]}/{n} trials (threshold {max_regression:.0%})")
+    scored = f"first {rounds} rounds" if rounds else "all rounds"
+    print(f"A/A: alarm in {counts[1.0]}/{n} trials (threshold {max_regression:.0%}, {scored})")
     for factor, hits in summary["detections"].items():
         print(f"A/B slowed {factor}x: flagged in {hits}/{n} trials")
     print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
@@ -119,7 +141,12 @@ def report(out: Path, max_regression: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=gate.DEFAULT_ROUNDS)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help=f"rounds per side (default {gate.DEFAULT_ROUNDS}); with --analyze: score only the first "
+        "ROUNDS of each stored trial, as if the gate had stopped there (default: all)",
+    )
     parser.add_argument("--backend", default="msgspec-frombuffer", help="the backend that gets slowed")
     parser.add_argument("--workloads", default=gate.DEFAULT_WORKLOADS)
     parser.add_argument("--factors", default="1.03,1.05,1.07,1.10", help="slowdowns to detect")
@@ -129,12 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     max_regression = compare.parse_threshold(args.max_regression)
     if args.analyze:
-        report(Path(args.analyze), max_regression)
+        report(Path(args.analyze), max_regression, args.rounds)
         return 0
     out = Path(args.out)
+    rounds = args.rounds or gate.DEFAULT_ROUNDS
     factors = [float(f) for f in args.factors.split(",")]
     for t in range(args.trials):
-        meta = run_trial(out / f"trial-{t + 1:02d}", args.backend, factors, args.workloads, args.rounds)
+        meta = run_trial(out / f"trial-{t + 1:02d}", args.backend, factors, args.workloads, rounds)
         flagged = evaluate(out / f"trial-{t + 1:02d}", max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         print(f"trial {t + 1}/{args.trials} (load {meta['load_before']:.1f}): {hits}", file=sys.stderr)

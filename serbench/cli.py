@@ -97,8 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = PROFILES["full" if args.full else "quick"]
     for scenario in SCENARIOS.values():
         profile = profile.with_options(**scenario.options(args))
-    if args.serve:
-        runner.serve(plan, profile, args.argv, sys.stdin, sys.stdout)
+    if args.worker:
+        runner.work(plan, profile, args.argv, sys.stdin, sys.stdout)
         return 0
     folder = output_folder(args.out)
     path = folder / "results.json"
@@ -151,10 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--full", action="store_true", help="publication-quality profile")
     run.add_argument("--out", help="folder for results.json (default: reports/<UTC timestamp>/)")
     run.add_argument(
-        "--serve",
+        "--worker",
         action="store_true",
-        help="for `serbench gate`: read output folders on stdin, one per line; run every case into "
-        "each (FOLDER/results.json) and print the folder when done",
+        help="run as `serbench gate`'s worker: announce the cases, then measure one per JSON "
+        "request on stdin (see serbench.runner.work)",
     )
     for scenario in SCENARIOS.values():
         scenario.add_arguments(run.add_argument_group(f"{scenario.name} scenario"))

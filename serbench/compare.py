@@ -1,8 +1,7 @@
 """Comparing two results files: did head get worse than base?
 
 For every case (scenario, backend, workload) and metric present in both
-files, the ratio head/base of the fast end of the samples (``FAST_END``: the
-10th percentile of times, the 90th of rates) with a confidence interval
+files, the ratio head/base of the medians with a confidence interval
 bootstrapped from the raw samples (numpy, percentile method, a fixed seed so
 the same files always give the same verdict), and a verdict:
 
@@ -17,22 +16,23 @@ the same files always give the same verdict), and a verdict:
 
 "Slowdown" is head/base for timings and base/head for rates (metrics named
 ``*_per_s``), so both read the same way. Machine-independent metrics
-(``wire_bytes``, ``frames``, ``copies``) are compared exactly: any increase is
-a regression. A case that failed in head but not in base is a regression of
-its own (verdict "failed in head"); the reverse is "fixed in head". Cases
-present on one side only are listed as added or removed. Measurements of the
-machine rather than the code (``copy_s``, ``floor_rtt_s``) are not compared.
+(``wire_bytes``, ``frames``, ``copies``) are compared exactly: any increase
+is a regression. A case that failed in head but not in base is a regression
+of its own (verdict "failed in head"); the reverse is "fixed in head". Cases
+present on one side only are listed as added or removed. Measurements of
+the machine rather than the code (``copy_s``, ``floor_rtt_s``) are not
+compared.
 
-Why the fast end and not the median: a shared machine only ever makes code
-slower — a neighbour on the core, a process that landed in a slow state,
-a burst of load — and on this kind of machine it does so to one round in
-six or seven, by 1.3–3×, for every sample of that round. The median of a
-side moves with such a round; its fast end does not, as long as other
-rounds ran undisturbed. When the samples came from several processes (the
-gate merges rounds; the merged metric carries ``"rounds"``: the sample
-count of each), the bootstrap draws whole rounds first and samples within
-them second, so that a difference between processes widens the interval
-instead of passing for a change.
+When the samples of a metric came from several processes (the gate merges
+rounds; the merged metric carries ``"rounds"``: the sample count of each),
+the bootstrap resamples whole rounds first and samples within them second,
+so that a difference between processes (allocator history, CPU placement)
+widens the interval instead of passing for a regression. With as many
+rounds on each side — the gate measures each case on base and on head one
+right after the other — round ``i`` of base and of head form a pair: the
+ratio is the median of the per-pair ratios and pairs are resampled whole,
+so that a slow spell of the machine, which hits both halves of a pair,
+cancels, and one that hits only one half is outvoted by the other pairs.
 """
 
 from __future__ import annotations
@@ -64,19 +64,12 @@ BAD_VERDICTS = (FAILED_IN_HEAD, REGRESSION)
 EXACT_RESOLUTION = {"wire_bytes": 0.0, "frames": 0.0, "copies": 0.01}
 # Measurements of the machine, not of the code under test (micro's plain copy of
 # the payload and ipc's empty-message round trip, timed beside each backend as
-# yardsticks): shown in results, never
-# compared, since a change in them is noise by definition.
+# yardsticks): shown in results, never compared, since a change in them is
+# noise by definition.
 REFERENCE_METRICS = frozenset({"copy_s", "floor_rtt_s"})
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
 
-# The quantile of a time that is compared (of a rate: 1 - FAST_END). Noise on a
-# shared machine only slows code down, so the fast end of a side's samples
-# estimates what the code costs; 10 % rather than the minimum keeps one lucky
-# sample from deciding. Measured against the median on stored gate trials
-# (docs/gate.md): the same false-alarm rate, and a 10 % slowdown caught in
-# every trial instead of 16 of 20.
-FAST_END = 0.10
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129
 
@@ -90,8 +83,8 @@ class MetricComparison:
     workload: str
     metric: str
     unit: str
-    base_value: float | None  # the fast end of base's samples (median of an exact metric)
-    head_value: float | None
+    base_median: float | None
+    head_median: float | None
     ratio: float | None  # head / base
     ci_low: float | None  # interval of the ratio
     ci_high: float | None
@@ -146,6 +139,11 @@ def parse_threshold(text: str) -> float:
     return value
 
 
+def higher_is_better(metric: str) -> bool:
+    """Rates (``req_per_s``, ``payload_gb_per_s``, ``output_tokens_per_s``) rise when code gets faster."""
+    return metric.endswith("_per_s")
+
+
 def environment_differences(base: dict, head: dict) -> dict[str, tuple]:
     """The ``environment.COMPARABLE_KEYS`` whose values differ: key → (base, head)."""
     diffs = {}
@@ -154,21 +152,6 @@ def environment_differences(base: dict, head: dict) -> dict[str, tuple]:
         if b != h:
             diffs[key] = (b, h)
     return diffs
-
-
-def higher_is_better(metric: str) -> bool:
-    """Rates (``req_per_s``, ``payload_gb_per_s``, ``output_tokens_per_s``, …) go up when code gets faster."""
-    return metric.endswith("_per_s")
-
-
-def fast_end_quantile(metric: str) -> float:
-    """The quantile that compares ``metric``: the 10th percentile of times, the 90th of rates."""
-    return 1 - FAST_END if higher_is_better(metric) else FAST_END
-
-
-def fast_end(values: Sequence[float], metric: str) -> float:
-    """What ``metric`` is compared by (see ``FAST_END``): the fast end of its samples."""
-    return float(np.quantile(np.asarray(values, dtype=float), fast_end_quantile(metric)))
 
 
 def _groups(metric: dict) -> list[np.ndarray]:
@@ -180,56 +163,64 @@ def _groups(metric: dict) -> list[np.ndarray]:
     return np.split(values, np.cumsum(sizes)[:-1])
 
 
-def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """``BOOTSTRAP_RESAMPLES`` resamples of a side: rounds drawn with replacement, then each
-    drawn round's samples drawn with replacement; one row per resample, NaN-padded.
+def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each drawn round index in ``picks``, the median of a resample of that round's samples.
 
     Rounds of unequal size are drawn at the largest size and the surplus
-    masked, so each drawn round keeps exactly its number of samples.
+    masked, so each resample has exactly its round's number of samples.
     """
     sizes = np.array([len(g) for g in groups])
     flat = np.concatenate(groups)
-    picks = rng.integers(len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups)))
     picked_sizes = sizes[picks][..., None]
     width = int(sizes.max())
     within = (rng.random((*picks.shape, width)) * picked_sizes).astype(int)
     drawn = flat[(np.cumsum(sizes) - sizes)[picks][..., None] + within]
     drawn[np.arange(width) >= picked_sizes] = np.nan
-    return drawn.reshape(BOOTSTRAP_RESAMPLES, -1)
+    return np.nanmedian(drawn, axis=-1)
+
+
+def _ratio(head: np.ndarray, base: np.ndarray, paired: bool) -> np.ndarray:
+    """The ratio statistic over the last axis (rounds) of per-round medians.
+
+    Paired (rounds measured side by side): the median of the per-round
+    ratios, so that drift between rounds cancels. Otherwise: the median
+    round of head over the median round of base.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if paired:
+            return np.median(head / base, axis=-1)
+        return np.median(head, axis=-1) / np.median(base, axis=-1)
 
 
 def ratio_estimate(
-    base: dict,
-    head: dict,
-    quantile: float = FAST_END,
-    confidence: float = CONFIDENCE,
-    seed: int = BOOTSTRAP_SEED,
+    base: dict, head: dict, confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float | None, float | None, float | None]:
-    """Ratio head/base of the ``quantile`` of each side's samples, and its percentile-bootstrap
-    interval.
+    """Ratio head/base and its percentile-bootstrap interval, from the raw samples.
 
-    Each side is resampled on its own, rounds first and samples within the
-    drawn rounds second, so that a round whose every sample was slow (a
-    disturbed process) widens the interval rather than passing for a change.
-    The ratio is None for a zero base; the interval is (None, None) with
-    fewer than two samples a side — no interval, no significance.
+    One round per side: the ratio of medians, samples resampled. Several:
+    rounds are resampled first and samples within them second; when both
+    sides have the same number of rounds (the gate's interleaved A B / B A
+    pairs) round ``i`` of base and of head are drawn together and the
+    statistic is the median of per-round ratios. The ratio is None for a
+    zero base; the interval is (None, None) with fewer than two samples a
+    side — no interval, no significance.
     """
     base_groups, head_groups = _groups(base), _groups(head)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = float(
-            np.quantile(np.concatenate(head_groups), quantile)
-            / np.quantile(np.concatenate(base_groups), quantile)
-        )
+    paired = len(base_groups) == len(head_groups)
+    medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
+    ratio = float(_ratio(*medians, paired)[0])
     if not math.isfinite(ratio):
         return None, None, None
     if min(sum(map(len, base_groups)), sum(map(len, head_groups))) < 2:
         return ratio, None, None
     rng = np.random.default_rng(seed)
-    head_q, base_q = (
-        np.nanquantile(_resample(g, rng), quantile, axis=-1) for g in (head_groups, base_groups)
+    head_picks = rng.integers(len(head_groups), size=(BOOTSTRAP_RESAMPLES, len(head_groups)))
+    base_picks = (
+        head_picks if paired else rng.integers(len(base_groups), size=(BOOTSTRAP_RESAMPLES, len(base_groups)))
     )
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = head_q / base_q
+    ratios = _ratio(
+        _round_medians(head_groups, head_picks, rng), _round_medians(base_groups, base_picks, rng), paired
+    )
     alpha = (1 - confidence) / 2
     low, high = np.nanquantile(ratios, [alpha, 1 - alpha])
     return ratio, float(low), float(high)
@@ -272,15 +263,14 @@ def exact_verdict(metric: str, base: float, head: float) -> str:
 def compare_metric(
     case: tuple[str, str, str], name: str, base: dict, head: dict, threshold: float
 ) -> MetricComparison:
-    """One row: each side's value, ratio head/base with its interval, verdict."""
+    """One row: medians, ratio head/base with its interval, verdict."""
+    b, h = base["median"], head["median"]
     exact = name in EXACT_RESOLUTION
     if exact:
-        b, h = base["median"], head["median"]
         ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
     else:
-        b, h = fast_end(base["values"], name), fast_end(head["values"], name)
-        ratio, low, high = ratio_estimate(base, head, fast_end_quantile(name))
+        ratio, low, high = ratio_estimate(base, head)
         verdict = statistical_verdict(ratio, low, high, threshold, higher_is_better(name))
     unit = head.get("unit") or base.get("unit", "")
     return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
@@ -381,24 +371,19 @@ def _cells(row: MetricComparison) -> list[str]:
         row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
         f"{row.scenario} {row.backend} × {row.workload}",
         row.metric,
-        format_value(row.base_value, row.unit),
-        format_value(row.head_value, row.unit),
+        format_value(row.base_median, row.unit),
+        format_value(row.head_median, row.unit),
         ratio,
         interval,
     ]
 
 
-_P = f"p{FAST_END * 100:g}"
-HEADERS = ["verdict", "case", "metric", f"base {_P}", f"head {_P}", "head/base", "95% CI"]
-LEGEND = (
-    f"{_P}: the fast end of the samples — {_P} of times, p{(1 - FAST_END) * 100:g} of rates "
-    "(a shared machine only slows code down); exact metrics: their value"
-)
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI"]
 
 
 def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:
     """Lines under the table: noise, environment, failures, added/removed cases."""
-    lines = [LEGEND] if comparison.rows else []
+    lines = []
     base_noise, head_noise = noise(base), noise(head)
     if base_noise is not None and head_noise is not None:
         lines.append(

@@ -16,6 +16,7 @@ fast end of each side's samples, which a few disturbed rounds do not move.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import shutil
@@ -39,7 +40,7 @@ from serbench.stats import summarize
 DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
 DEFAULT_WORKLOADS = "text-sonnet,images-4"
 DEFAULT_SCENARIOS = "micro"
-DEFAULT_ROUNDS = 5
+DEFAULT_ROUNDS = 15
 RUN_TIMEOUT_S = 1800
 
 
@@ -95,10 +96,10 @@ class Side:
         command = [sys.executable, "-m", "serbench", "run", *self.run_args, *extra]
         return subprocess.Popen(command, cwd=self.code, env=env, text=True, **popen)
 
-    def can_serve(self) -> bool:
-        """Whether this side's ``serbench run`` has ``--serve`` (revisions before it do not)."""
+    def has_worker(self) -> bool:
+        """Whether this side's ``serbench run`` has ``--worker`` (revisions before it do not)."""
         proc = self.run("--help", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        return "--serve" in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        return "--worker" in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
 
 
 def _last_line(path: Path, default: str) -> str:
@@ -106,30 +107,43 @@ def _last_line(path: Path, default: str) -> str:
     return lines[-1] if lines else default
 
 
-class Worker:
-    """A side's ``serbench run --serve`` process: each round is one request on its stdin.
+CaseKey = tuple[str, str, str]  # scenario, backend, workload
 
-    Started once, so a round costs only its measurements; its stderr goes to ``log``.
-    """
+
+class Worker:
+    """A side's ``serbench run --worker`` process (see ``runner.work``): started once, then
+    one case measured per request, so a measurement costs only itself; stderr goes to ``log``."""
 
     def __init__(self, side: Side, log: Path) -> None:
         self.side, self.log = side, log
         with log.open("w") as err:
-            self.proc = side.run("--serve", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            self.proc = side.run("--worker", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        announced = self._reply()
+        if not announced:
+            self.close()
+            raise self._stopped()
+        self.cases: list[CaseKey] = [tuple(key) for key in json.loads(announced)["cases"]]
 
-    def measure(self, out: Path) -> dict:
-        """One round of every case into ``out``; its loaded results."""
+    def _reply(self) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], RUN_TIMEOUT_S)
+        return self.proc.stdout.readline().strip() if ready else ""
+
+    def _stopped(self) -> GateError:
+        return GateError(
+            f"{self.side.label}: serbench run --worker stopped: {_last_line(self.log, 'no reply')}"
+        )
+
+    def measure(self, out: Path, case: CaseKey | None = None) -> dict:
+        """``case`` (every case if None) measured into ``out``; its loaded results."""
+        request = json.dumps({"out": str(out), **({"case": list(case)} if case else {})})
         try:
-            self.proc.stdin.write(f"{out}\n")
+            self.proc.stdin.write(request + "\n")
             self.proc.stdin.flush()
-            ready, _, _ = select.select([self.proc.stdout], [], [], RUN_TIMEOUT_S)
-            reply = self.proc.stdout.readline().strip() if ready else ""
+            reply = self._reply()
         except OSError:
             reply = ""
-        if reply != str(out):
-            raise GateError(
-                f"{self.side.label}: serbench run --serve stopped: {_last_line(self.log, 'no reply')}"
-            )
+        if reply != request:
+            raise self._stopped()
         return results.load(out / "results.json")
 
     def close(self) -> None:
@@ -143,13 +157,16 @@ class Worker:
 
 
 class OneShot:
-    """A side measured by a fresh ``serbench run`` per round: for revisions without ``--serve``."""
+    """A side measured by a fresh ``serbench run`` of every case per round: for revisions
+    without ``--worker``."""
+
+    cases = None  # unknown until run: every round measures them all
 
     def __init__(self, side: Side, log: Path) -> None:
         self.side, self.log = side, log
 
-    def measure(self, out: Path) -> dict:
-        """One round of every case into ``out``; its loaded results."""
+    def measure(self, out: Path, case: None = None) -> dict:
+        """Every case measured into ``out``; its loaded results."""
         with self.log.open("a") as err:
             proc = self.side.run("--out", str(out), stdout=subprocess.DEVNULL, stderr=err)
         try:
@@ -174,12 +191,12 @@ Measurer = Worker | OneShot
 def measurers(
     sides: Sequence[Side], out: Path, log: Callable[[str], None] = print
 ) -> Iterator[list[Measurer]]:
-    """A worker per side, or a process per round for every side if one of them cannot serve
+    """A worker per side, or a process per round for every side if one of them has no worker
     (the sides are measured alike either way); all stopped on exit."""
-    serve = all(side.can_serve() for side in sides)
-    if not serve:
-        log("note: a side predates `serbench run --serve`: every round is a fresh process (slower, noisier)")
-    kind = Worker if serve else OneShot
+    workers = all(side.has_worker() for side in sides)
+    if not workers:
+        log("note: a side predates `serbench run --worker`: every round is a fresh process (slower, noisier)")
+    kind = Worker if workers else OneShot
     started: list[Measurer] = []
     try:
         for side in sides:
@@ -190,24 +207,36 @@ def measurers(
             measurer.close()
 
 
+def _units(sides: Sequence[Measurer]) -> list[CaseKey | None]:
+    """What one request measures: each case in turn when every side can measure one case
+    (their cases, in order, without repeats), else everything at once."""
+    if any(m.cases is None for m in sides):
+        return [None]
+    return list(dict.fromkeys(case for m in sides for case in m.cases))
+
+
 def interleave(
     sides: Sequence[Measurer], rounds: int, out: Path, log: Callable[[str], None] = print
 ) -> list[list[dict]]:
-    """Measure every side ``rounds`` times, alternating the order each round (A B, B A, …).
+    """Measure every side ``rounds`` times, alternating which side goes first (A B, B A, …)
+    from case to case and from round to round (round by round only, where a side
+    cannot measure one case).
 
-    Returns one list of results documents per side; raw rounds stay under
-    ``out/<label>-<round>/``.
+    Returns the results documents of each side, in order; raw measurements stay
+    under ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured
+    on the other only.
     """
     runs: list[list[dict]] = [[] for _ in sides]
-    total, done = rounds * len(sides), 0
-    for r in range(rounds):
-        order = list(enumerate(sides))
-        for index, measurer in order if r % 2 == 0 else order[::-1]:
-            label = measurer.side.label
-            done += 1
-            start = time.perf_counter()
-            runs[index].append(measurer.measure(out / f"{label}-{r + 1}"))
-            log(f"[{done}/{total}] {label} round {r + 1}: {time.perf_counter() - start:.1f} s")
+    units = _units(sides)
+    for r in range(1, rounds + 1):
+        start = time.perf_counter()
+        for k, unit in enumerate(units, start=1):
+            order = list(enumerate(sides))
+            for index, measurer in order if (r + k) % 2 == 0 else order[::-1]:
+                if unit is None or unit in measurer.cases:
+                    name = f"{measurer.side.label}-{r}" + (f"-{k}" if unit else "")
+                    runs[index].append(measurer.measure(out / name, unit))
+        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
     return runs
 
 

@@ -499,7 +499,7 @@ def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bo
     return (
         f'<tr class="{verdict}" data-case="{_case_attr(row.case)}" data-metric="{e(row.metric)}">'
         f"{first}<td>{look.backend(row.backend)}</td><td>{e(row.workload)}</td><td>{e(label)}</td>"
-        f"<td>{side(row.base_value)}</td><td>{side(row.head_value)}</td><td>{_ratio_text(row)}</td>"
+        f"<td>{side(row.base_median)}</td><td>{side(row.head_median)}</td><td>{_ratio_text(row)}</td>"
         f"<td><span class='badge {verdict}'>{e(row.verdict)}</span></td></tr>"
     )
 
@@ -511,8 +511,8 @@ def comparison_table(
         "backend",
         "workload",
         "metric",
-        compare.HEADERS[3],
-        compare.HEADERS[4],
+        "base median",
+        "head median",
         "head / base [95% CI]",
         "verdict",
     ]
@@ -572,7 +572,6 @@ def verdict_section(result: compare.Comparison, max_regression: float, look: Loo
     summary = (
         f"<p class='banner {cls}'>{len(bad)} regression(s), {len(good)} improvement(s) among "
         f"{len(result.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
-        f"<p>{e(compare.LEGEND)}.</p>"
     )
     env = "".join(
         f"<li>{e(k)}: base {e(str(b))}, head {e(str(h))}</li>"

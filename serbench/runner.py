@@ -8,6 +8,7 @@ or not, lands in the results file, which is saved after each one.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -158,19 +159,25 @@ def execute(
     return results
 
 
-def serve(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replies: TextIO) -> None:
-    """The gate's worker: check the backends once, then for every folder named on a line of
-    ``requests``, run every case of ``plan`` into ``FOLDER/results.json`` and echo the line.
+def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replies: TextIO) -> None:
+    """The gate's worker: measure cases on request, one process for many short rounds.
 
-    One process measures many short rounds this way, so that the gate can alternate
-    base and head every second or two instead of paying an interpreter start, the
-    imports and the conformance checks for each round.
+    It checks the backends once and announces its cases, a JSON line
+    ``{"cases": [[scenario, backend, workload], ...]}``. Then for each request
+    line ``{"out": FOLDER, "case": [scenario, backend, workload]}`` it measures
+    that case (every case if "case" is left out) into ``FOLDER/results.json``
+    and echoes the line. The gate can thus alternate base and head case by
+    case, a fraction of a second apart, without paying an interpreter start,
+    the imports and the conformance checks each time.
     """
+    cases = plan.cases()
+    keys = [[c.scenario, c.backend, c.workload] for c in cases]
     env = environment.collect(argv)
-    backends = _check_backends(sorted({c.backend for c in plan.cases()}))
+    backends = _check_backends(sorted({c.backend for c in cases}))
+    print(json.dumps({"cases": keys}), file=replies, flush=True)
     for line in requests:
-        folder = Path(line.strip())
-        _measure(
-            plan.cases(), profile, backends, ResultsFile(folder / "results.json", env, profile.name, backends)
-        )
+        request = json.loads(line)
+        chosen = [c for c, key in zip(cases, keys, strict=True) if request.get("case") in (None, key)]
+        results = ResultsFile(Path(request["out"]) / "results.json", env, profile.name, backends)
+        _measure(chosen, profile, backends, results)
         print(line.strip(), file=replies, flush=True)

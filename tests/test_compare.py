@@ -176,50 +176,19 @@ def test_per_metric_threshold_overrides_the_default() -> None:
     assert strict["decode_s"].verdict == cmp.NO_CHANGE
 
 
-def rounds(seed: int, shifts: list[float], factor: float = 1.0) -> dict:
-    """A merged metric: one round of 15 samples per shift, each round's every sample scaled by it
-    (a process that ran slow throughout, as on a shared machine)."""
-    values = [v for i, s in enumerate(shifts) for v in samples(seed + i, factor * s, n=15, sigma=0.01)]
-    return metric(values, rounds=[15] * len(shifts))
-
-
-def test_one_odd_round_widens_the_interval_instead_of_deciding() -> None:
-    """A head round 20 % faster than the rest (a lucky process): pooled as one run it reads as
-    an improvement; resampled by round, the interval covers 1."""
-    base, head = rounds(20, [1.0] * 5), rounds(10, [0.8, 1.0, 1.0, 1.0, 1.0])
-    pooled = one({"encode_s": {**base, "rounds": [75]}}, {"encode_s": {**head, "rounds": [75]}})["encode_s"]
-    by_round = one({"encode_s": base}, {"encode_s": head})["encode_s"]
-    assert pooled.verdict == cmp.IMPROVEMENT
+def test_rounds_turn_process_to_process_shifts_into_width() -> None:
+    """Five head rounds shifted by process (0.95 … 1.25): pooled they look like a tight 15 %
+    regression; resampled by round, the interval covers 1."""
+    shifts = [0.95, 1.0, 1.15, 1.2, 1.25]
+    head_values = [v for i, s in enumerate(shifts) for v in samples(10 + i, s, n=15, sigma=0.01)]
+    base_values = [v for i in range(5) for v in samples(20 + i, n=15, sigma=0.01)]
+    pooled = one({"encode_s": metric(base_values)}, {"encode_s": metric(head_values)})["encode_s"]
+    by_round = one(
+        {"encode_s": metric(base_values, rounds=[15] * 5)}, {"encode_s": metric(head_values, rounds=[15] * 5)}
+    )["encode_s"]
+    assert pooled.verdict == cmp.REGRESSION
     assert by_round.ci_low < 1 < by_round.ci_high
     assert by_round.verdict == cmp.NO_CHANGE
-
-
-# Rounds slowed by the machine, 1.3-3x for all their samples: one or two of five on a
-# side, as measured on the shared 2-core machine (docs/gate.md).
-DISTURBED = {
-    "base slowed once": ([1.0, 1.0, 1.5, 1.0, 1.0], [1.0] * 5),
-    "head slowed once": ([1.0] * 5, [1.0, 2.0, 1.0, 1.0, 1.0]),
-    "both slowed": ([1.0, 1.0, 1.0, 1.3, 1.0], [3.0, 1.0, 1.0, 1.0, 1.4]),
-}
-
-
-@pytest.mark.parametrize("shifts", DISTURBED.values(), ids=DISTURBED.keys())
-def test_disturbed_rounds_neither_hide_a_regression_nor_raise_a_false_alarm(shifts: tuple) -> None:
-    base_shifts, head_shifts = shifts
-    same = one({"decode_s": rounds(30, base_shifts)}, {"decode_s": rounds(40, head_shifts)})["decode_s"]
-    assert same.verdict == cmp.NO_CHANGE
-    assert same.ratio == pytest.approx(1.0, abs=0.02)
-    slower = one({"decode_s": rounds(30, base_shifts)}, {"decode_s": rounds(40, head_shifts, 1.10)})
-    assert slower["decode_s"].verdict == cmp.REGRESSION
-    assert slower["decode_s"].ratio == pytest.approx(1.10, abs=0.02)
-
-
-def test_the_median_would_miss_a_regression_behind_one_slow_base_round() -> None:
-    """Why the fast end: with the medians of these rounds the slowdown is not significant."""
-    base, head = rounds(50, [1.0, 1.5, 1.5, 1.0, 1.0]), rounds(60, [1.0] * 5, 1.10)
-    by_median = cmp.ratio_estimate(base, head, quantile=0.5)
-    assert by_median[1] < 1
-    assert one({"decode_s": base}, {"decode_s": head})["decode_s"].verdict == cmp.REGRESSION
 
 
 def test_the_same_files_always_give_the_same_interval() -> None:
@@ -252,6 +221,40 @@ def test_measurements_of_the_machine_are_not_compared(yardstick: str) -> None:
         {yardstick: metric(samples(2, 2.0)), "encode_s": metric(samples(2))},
     )
     assert set(rows) == {"encode_s"}
+
+
+def test_interleaved_pairs_cancel_drift_that_hits_both_sides() -> None:
+    """Load that comes and goes moves base round i and head round i together (they ran
+    back to back): paired, a 10 % slowdown stands out; unpaired, the drift hides it."""
+    drift = [1.0, 1.5, 0.8, 1.3, 1.0]
+    base_values = [v for i, d in enumerate(drift) for v in samples(30 + i, d, n=15)]
+    head_values = [v for i, d in enumerate(drift) for v in samples(40 + i, d * 1.10, n=15)]
+    base, head = metric(base_values, rounds=[15] * 5), metric(head_values, rounds=[15] * 5)
+    paired = one({"decode_s": base}, {"decode_s": head})["decode_s"]
+    assert paired.verdict == cmp.REGRESSION
+    assert paired.ratio == pytest.approx(1.10, abs=0.02)
+    unpaired = one({"decode_s": base}, {"decode_s": {**head, "rounds": [75]}})["decode_s"]
+    assert unpaired.ci_low < 1 and unpaired.verdict == cmp.NO_CHANGE
+
+
+# The machine's state, pair by pair: on the shared 2-core VM a case runs 1.6x slow
+# most of the time and normal now and then, flipping every second or so. Both
+# halves of most pairs see the same state; four straddle a flip, three of them
+# against head's interest and one in its favour.
+BASE_STATES = [1.6, 1.6, 1.0, 1.6, 1.6, 1.6, 1.6, 1.6, 1.0, 1.6, 1.6, 1.6, 1.6, 1.6, 1.6]
+HEAD_STATES = [1.6, 1.0, 1.0, 1.6, 1.6, 1.0, 1.6, 1.6, 1.6, 1.6, 1.6, 1.0, 1.6, 1.6, 1.6]
+
+
+@pytest.mark.parametrize(("factor", "verdict"), [(1.0, cmp.NO_CHANGE), (1.10, cmp.REGRESSION)])
+def test_many_pairs_outvote_the_few_that_straddle_a_change_of_the_machine(factor: float, verdict: str):
+    base_values = [v for i, s in enumerate(BASE_STATES) for v in samples(50 + i, s, n=15)]
+    head_values = [v for i, s in enumerate(HEAD_STATES) for v in samples(70 + i, s * factor, n=15)]
+    rounds = [15] * len(BASE_STATES)
+    row = one(
+        {"decode_s": metric(base_values, rounds=rounds)}, {"decode_s": metric(head_values, rounds=rounds)}
+    )
+    assert row["decode_s"].verdict == verdict
+    assert row["decode_s"].ratio == pytest.approx(factor, abs=0.02)
 
 
 @pytest.mark.parametrize(

@@ -37,20 +37,34 @@ def test_a_case_failing_in_any_round_is_failed() -> None:
 
 
 class FakeMeasurer:
-    def __init__(self, label: str, calls: list[str]) -> None:
-        self.side, self.calls = gate.Side(label, Path("."), ()), calls
+    def __init__(self, label: str, calls: list, cases: list | None) -> None:
+        self.side, self.calls, self.cases = gate.Side(label, Path("."), ()), calls, cases
 
-    def measure(self, out: Path) -> dict:
-        self.calls.append(self.side.label)
+    def measure(self, out: Path, case: tuple | None = None) -> dict:
+        self.calls.append((self.side.label, case))
         return doc([])
 
 
 def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
-    calls: list[str] = []
-    sides = [FakeMeasurer("base", calls), FakeMeasurer("head", calls)]
+    calls: list = []
+    sides = [FakeMeasurer("base", calls, None), FakeMeasurer("head", calls, None)]
     runs = gate.interleave(sides, 3, tmp_path, log=lambda _: None)
-    assert calls == ["base", "head", "head", "base", "base", "head"]
+    assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
     assert [len(r) for r in runs] == [3, 3]
+
+
+def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> None:
+    """Every case is measured on both sides back to back, and which side goes first changes
+    from case to case and from round to round; a case only head has runs on head only."""
+    a, b, new = ("micro", "x", "w1"), ("micro", "x", "w2"), ("micro", "y", "w1")
+    calls: list = []
+    sides = [FakeMeasurer("base", calls, [a, b]), FakeMeasurer("head", calls, [a, b, new])]
+    runs = gate.interleave(sides, 2, tmp_path, log=lambda _: None)
+    assert calls == [
+        ("base", a), ("head", a), ("head", b), ("base", b), ("head", new),
+        ("head", a), ("base", a), ("base", b), ("head", b), ("head", new),
+    ]  # fmt: skip
+    assert [len(r) for r in runs] == [4, 6]
 
 
 MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", "--scenarios", "micro")
@@ -58,10 +72,13 @@ MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", 
 
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     side = gate.Side("head", REPO, MICRO_TEXT)
-    assert side.can_serve()
+    assert side.has_worker()
     worker = gate.Worker(side, tmp_path / "head.log")
     try:
-        first, second = (worker.measure(tmp_path / f"round-{i}") for i in (1, 2))
+        assert worker.cases == [("micro", "msgspec-frombuffer", "text-sonnet")]
+        first = worker.measure(tmp_path / "round-1")
+        second = worker.measure(tmp_path / "round-2", worker.cases[0])
+        unknown = worker.measure(tmp_path / "round-3", ("micro", "pickle", "text-sonnet"))
     finally:
         worker.close()
     assert worker.proc.returncode == 0
@@ -70,22 +87,19 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
         (record,) = data["records"]
         assert record["error"] is None and len(record["metrics"]["encode_s"]["values"]) > 1
     assert first["started"] <= second["started"]
+    assert unknown["records"] == []
 
 
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
     side = gate.Side("base", REPO, ("--backends", "no-such-backend"))
-    worker = gate.Worker(side, tmp_path / "base.log")
-    try:
-        with pytest.raises(gate.GateError, match=r"base: serbench run --serve stopped: .*no-such-backend"):
-            worker.measure(tmp_path / "round-1")
-    finally:
-        worker.close()
+    with pytest.raises(gate.GateError, match=r"base: serbench run --worker stopped: .*no-such-backend"):
+        gate.Worker(side, tmp_path / "base.log")
 
 
-def test_if_one_side_cannot_serve_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
-    """Measured alike: a base from before ``--serve`` makes head run per round too."""
+def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
+    """Measured alike: a base from before ``--worker`` makes head run per round too."""
     sides = [gate.Side("base", tmp_path, ()), gate.Side("head", REPO, ())]
-    monkeypatch.setattr(gate.Side, "can_serve", lambda self: self.label == "head")
+    monkeypatch.setattr(gate.Side, "has_worker", lambda self: self.label == "head")
     notes: list[str] = []
     with gate.measurers(sides, tmp_path, notes.append) as started:
         assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]

@@ -1,0 +1,65 @@
+"""scripts/gate_quality.py, the gate's measuring instrument: scoring stored trials."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from test_compare import doc, metric, rec, samples
+
+from serbench import results
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = importlib.util.spec_from_file_location("gate_quality", ROOT / "scripts" / "gate_quality.py")
+gate_quality = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(gate_quality)
+
+BACKEND = "msgspec-frombuffer"
+
+
+def round_doc(seed: int, factors: list[float], scales: list[float]) -> dict:
+    """One round: a case per slot, labelled with the slot's factor, its times scaled by ``scales``."""
+    return doc(
+        [
+            rec({"encode_s": metric(samples(seed + slot, scale, n=15))}, gate_quality._spec(BACKEND, f, slot))
+            for slot, (f, scale) in enumerate(zip(factors, scales, strict=True))
+        ]
+    )
+
+
+def store_trial(folder: Path, factor: float, slowed_rounds: list[bool]) -> None:
+    """A trial as run_trial leaves it (raw rounds, merged sides, trial.json); head's slot 1
+    is ``factor`` times slower in the rounds marked True."""
+    head_factors = [1.0, factor]
+    for r, slowed in enumerate(slowed_rounds, start=1):
+        sides = {"base": ([1.0, 1.0], [1.0, 1.0]), "head": (head_factors, [1.0, factor if slowed else 1.0])}
+        for label, (factors, scales) in sides.items():
+            path = folder / f"{label}-{r}" / "results.json"
+            results.write_json_atomic(path, round_doc(100 * r, factors, scales))
+    for label in ("base", "head"):
+        rounds = [
+            results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, len(slowed_rounds) + 1)
+        ]
+        results.write_json_atomic(folder / f"{label}.json", gate_quality.gate.merge(rounds))
+    meta = {"backend": BACKEND, "factors": [factor], "load_before": 1.0, "load_after": 1.0, "cpus": 2}
+    (folder / "trial.json").write_text(json.dumps(meta))
+
+
+def test_a_trial_alarms_on_the_slowed_slot_and_not_on_the_identical_one(tmp_path: Path) -> None:
+    store_trial(tmp_path / "trial-01", 1.3, [True] * 3)
+    flagged = gate_quality.evaluate(tmp_path / "trial-01", 0.10)
+    assert flagged[1.0] == []
+    assert [entry.split()[0] for entry in flagged[1.3]] == ["encode_s"]
+
+
+def test_the_report_counts_trials_and_can_score_only_the_first_rounds(tmp_path: Path) -> None:
+    """Trial 1's head is slowed in its first two rounds only: flagged when only those are scored."""
+    store_trial(tmp_path / "trial-01", 1.3, [True, True, False, False, False])
+    store_trial(tmp_path / "trial-02", 1.3, [True] * 5)
+    every_round = gate_quality.report(tmp_path, 0.10)
+    assert every_round["trials"] == 2 and every_round["false_alarms_aa"] == 0
+    assert every_round["detections"] == {"1.3": 1}
+    first_two = gate_quality.report(tmp_path, 0.10, rounds=2)
+    assert first_two["detections"] == {"1.3": 2} and first_two["rounds_scored"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["rounds_scored"] == 2
