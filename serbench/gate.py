@@ -1,16 +1,21 @@
 """``serbench gate --base REF``: the CI performance gate, in one command.
 
 The base revision is checked out in a temporary git worktree (removed
-afterwards); then base and working tree are measured on this machine,
-interleaved round by round — base head, head base, base head, … — each round
-a fresh ``python -m serbench run`` with that side's code first on the path
-(``PYTHONPATH`` and the working directory both point at it, and both come
-before the editable install's finder). The rounds of each side are merged
-into one results document whose metrics remember which round each sample
-came from (``"rounds"``), so the comparison's bootstrap can tell process-to-
-process noise from a real change. Interleaving spreads load that comes and
-goes over both sides alike; ``serbench.compare`` compares what is left by the
-fast end of each side's samples, which a few disturbed rounds do not move.
+afterwards). Each side — base and working tree — gets one worker, a
+``python -m serbench run --worker`` process with that side's code first on
+the path (``PYTHONPATH`` and the working directory both point at it, and both
+come before the editable install's finder). Then every case is measured on
+both sides back to back, round after round, the side that goes first
+alternating from case to case and from round to round. On a shared machine
+whose speed changes every second or so, the two halves of such a pair mostly
+see the same machine; ``serbench.compare`` takes the median of the per-pair
+ratios, so the few pairs that straddle a change are outvoted. The rounds of
+each side are merged into one results document whose metrics remember the
+sample count of each round (``"rounds"``), which is what pairs them.
+
+A base revision without ``--worker`` is measured the older way, a fresh
+``serbench run`` of every case per round, and so is head then, so that both
+sides are measured alike.
 """
 
 from __future__ import annotations
