@@ -1,17 +1,18 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
 Each trial is one gate run as ``serbench gate`` does it — a ``serbench run
---worker`` worker per side, rounds of base and head interleaved (A B, B A, …),
-rounds merged per side — except that both sides run this working tree and differ
-only in the backends. Both sides measure the same number of cases of
-``serbench.testing:slowed`` in the same order (slot 0, 1, …): base has
-``factor=1.0`` in every slot, head has ``factor=1.0`` in slot 0 and each
-FACTOR in the next slots. Slot 0, base against head, is an A/A trial; every
-other slot an A/B trial with a known slowdown. Verdicts come from ``serbench.compare.compare`` with the
-gate's default threshold, a trial "alarms" when any row of its case is a
-regression — exactly what makes ``serbench gate`` exit 1.
+--worker`` worker per side, every case measured on base and head back to back
+(alternating which goes first), merged per side — except that both sides run
+this working tree and differ only in the backends. Both sides measure the
+same number of cases of ``serbench.testing:slowed`` in the same order (slot
+0, 1, …): base has ``factor=1.0`` in every slot, head has ``factor=1.0`` in
+slot 0 and each FACTOR in the next slots. Slot 0, base against head, is an
+A/A trial; every other slot an A/B trial with a known slowdown. Verdicts come
+from ``serbench.compare.compare`` with the gate's default threshold; a trial
+"alarms" when any row of its case is a regression — exactly what makes
+``serbench gate`` exit 1.
 
-    python scripts/gate_quality.py --trials 20 --out reports/gate-quality
+    python scripts/gate_quality.py --trials 20 --rounds 15 --out reports/gate-quality
     python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
 

@@ -3,7 +3,8 @@
 Before timing a backend, the runner round-trips the conformance cases through
 it (in a child of its own): a backend that fails conformance is not timed,
 its cases are recorded as failed with the first mismatches. Every case, failed
-or not, lands in the results file, which is saved after each one.
+or not, lands in the results file, which is saved after each one. ``work`` is
+the same loop on request, for the gate's workers.
 """
 
 from __future__ import annotations
@@ -151,11 +152,12 @@ def execute(
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
+    cases = plan.cases()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = _check_backends(sorted({c.backend for c in plan.cases()}))
+        results.data["backends"] = _check_backends(sorted({c.backend for c in cases}))
         results.save()
-        _measure(plan.cases(), profile, results.data["backends"], results, on_case)
+        _measure(cases, profile, results.data["backends"], results, on_case)
     return results
 
 
