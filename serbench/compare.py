@@ -20,8 +20,8 @@ the same files always give the same verdict), and a verdict:
 is a regression. A case that failed in head but not in base is a regression
 of its own (verdict "failed in head"); the reverse is "fixed in head". Cases
 present on one side only are listed as added or removed. Measurements of
-the machine rather than the code (``copy_s``, ``floor_rtt_s``) are not
-compared.
+the machine rather than the code (``copy_s``, ``floor_rtt_s``,
+``unix_gb_per_s``) are not compared.
 
 When the samples of a metric came from several processes (the gate merges
 rounds; the merged metric carries ``"rounds"``: the sample count of each),
@@ -63,10 +63,10 @@ BAD_VERDICTS = (FAILED_IN_HEAD, REGRESSION)
 # readings, so a hundredth of the payload is below its resolution).
 EXACT_RESOLUTION = {"wire_bytes": 0.0, "frames": 0.0, "copies": 0.01}
 # Measurements of the machine, not of the code under test (micro's plain copy of
-# the payload and ipc's empty-message round trip, timed beside each backend as
-# yardsticks): shown in results, never compared, since a change in them is
-# noise by definition.
-REFERENCE_METRICS = frozenset({"copy_s", "floor_rtt_s"})
+# the payload, ipc's empty-message round trip and its raw unix-socket transfer of
+# the same bytes, timed beside each backend as yardsticks): shown in results,
+# never compared, since a change in them is noise by definition.
+REFERENCE_METRICS = frozenset({"copy_s", "floor_rtt_s", "unix_gb_per_s"})
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
 

@@ -214,7 +214,7 @@ def test_parse_threshold_rejects_nonsense(text: str) -> None:
         cmp.parse_threshold(text)
 
 
-@pytest.mark.parametrize("yardstick", ["copy_s", "floor_rtt_s"])
+@pytest.mark.parametrize("yardstick", ["copy_s", "floor_rtt_s", "unix_gb_per_s"])
 def test_measurements_of_the_machine_are_not_compared(yardstick: str) -> None:
     rows = one(
         {yardstick: metric(samples(1)), "encode_s": metric(samples(1))},
