@@ -13,7 +13,7 @@ from pathlib import Path
 
 from serbench.profiles import PROFILES
 from serbench.results import ResultsError, output_folder
-from workloads.spec import SpecError
+from specs import SpecError
 
 EXIT_USAGE = 2
 

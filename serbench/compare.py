@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from serbench import environment, results
-from serbench.stats import CONFIDENCE, relative_spread
+from serbench.metrics import metric
+from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, relative_spread
 from serbench.units import format_value
 
 REGRESSION = "regression"
@@ -341,15 +342,23 @@ def reproduce_command(row: MetricComparison, base: dict) -> str:
     return shlex.join(command)
 
 
+def spreads(data: dict) -> dict[str, dict[tuple[str, str, str], float]]:
+    """How well a run pinned its medians: per scenario, (backend, workload, metric) → the
+    relative half-width of the median's CI, for every sampled metric with a distribution
+    (at least ``stats.MIN_DISTRIBUTION`` samples)."""
+    out: dict[str, dict[tuple[str, str, str], float]] = {}
+    for rec in results.ok_records(data):
+        for name, measured in rec["metrics"].items():
+            if not metric(name).exact and len(measured["values"]) >= MIN_DISTRIBUTION:
+                key = (rec["backend"], rec["workload"], name)
+                out.setdefault(rec["scenario"], {})[key] = relative_spread(measured["values"])
+    return out
+
+
 def noise(data: dict) -> float | None:
-    """Median relative half-width of the timing metrics' CIs: how noisy a run was."""
-    spreads = [
-        relative_spread(metric["values"])
-        for rec in results.ok_records(data)
-        for name, metric in rec["metrics"].items()
-        if name not in EXACT_RESOLUTION and len(metric["values"]) > 1
-    ]
-    return statistics.median(spreads) if spreads else None
+    """The typical (median) relative CI half-width over every metric ``spreads`` counts."""
+    values = [v for per_scenario in spreads(data).values() for v in per_scenario.values()]
+    return statistics.median(values) if values else None
 
 
 def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:

@@ -50,7 +50,7 @@ from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from workloads.base import output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
-from workloads.spec import parse_spec
+from specs import parse_spec
 from workloads.tree import payload_bytes, payload_checksum
 
 log = logging.getLogger("serbench.engine")

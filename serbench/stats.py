@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from scipy import stats as sps
 
 CONFIDENCE = 0.95
+# Fewer samples than this are shown as values, never as a distribution (no CI, no percentile).
+MIN_DISTRIBUTION = 5
 
 
 def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -21,13 +21,12 @@ from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
 from serializers.numpy_intermediate import NumpyIntermediateSerializer
 from serializers.pickle_backend import PickleSerializer
 from serializers.pickle_oob import PickleOOBSerializer
-from workloads.spec import Spec, SpecError, call_with_options, format_spec, parse_spec
+from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 
 __all__ = [
     "BUILTINS",
     "DecodeError",
     "Serializer",
-    "SpecError",
     "available_serializers",
     "describe",
     "get_serializer",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serializers import BUILTINS, available_serializers, get_serializer, is_safe
-from workloads.spec import Spec, SpecError, format_spec, parse_spec
+from specs import Spec, SpecError, format_spec, parse_spec
 
 
 def test_parse_spec_forms() -> None:

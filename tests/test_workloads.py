@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from workloads import available_workloads, get_workload, output_token
-from workloads.spec import SpecError
+from specs import SpecError
 from workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
 from workloads.tree import payload_bytes, payload_checksum
 

@@ -11,18 +11,14 @@ from collections.abc import Callable
 
 from workloads.base import Workload, output_token
 from workloads.images import IMAGE_COUNTS, Images
-from workloads.spec import Spec, SpecError, call_with_options, format_spec, parse_spec
+from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from workloads.text import TextSonnet
 
 __all__ = [
-    "Spec",
-    "SpecError",
     "Workload",
     "available_workloads",
-    "format_spec",
     "get_workload",
     "output_token",
-    "parse_spec",
 ]
 
 

@@ -6,7 +6,7 @@ from serbench.scenarios.base import Case, Column, Scenario
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
-from workloads.spec import SpecError
+from specs import SpecError
 
 __all__ = ["SCENARIOS", "Case", "Column", "Scenario", "get_scenario"]
 

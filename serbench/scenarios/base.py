@@ -1,13 +1,15 @@
 """What a scenario is: a named measurement run on one (backend, workload) case.
 
 A scenario's ``run`` executes inside the case's own fresh process (see
-``serbench.isolation``) and returns metrics summarised with
-``stats.summarize`` plus free-form ``info``; raising fails that case only.
+``serbench.isolation``) and returns metrics built with ``metrics.measured``
+plus free-form ``info``; raising fails that case only. Its command-line
+settings are declared as ``Option``s, data that ``serbench.commands`` turns
+into flags: no scenario sees argparse.
 """
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 from typing import Any, ClassVar
@@ -16,15 +18,17 @@ from serbench.profiles import Profile
 
 
 def positive_int(text: str) -> int:
-    """argparse type for scenario options: an integer of at least 1."""
+    """An integer of at least 1; ValueError otherwise."""
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
+        raise ValueError(f"expected at least 1, got {text}")
     return value
 
 
 @dataclass(frozen=True)
 class Case:
+    """One measured case: a scenario run on one backend and one workload."""
+
     scenario: str
     backend: str
     workload: str
@@ -35,26 +39,26 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Column:
-    """One metric as the terminal summary shows it: label, scale and format."""
+class Option:
+    """A scenario setting given on the command line.
 
-    metric: str
-    label: str
-    scale: float = 1.0
-    fmt: str = "{:.3g}"
+    ``flag`` is the option (``--num-prompts``), ``key`` where its value goes
+    in ``Profile.options``, ``parse`` turns the text into the value and
+    raises ValueError with the reason when it cannot.
+    """
+
+    flag: str
+    key: str
+    parse: Callable[[str], Any]
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
 
 
 class Scenario:
     name: ClassVar[str]
     description: ClassVar[str]
-    summary: ClassVar[list[Column]] = []
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """Options of this scenario for ``serbench run`` (none by default)."""
-
-    def options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """This scenario's settings from parsed arguments, for ``Profile.options``."""
-        return {}
+    options: ClassVar[tuple[Option, ...]] = ()
 
     def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
         """The cases this scenario measures for the chosen backends and workloads."""

@@ -47,7 +47,7 @@ from serbench.stats import summarize
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
 from workloads import get_workload
-from workloads.spec import Spec, format_spec, parse_spec
+from specs import Spec, format_spec, parse_spec
 from workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
 
 MINIATURE_LAST_DIM = 256  # elements kept along an array's last dim (and 2 along the others)

@@ -1,10 +1,10 @@
 """Spec strings: ``name`` or ``name:key=value,key=value``.
 
-Backends and workloads are both chosen by such strings (DESIGN §3);
-``package.module:factory`` (the part after the colon has no ``=``) names a
-third-party factory, and may carry options after a second colon.
-``serializers`` imports this module too, since it already depends on
-``workloads`` for the message types.
+Backends, workloads and scenario variants are all chosen by such strings
+(docs/architecture.md, "Specs"); ``package.module:factory`` (the part after
+the colon has no ``=``) names a third-party factory, and may carry options
+after a second colon. The grammar is the bottom layer: ``workloads`` and
+``serializers`` both parse specs, and neither should own what the other uses.
 """
 
 from __future__ import annotations

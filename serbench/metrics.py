@@ -1,0 +1,111 @@
+"""Every fact about a metric, in one table: unit, direction, how it is compared, how it reads.
+
+A scenario measures a metric by name (``measured("decode_s", samples)``);
+everything downstream — the terminal summary, compare and the gate, the
+report's tables and axes, the export formats — asks this module what the
+name means instead of keeping its own list. Adding a metric is one ``Metric``
+here plus the scenario that measures it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from serbench.stats import summarize
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a metric is.
+
+    * ``higher_is_better`` — rates rise when the code gets faster; everything
+      else (times, bytes, copies) is better lower.
+    * ``resolution`` — for a machine-independent metric (bytes on the wire,
+      frames, copies of the payload): compared exactly, and a difference
+      counts only beyond this; None for a sampled metric, which is compared
+      statistically.
+    * ``yardstick`` — a measurement of the machine beside the code (one plain
+      copy, the empty-message round trip, a raw unix socket): shown, never
+      compared, since a change in it is noise by definition.
+    * ``summary`` — one of the terminal summary's tables.
+    * ``log_axis`` — plotted on a log axis (values span orders of magnitude
+      across workloads).
+    """
+
+    name: str
+    unit: str
+    label: str
+    higher_is_better: bool = False
+    resolution: float | None = None
+    yardstick: bool = False
+    summary: bool = False
+    log_axis: bool = True
+
+    @property
+    def exact(self) -> bool:
+        return self.resolution is not None
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        # micro
+        Metric("encode_s", "s", "encode time", summary=True),
+        Metric("decode_s", "s", "decode time", summary=True),
+        Metric("roundtrip_s", "s", "encode + decode", summary=True),
+        Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
+        Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
+        Metric("frames", "count", "frames", resolution=0.0, log_axis=False),
+        Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
+        # ipc
+        Metric("ttft_s", "s", "TTFT", summary=True),
+        Metric("ttft_p99_s", "s", "TTFT p99", summary=True),
+        Metric("itl_s", "s", "ITL", summary=True),
+        Metric("e2e_s", "s", "end-to-end latency"),
+        Metric("req_per_s", "req/s", "requests", higher_is_better=True, log_axis=False),
+        Metric("output_tokens_per_s", "tokens/s", "output tokens", higher_is_better=True, log_axis=False),
+        Metric("floor_rtt_s", "s", "empty-message round trip (floor)", yardstick=True),
+        Metric("unix_gb_per_s", "GB/s", "raw unix socket (reference)", higher_is_better=True, yardstick=True),
+        # memory (``copies`` is a ratio of page-granular RSS readings: a
+        # hundredth of the payload is below its resolution)
+        Metric(
+            "peak_rss_engine_bytes", "bytes", "engine peak RSS above baseline", summary=True, log_axis=False
+        ),
+        Metric(
+            "peak_rss_frontend_bytes",
+            "bytes",
+            "frontend peak RSS above baseline",
+            summary=True,
+            log_axis=False,
+        ),
+        Metric("copies", "ratio", "engine copies (extra peak / payload)", resolution=0.01, summary=True),
+        Metric(
+            "copies_frontend", "ratio", "frontend copies (extra peak / payload)", resolution=0.01, summary=True
+        ),
+        Metric("encode_to_use_s", "s", "encode → engine used", summary=True),
+    )
+}
+
+
+def metric(name: str) -> Metric:
+    """The facts of ``name``; a name this serbench does not know (from another version's
+    results file) is a sampled lower-is-better metric, a rate if it ends in ``_per_s``."""
+    known = METRICS.get(name)
+    if known is not None:
+        return known
+    return Metric(name, "", name, higher_is_better=name.endswith("_per_s"))
+
+
+def measured(name: str, values: Sequence[float]) -> dict:
+    """The results-file form of a registered metric's samples (unit from the table).
+
+    KeyError for a name not in ``METRICS``: a scenario cannot record a metric
+    nothing downstream knows how to read.
+    """
+    return summarize(values, METRICS[name].unit)
+
+
+def compared(name: str) -> bool:
+    """Whether compare and the gate judge this metric (yardsticks are shown only)."""
+    return not metric(name).yardstick
