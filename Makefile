@@ -21,4 +21,5 @@ run: install
 	$(BIN)/serbench run
 
 test: install system-deps
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --benchmark-disable

@@ -1,1 +1,1 @@
-"""asv suites: thin wrappers over serbench's scenarios (DESIGN §2); see docs/asv.md."""
+"""asv suites: thin wrappers over serbench's scenarios (docs/architecture.md, "Layers"); see docs/asv.md."""

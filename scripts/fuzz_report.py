@@ -3,7 +3,7 @@
     python scripts/fuzz_report.py                  # CI's bound: 1000 inputs per generator
     python scripts/fuzz_report.py --examples 20000 # a soak
 
-Runs the fixed corpus and the three generators of ``tests/nasty_inputs.py``
+Runs the fixed corpus and the three generators of ``serbench.testing.malformed``
 (the inputs ``tests/test_decoder_robustness.py`` uses) against every safe
 backend and prints a Markdown table. Generation is derandomized, so the same
 code gives the same counts on every run. An input that ends in anything but
@@ -15,12 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from nasty_inputs import SAFE_SPECS, Fuzzer, Tally, corpus, examples_per_strategy, judge
-
+from serbench.testing.malformed import SAFE_SPECS, Fuzzer, Tally, corpus, examples_per_strategy, judge
 from serializers import get_serializer
 
 

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from serbench import compare, gate, results
+from serbench.commands import gate as gate_command
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base={backend},factor={factor},slot={slot}"
@@ -52,8 +53,8 @@ def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, 
     base_specs = ",".join(_spec(backend, 1.0, slot) for slot in slots)
     head_specs = ",".join(_spec(backend, f, slot) for slot, f in zip(slots, [1.0, *factors], strict=True))
     sides = [
-        gate.Side("base", REPO, ("--backends", base_specs, *common)),
-        gate.Side("head", REPO, ("--backends", head_specs, *common)),
+        gate.Revision("base", REPO, ("--backends", base_specs, *common)),
+        gate.Revision("head", REPO, ("--backends", head_specs, *common)),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -65,8 +66,8 @@ def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, 
         "cpus": os.cpu_count(),
         "rounds": rounds,
     }
-    results.write_json_atomic(folder / "base.json", gate.merge(base_runs))
-    results.write_json_atomic(folder / "head.json", gate.merge(head_runs))
+    results.write_json_atomic(folder / "base.json", results.merge(base_runs))
+    results.write_json_atomic(folder / "head.json", results.merge(head_runs))
     results.write_json_atomic(folder / "trial.json", {"backend": backend, "factors": factors, **meta})
     return meta
 
@@ -76,7 +77,7 @@ def load_side(folder: Path, label: str, rounds: int | None) -> dict:
     (a round is ``<label>-<round>-<case>/`` per case, or ``<label>-<round>/`` for all)."""
     if rounds is None:
         return results.load(folder / f"{label}.json")
-    return gate.merge(
+    return results.merge(
         [
             results.load(path / "results.json")
             for r in range(1, rounds + 1)
@@ -145,22 +146,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        help=f"rounds per side (default {gate.DEFAULT_ROUNDS}); with --analyze: score only the first "
+        help=f"rounds per side (default {gate_command.DEFAULT_ROUNDS}); with --analyze: score only the first "
         "ROUNDS of each stored trial, as if the gate had stopped there (default: all)",
     )
     parser.add_argument("--backend", default="msgspec-frombuffer", help="the backend that gets slowed")
-    parser.add_argument("--workloads", default=gate.DEFAULT_WORKLOADS)
+    parser.add_argument("--workloads", default=gate_command.DEFAULT_WORKLOADS)
     parser.add_argument("--factors", default="1.03,1.05,1.07,1.10", help="slowdowns to detect")
     parser.add_argument("--max-regression", default="10%")
     parser.add_argument("--out", default="reports/gate-quality")
     parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
     args = parser.parse_args(argv)
-    max_regression = compare.parse_threshold(args.max_regression)
+    max_regression = compare.parse_tolerance(args.max_regression)
     if args.analyze:
         report(Path(args.analyze), max_regression, args.rounds)
         return 0
     out = Path(args.out)
-    rounds = args.rounds or gate.DEFAULT_ROUNDS
+    rounds = args.rounds or gate_command.DEFAULT_ROUNDS
     factors = [float(f) for f in args.factors.split(",")]
     for t in range(args.trials):
         meta = run_trial(out / f"trial-{t + 1:02d}", args.backend, factors, args.workloads, rounds)

@@ -1,5 +1,5 @@
 import sys
 
-from serbench.cli import main
+from serbench.commands import main
 
 sys.exit(main())

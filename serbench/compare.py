@@ -14,14 +14,16 @@ the same files always give the same verdict), and a verdict:
 * **improvement** — the mirror image;
 * **no change** — anything else.
 
-"Slowdown" is head/base for timings and base/head for rates (metrics named
-``*_per_s``), so both read the same way. Machine-independent metrics
-(``wire_bytes``, ``frames``, ``copies``) are compared exactly: any increase
-is a regression. A case that failed in head but not in base is a regression
+"Slowdown" is head/base for timings and base/head for rates, so both read
+the same way. Machine-independent metrics are compared exactly: any increase
+beyond their resolution is a regression. (Which metric is which is
+``serbench.metrics``' to say.) A case that failed in head but not in base is a regression
 of its own (verdict "failed in head"); the reverse is "fixed in head". Cases
-present on one side only are listed as added or removed. Measurements of
-the machine rather than the code (``copy_s``, ``floor_rtt_s``,
-``unix_gb_per_s``) are not compared.
+present on one side only are listed as added or removed. Yardsticks
+(measurements of the machine rather than the code) are not compared.
+
+Statistics and verdicts only: the tables are ``serbench.text``'s, the page
+``serbench.report``'s, the command ``serbench.commands.compare``'s.
 
 When the samples of a metric came from several processes (the gate merges
 rounds; the merged metric carries ``"rounds"``: the sample count of each),
@@ -37,20 +39,16 @@ cancels, and one that hits only one half is outvoted by the other pairs.
 
 from __future__ import annotations
 
-import argparse
 import math
-import shlex
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from serbench import environment, results
-from serbench.metrics import metric
+from serbench.metrics import compared, metric
 from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, relative_spread
-from serbench.units import format_value
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -59,15 +57,6 @@ FAILED_IN_HEAD = "failed in head"
 FIXED_IN_HEAD = "fixed in head"
 BAD_VERDICTS = (FAILED_IN_HEAD, REGRESSION)
 
-# Metric → the smallest difference that counts (an exact comparison of
-# machine-independent numbers; ``copies`` is a ratio of page-granular RSS
-# readings, so a hundredth of the payload is below its resolution).
-EXACT_RESOLUTION = {"wire_bytes": 0.0, "frames": 0.0, "copies": 0.01}
-# Measurements of the machine, not of the code under test (micro's plain copy of
-# the payload, ipc's empty-message round trip and its raw unix-socket transfer of
-# the same bytes, timed beside each backend as yardsticks): shown in results,
-# never compared, since a change in them is noise by definition.
-REFERENCE_METRICS = frozenset({"copy_s", "floor_rtt_s", "unix_gb_per_s"})
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
 
@@ -103,7 +92,7 @@ class MetricComparison:
             return math.inf
         if self.ratio is None or self.ratio == 0:
             return 1.0
-        return 1 / self.ratio if higher_is_better(self.metric) else self.ratio
+        return 1 / self.ratio if metric(self.metric).higher_is_better else self.ratio
 
 
 @dataclass
@@ -131,18 +120,13 @@ def worst_first(rows: Sequence[MetricComparison]) -> list[MetricComparison]:
     return sorted(rows, key=lambda r: -r.slowdown)
 
 
-def parse_threshold(text: str) -> float:
-    """``"10%"`` or ``"0.1"`` → 0.1; ValueError for anything else or a negative value."""
+def parse_tolerance(text: str) -> float:
+    """A tolerated slowdown: ``"10%"`` or ``"0.1"`` → 0.1; ValueError otherwise (negative too)."""
     text = text.strip()
     value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"threshold {text!r} must be a non-negative number or percentage")
+        raise ValueError(f"tolerance {text!r} must be a non-negative number or percentage")
     return value
-
-
-def higher_is_better(metric: str) -> bool:
-    """Rates (``req_per_s``, ``payload_gb_per_s``, ``output_tokens_per_s``) rise when code gets faster."""
-    return metric.endswith("_per_s")
 
 
 def environment_differences(base: dict, head: dict) -> dict[str, tuple]:
@@ -155,10 +139,10 @@ def environment_differences(base: dict, head: dict) -> dict[str, tuple]:
     return diffs
 
 
-def _groups(metric: dict) -> list[np.ndarray]:
-    """The metric's samples split by the round (process) that produced them."""
-    values = np.asarray(metric["values"], dtype=float)
-    sizes = metric.get("rounds") or [len(values)]
+def _groups(measured: dict) -> list[np.ndarray]:
+    """A metric's samples split by the round (process) that produced them."""
+    values = np.asarray(measured["values"], dtype=float)
+    sizes = measured.get("rounds") or [len(values)]
     if sum(sizes) != len(values):
         sizes = [len(values)]
     return np.split(values, np.cumsum(sizes)[:-1])
@@ -251,9 +235,9 @@ def statistical_verdict(
     return NO_CHANGE
 
 
-def exact_verdict(metric: str, base: float, head: float) -> str:
+def exact_verdict(name: str, base: float, head: float) -> str:
     """Any increase beyond the metric's resolution is a regression (lower is better)."""
-    resolution = EXACT_RESOLUTION[metric]
+    resolution = metric(name).resolution
     if head > base + resolution:
         return REGRESSION
     if head < base - resolution:
@@ -266,13 +250,13 @@ def compare_metric(
 ) -> MetricComparison:
     """One row: medians, ratio head/base with its interval, verdict."""
     b, h = base["median"], head["median"]
-    exact = name in EXACT_RESOLUTION
+    exact = metric(name).exact
     if exact:
         ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
     else:
         ratio, low, high = ratio_estimate(base, head)
-        verdict = statistical_verdict(ratio, low, high, threshold, higher_is_better(name))
+        verdict = statistical_verdict(ratio, low, high, threshold, metric(name).higher_is_better)
     unit = head.get("unit") or base.get("unit", "")
     return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
 
@@ -307,7 +291,7 @@ def compare(
         if b.get("error"):
             rows.append(_case_row(case, FIXED_IN_HEAD))
             continue
-        for name in (b["metrics"].keys() & h["metrics"].keys()) - REFERENCE_METRICS:
+        for name in filter(compared, b["metrics"].keys() & h["metrics"].keys()):
             threshold = overrides.get(name, max_regression)
             rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold))
     return Comparison(
@@ -317,29 +301,6 @@ def compare(
         environment_differences=environment_differences(base, head),
         head_errors=head_errors,
     )
-
-
-# ---------------------------------------------------------------- presentation
-
-
-def format_ratio(row: MetricComparison) -> tuple[str, str]:
-    """The ratio and its interval as text, e.g. ``1.124`` and ``[1.080, 1.170]``."""
-    if row.ratio is None:
-        return "—", ""
-    if row.exact:
-        return f"{row.ratio:.3f}", "exact"
-    interval = "" if row.ci_low is None else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
-    return f"{row.ratio:.3f}", interval
-
-
-def reproduce_command(row: MetricComparison, base: dict) -> str:
-    """A command that measures this case again locally, base against the working tree."""
-    selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
-    commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
-    command = (
-        ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]
-    )
-    return shlex.join(command)
 
 
 def spreads(data: dict) -> dict[str, dict[tuple[str, str, str], float]]:
@@ -359,163 +320,3 @@ def noise(data: dict) -> float | None:
     """The typical (median) relative CI half-width over every metric ``spreads`` counts."""
     values = [v for per_scenario in spreads(data).values() for v in per_scenario.values()]
     return statistics.median(values) if values else None
-
-
-def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
-    """One command per regressed case, worst first."""
-    return list(dict.fromkeys(reproduce_command(r, base) for r in comparison.regressions))
-
-
-def _headline(comparison: Comparison) -> str:
-    bad = comparison.regressions
-    if not bad:
-        return f"no regression in {len(comparison.rows)} comparison(s)"
-    cases = len({r.case for r in bad})
-    return f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
-
-
-def _cells(row: MetricComparison) -> list[str]:
-    ratio, interval = format_ratio(row)
-    return [
-        row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
-        f"{row.scenario} {row.backend} × {row.workload}",
-        row.metric,
-        format_value(row.base_median, row.unit),
-        format_value(row.head_median, row.unit),
-        ratio,
-        interval,
-    ]
-
-
-HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI"]
-
-
-def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:
-    """Lines under the table: noise, environment, failures, added/removed cases."""
-    lines = []
-    base_noise, head_noise = noise(base), noise(head)
-    if base_noise is not None and head_noise is not None:
-        lines.append(
-            f"noise: ±{base_noise:.1%} base, ±{head_noise:.1%} head (median CI half-width per metric)"
-        )
-    for key, (b, h) in comparison.environment_differences.items():
-        lines.append(f"environment differs (--force): {key}: {b!r} → {h!r}")
-    for case, error in sorted(comparison.head_errors.items()):
-        lines.append(f"failed in head: {' '.join(case)}: {error}")
-    lines += [f"added: {' '.join(case)}" for case in comparison.added]
-    lines += [f"removed: {' '.join(case)}" for case in comparison.removed]
-    return [f"{bullet}{line}" for line in lines]
-
-
-def render_table(comparison: Comparison, base: dict, head: dict) -> str:
-    """The terminal report: every row worst first, then how to reproduce each regression."""
-    from serbench.summary import table
-
-    out = [table(HEADERS, [_cells(r) for r in comparison.rows])] if comparison.rows else []
-    out += _notes(comparison, base, head, "")
-    if comparison.regressions:
-        out.append("reproduce:")
-        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base)]
-    out.append(_headline(comparison))
-    return "\n".join(out)
-
-
-def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
-
-
-def render_markdown(comparison: Comparison, base: dict, head: dict) -> str:
-    """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``."""
-    bad = comparison.regressions
-    mark = "❌" if bad else "✅"
-    out = [f"## {mark} serbench: {_headline(comparison)}", ""]
-    changed = bad + comparison.improvements
-    if changed:
-        out += [*_markdown_table(changed), ""]
-    out += _notes(comparison, base, head, "- ")
-    if bad:
-        out += ["", "Reproduce locally:", "", "```"]
-        out += _reproduce_commands(comparison, base)
-        out += ["```"]
-    if comparison.rows:
-        out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]
-        out += [*_markdown_table(comparison.rows), "", "</details>"]
-    return "\n".join(out) + "\n"
-
-
-# ------------------------------------------------------------------------ CLI
-
-EXIT_OK, EXIT_REGRESSION = 0, 1  # unusable input: cli.EXIT_USAGE (2)
-
-
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``compare`` and ``gate``: thresholds, --force, outputs."""
-    from serbench.export import FORMATS
-
-    parser.add_argument("--max-regression", default="10%", help="tolerated slowdown (default 10%%)")
-    parser.add_argument(
-        "--metric-threshold",
-        action="append",
-        default=[],
-        metavar="METRIC=PCT",
-        help="per-metric tolerated slowdown, e.g. ttft_s=5%% (repeatable)",
-    )
-    parser.add_argument("--force", action="store_true", help="compare runs from different environments")
-    parser.add_argument(
-        "--markdown", metavar="FILE", help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
-    )
-    parser.add_argument("--export", metavar="FILE", help="write head's results for another dashboard")
-    parser.add_argument("--export-format", choices=sorted(FORMATS), default="bencher")
-
-
-def thresholds(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
-    """``--max-regression`` and ``--metric-threshold`` parsed; UsageError if malformed."""
-    from serbench.cli import UsageError
-
-    try:
-        overrides = {}
-        for item in args.metric_threshold:
-            name, eq, value = item.partition("=")
-            if not eq or not name:
-                raise ValueError(f"--metric-threshold {item!r} is not METRIC=PCT")
-            overrides[name.strip()] = parse_threshold(value)
-        return parse_threshold(args.max_regression), overrides
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
-    """Compare, print the table, write the Markdown and export files; the exit code."""
-    from serbench import export
-
-    max_regression, overrides = thresholds(args)
-    comparison = compare(base, head, max_regression, overrides)
-    if comparison.environment_differences and not args.force:
-        named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
-        raise results.ResultsError(f"environments differ ({named}); --force compares them anyway")
-    print(render_table(comparison, base, head))
-    if args.markdown:
-        Path(args.markdown).write_text(render_markdown(comparison, base, head))
-    if args.export:
-        export.write(head, args.export, args.export_format)
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    """``serbench compare BASE.json HEAD.json``: exit 0, 1 on a regression, 2 on unusable input."""
-    return conclude(args, results.load(args.base), results.load(args.head))
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serbench compare``."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare two results files; exit 1 on a regression",
-        description="Ratio head/base with a bootstrap CI for every case and metric in both files. "
-        "Exit 0: no regression; 1: regression; 2: unusable input or incomparable environments.",
-    )
-    parser.add_argument("base", help="results.json of the base revision")
-    parser.add_argument("head", help="results.json of the revision under test")
-    add_options(parser)
-    parser.set_defaults(func=cmd_compare)

@@ -1,11 +1,12 @@
-"""The conformance suite (DESIGN §6): every case round-trips bit-exact, or is declared.
+"""The conformance suite (docs/architecture.md, "Conformance"): every specimen round-trips
+bit-exact, or the backend declares it unsupported.
 
-``check(serializer)`` runs every case and says, per case, pass / fail /
-unsupported. A backend declares what it cannot carry in ``unsupported``
-(case id or glob → reason); such a case must really fail, or the declaration
-itself is reported as wrong. The runner checks each backend this way before
-timing it, and ``tests/test_conformance.py`` runs the same cases under pytest
-(``--backend SPEC`` points it at any backend).
+``check(serializer)`` round-trips every ``Specimen`` and gives a ``Verdict``
+each: pass / fail / unsupported. A backend declares what it cannot carry in
+``unsupported`` (specimen id or glob → reason); such a specimen must really
+fail, or the declaration itself is reported as wrong. The runner checks each
+backend this way before timing it, and ``tests/test_conformance.py`` runs
+the same specimens under pytest (``--backend SPEC`` points it at any backend).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from serializers import Serializer, unsupported_cases
+from serializers.tensors import TORCH_DTYPES
 from workloads import get_workload
 from workloads.messages import (
     EngineCoreOutputs,
@@ -31,26 +33,15 @@ from workloads.messages import (
 )
 from workloads.tree import array_bytes, is_array
 
-CPU_DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-]
+# Every dtype the built-in backends carry: one specimen each.
+CPU_DTYPES = list(TORCH_DTYPES.values())
 NUMPY_DTYPES = ["?", "u1", "i1", "i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
 
 
 @dataclass(frozen=True)
-class Case:
-    """One conformance case: an object, the type to decode it as, and an id."""
+class Specimen:
+    """One object the suite round-trips: how to build it, the type to decode it as, its id
+    (what a backend's ``unsupported`` declaration names)."""
 
     id: str
     build: Callable[[], Any]
@@ -58,7 +49,7 @@ class Case:
 
 
 @dataclass(frozen=True)
-class CaseResult:
+class Verdict:
     id: str
     status: str  # "pass", "fail" or "unsupported"
     detail: str = ""
@@ -104,55 +95,55 @@ def _mmk() -> MultiModalKwargs:
     return MultiModalKwargs({"image": [item, item], "audio": [audio]})
 
 
-def cases(threshold: float = 256) -> list[Case]:
-    """Every conformance case; sizes around ``threshold`` follow the backend's own."""
+def specimens(threshold: float = 256) -> list[Specimen]:
+    """Every specimen; sizes around ``threshold`` follow the backend's own."""
     at = 256 if math.isinf(threshold) else max(int(threshold), 1)
-    out = [Case(f"dtype-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (3, 70), 1)) for dt in CPU_DTYPES]
+    out = [Specimen(f"dtype-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (3, 70), 1)) for dt in CPU_DTYPES]
     out += [
-        Case(f"scalar-0d-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (), 2))
+        Specimen(f"scalar-0d-{_dtype_name(dt)}", lambda dt=dt: _bits(dt, (), 2))
         for dt in (torch.float32, torch.int64, torch.bool, torch.bfloat16)
     ]
     out += [
-        Case("empty-1d", lambda: torch.empty(0)),
-        Case("empty-0x3", lambda: torch.empty(0, 3, dtype=torch.float16)),
-        Case("transposed", lambda: _bits(torch.float32, (40, 30), 3).t()),
-        Case("column-slice", lambda: _bits(torch.int32, (30, 40), 4)[:, 5:17]),
-        Case("strided-1d", lambda: torch.arange(8)[::2]),
-        Case("strided-1d-large", lambda: _bits(torch.float32, (4000,), 5)[::3]),
-        Case("expanded", lambda: torch.ones(1, 3).expand(50, 3)),
-        Case("below-threshold", lambda: _bits(torch.uint8, (at - 1,), 6)),
-        Case("at-threshold", lambda: _bits(torch.uint8, (at,), 7)),
-        Case("above-threshold", lambda: _bits(torch.uint8, (at + 1,), 8)),
-        Case("large", lambda: _bits(torch.float32, (3, 224, 224), 9)),
-        Case("requires-grad", lambda: torch.ones(3, 100, requires_grad=True).detach()),
+        Specimen("empty-1d", lambda: torch.empty(0)),
+        Specimen("empty-0x3", lambda: torch.empty(0, 3, dtype=torch.float16)),
+        Specimen("transposed", lambda: _bits(torch.float32, (40, 30), 3).t()),
+        Specimen("column-slice", lambda: _bits(torch.int32, (30, 40), 4)[:, 5:17]),
+        Specimen("strided-1d", lambda: torch.arange(8)[::2]),
+        Specimen("strided-1d-large", lambda: _bits(torch.float32, (4000,), 5)[::3]),
+        Specimen("expanded", lambda: torch.ones(1, 3).expand(50, 3)),
+        Specimen("below-threshold", lambda: _bits(torch.uint8, (at - 1,), 6)),
+        Specimen("at-threshold", lambda: _bits(torch.uint8, (at,), 7)),
+        Specimen("above-threshold", lambda: _bits(torch.uint8, (at + 1,), 8)),
+        Specimen("large", lambda: _bits(torch.float32, (3, 224, 224), 9)),
+        Specimen("requires-grad", lambda: torch.ones(3, 100, requires_grad=True).detach()),
     ]
     out += [
-        Case(
+        Specimen(
             f"numpy-{code}",
             lambda code=code: _bits(torch.uint8, (3, 70 * np.dtype(code).itemsize), 10).numpy().view(code),
         )
         for code in NUMPY_DTYPES
     ]
     out += [
-        Case("numpy-0d", lambda: np.array(2.5)),
-        Case("numpy-empty", lambda: np.empty((0, 4), dtype=np.int32)),
-        Case("numpy-fortran", lambda: np.asfortranarray(np.arange(600.0).reshape(20, 30))),
-        Case("numpy-strided", lambda: np.arange(1000)[::7]),
-        Case("nested-list", lambda: [torch.ones(2), [torch.arange(300), [np.ones(3)]], [], 1.5, "x"]),
-        Case("dict-of-tensors", lambda: {"a": torch.zeros(5), "b": {"c": torch.arange(400)}}),
-        Case("mmk-all-kinds", _mmk, MultiModalKwargs),
-        Case("workload-text-sonnet", lambda: get_workload("text-sonnet").request(0), EngineCoreRequest),
-        Case(
+        Specimen("numpy-0d", lambda: np.array(2.5)),
+        Specimen("numpy-empty", lambda: np.empty((0, 4), dtype=np.int32)),
+        Specimen("numpy-fortran", lambda: np.asfortranarray(np.arange(600.0).reshape(20, 30))),
+        Specimen("numpy-strided", lambda: np.arange(1000)[::7]),
+        Specimen("nested-list", lambda: [torch.ones(2), [torch.arange(300), [np.ones(3)]], [], 1.5, "x"]),
+        Specimen("dict-of-tensors", lambda: {"a": torch.zeros(5), "b": {"c": torch.arange(400)}}),
+        Specimen("mmk-all-kinds", _mmk, MultiModalKwargs),
+        Specimen("workload-text-sonnet", lambda: get_workload("text-sonnet").request(0), EngineCoreRequest),
+        Specimen(
             "workload-text-outputs",
             lambda: get_workload("text-sonnet").outputs(["a", "b"], 3, True),
             EngineCoreOutputs,
         ),
-        Case(
+        Specimen(
             "workload-images-llava",
             lambda: get_workload("images-4:profile=llava").request(1),
             EngineCoreRequest,
         ),
-        Case(
+        Specimen(
             "workload-images-qwen2-vl-bf16",
             lambda: get_workload("images-4:profile=qwen2-vl,dtype=bfloat16").request(0),
             EngineCoreRequest,
@@ -190,36 +181,36 @@ def assert_same(expected: Any, actual: Any, path: str = "$") -> None:
         raise AssertionError(f"{path}: {actual!r:.60}, expected {expected!r:.60}")
 
 
-def roundtrip(serializer: Serializer, case: Case) -> None:
+def roundtrip(serializer: Serializer, specimen: Specimen) -> None:
     """Encode, copy the frames as a transport would, decode, compare; raise on any difference."""
-    original = case.build()
+    original = specimen.build()
     frames = [bytes(memoryview(f).cast("B")) for f in serializer.encode(original)]
-    assert_same(original, serializer.decode(frames, case.type_))
+    assert_same(original, serializer.decode(frames, specimen.type_))
 
 
-def declared_reason(serializer: Serializer, case_id: str) -> str | None:
-    """The reason a backend gives for not supporting a case, if it declares one."""
+def declared_reason(serializer: Serializer, specimen_id: str) -> str | None:
+    """The reason a backend gives for not supporting a specimen, if it declares one."""
     for pattern, reason in unsupported_cases(serializer).items():
-        if fnmatch.fnmatchcase(case_id, pattern):
+        if fnmatch.fnmatchcase(specimen_id, pattern):
             return reason
     return None
 
 
-def run_case(serializer: Serializer, case: Case) -> CaseResult:
-    """Round-trip one case; a declared-unsupported case must fail to count as unsupported."""
-    reason = declared_reason(serializer, case.id)
+def check_specimen(serializer: Serializer, specimen: Specimen) -> Verdict:
+    """Round-trip one specimen; a declared-unsupported one must fail to count as unsupported."""
+    reason = declared_reason(serializer, specimen.id)
     try:
-        roundtrip(serializer, case)
+        roundtrip(serializer, specimen)
     except Exception as exc:
         if reason is not None:
-            return CaseResult(case.id, "unsupported", reason)
-        return CaseResult(case.id, "fail", f"{type(exc).__name__}: {exc}"[:500])
+            return Verdict(specimen.id, "unsupported", reason)
+        return Verdict(specimen.id, "fail", f"{type(exc).__name__}: {exc}"[:500])
     if reason is not None:
-        return CaseResult(case.id, "fail", f"declared unsupported ({reason}) but round-trips")
-    return CaseResult(case.id, "pass")
+        return Verdict(specimen.id, "fail", f"declared unsupported ({reason}) but round-trips")
+    return Verdict(specimen.id, "pass")
 
 
-def check(serializer: Serializer) -> Iterator[CaseResult]:
-    """Every conformance case's result for one backend."""
-    for case in cases(getattr(serializer, "threshold", 256)):
-        yield run_case(serializer, case)
+def check(serializer: Serializer) -> Iterator[Verdict]:
+    """Every specimen's verdict for one backend."""
+    for specimen in specimens(getattr(serializer, "threshold", 256)):
+        yield check_specimen(serializer, specimen)

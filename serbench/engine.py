@@ -48,9 +48,9 @@ import zmq
 from serbench import transport
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
+from specs import parse_spec
 from workloads.base import output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
-from specs import parse_spec
 from workloads.tree import payload_bytes, payload_checksum
 
 log = logging.getLogger("serbench.engine")

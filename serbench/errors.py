@@ -30,4 +30,3 @@ class ResultsError(SerbenchError):
 
 class GateError(SerbenchError):
     """A step of the gate that could not run: a bad ref, git failing, a worker that stopped."""
-

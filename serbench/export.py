@@ -16,26 +16,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from serbench.compare import higher_is_better
+from serbench.metrics import metric
 from serbench.results import ok_records, write_json_atomic
 
 
 def _metrics(data: dict) -> Iterator[tuple[str, str, dict]]:
-    """(benchmark name, metric name, metric) for every measured metric."""
+    """(benchmark name, metric name, its results-file entry) for every measured metric."""
     for rec in ok_records(data):
         name = "/".join((rec["scenario"], rec["backend"], rec["workload"]))
-        for metric_name, metric in sorted(rec["metrics"].items()):
-            yield name, metric_name, metric
+        for metric_name, measured in sorted(rec["metrics"].items()):
+            yield name, metric_name, measured
 
 
 def bencher(data: dict) -> dict:
     """Bencher Metric Format: benchmark → measure → value with its interval."""
     out: dict[str, dict] = {}
-    for name, metric_name, metric in _metrics(data):
+    for name, metric_name, measured in _metrics(data):
         out.setdefault(name, {})[metric_name] = {
-            "value": metric["median"],
-            "lower_value": metric["ci_low"],
-            "upper_value": metric["ci_high"],
+            "value": measured["median"],
+            "lower_value": measured["ci_low"],
+            "upper_value": measured["ci_high"],
         }
     return out
 
@@ -46,13 +46,13 @@ def github_action_benchmark(data: dict) -> list[dict]:
     return [
         {
             "name": f"{name} {metric_name}",
-            "unit": metric["unit"],
-            "value": metric["median"],
-            "range": f"{metric['ci_low']:.6g}..{metric['ci_high']:.6g}",
-            "extra": f"median of {len(metric['values'])} samples, 95% CI; {commit}",
+            "unit": measured["unit"],
+            "value": measured["median"],
+            "range": f"{measured['ci_low']:.6g}..{measured['ci_high']:.6g}",
+            "extra": f"median of {len(measured['values'])} samples, 95% CI; {commit}",
         }
-        for name, metric_name, metric in _metrics(data)
-        if not higher_is_better(metric_name)
+        for name, metric_name, measured in _metrics(data)
+        if not metric(metric_name).higher_is_better
     ]
 
 

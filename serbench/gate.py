@@ -1,4 +1,4 @@
-"""``serbench gate --base REF``: the CI performance gate, in one command.
+"""The CI performance gate's measurement: a base revision against the working tree.
 
 The base revision is checked out in a temporary git worktree (removed
 afterwards). Each side — base and working tree — gets one worker, a
@@ -15,12 +15,12 @@ sample count of each round (``"rounds"``), which is what pairs them.
 
 A base revision without ``--worker`` is measured the older way, a fresh
 ``serbench run`` of every case per round, and so is head then, so that both
-sides are measured alike.
+revisions are measured alike. The command, its options and the verdict are
+``serbench.commands.gate``'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -35,22 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serbench import compare, results
+from serbench import results
+from serbench.errors import GateError
 from serbench.isolation import kill_tree
-from serbench.stats import summarize
+from serbench.results import CaseKey
 
-# The default matrix: quick enough for every pull request (DESIGN §5), wide
-# enough to cover in-band pickling, zero-copy msgpack and flattened
-# multimodal kwargs, on a text request and a 4-image request.
-DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
-DEFAULT_WORKLOADS = "text-sonnet,images-4"
-DEFAULT_SCENARIOS = "micro"
-DEFAULT_ROUNDS = 15
 RUN_TIMEOUT_S = 1800
-
-
-class GateError(Exception):
-    """A step of the gate that could not run (bad ref, git failure, a run that crashed)."""
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -85,8 +75,8 @@ def worktree(repo: Path, ref: str) -> Iterator[tuple[Path, str]]:
 
 
 @dataclass(frozen=True)
-class Side:
-    """One side of the comparison: a label, the folder whose code runs, its run options."""
+class Revision:
+    """One revision of the comparison: a label (base or head), the folder whose code runs, its run options."""
 
     label: str
     code: Path
@@ -112,17 +102,14 @@ def _last_line(path: Path, default: str) -> str:
     return lines[-1] if lines else default
 
 
-CaseKey = tuple[str, str, str]  # scenario, backend, workload
-
-
 class Worker:
-    """A side's ``serbench run --worker`` process (see ``runner.work``): started once, then
+    """A revision's ``serbench run --worker`` process (see ``runner.work``): started once, then
     one case measured per request, so a measurement costs only itself; stderr goes to ``log``."""
 
-    def __init__(self, side: Side, log: Path) -> None:
-        self.side, self.log = side, log
+    def __init__(self, revision: Revision, log: Path) -> None:
+        self.revision, self.log = revision, log
         with log.open("w") as err:
-            self.proc = side.run("--worker", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            self.proc = revision.run("--worker", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         announced = self._reply()
         if not announced:
             self.close()
@@ -135,7 +122,7 @@ class Worker:
 
     def _stopped(self) -> GateError:
         return GateError(
-            f"{self.side.label}: serbench run --worker stopped: {_last_line(self.log, 'no reply')}"
+            f"{self.revision.label}: serbench run --worker stopped: {_last_line(self.log, 'no reply')}"
         )
 
     def measure(self, out: Path, case: CaseKey | None = None) -> dict:
@@ -162,26 +149,26 @@ class Worker:
 
 
 class OneShot:
-    """A side measured by a fresh ``serbench run`` of every case per round: for revisions
+    """A revision measured by a fresh ``serbench run`` of every case per round: for revisions
     without ``--worker``."""
 
     cases = None  # unknown until run: every round measures them all
 
-    def __init__(self, side: Side, log: Path) -> None:
-        self.side, self.log = side, log
+    def __init__(self, revision: Revision, log: Path) -> None:
+        self.revision, self.log = revision, log
 
     def measure(self, out: Path, case: None = None) -> dict:
         """Every case measured into ``out``; its loaded results."""
         with self.log.open("a") as err:
-            proc = self.side.run("--out", str(out), stdout=subprocess.DEVNULL, stderr=err)
+            proc = self.revision.run("--out", str(out), stdout=subprocess.DEVNULL, stderr=err)
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
-            raise GateError(f"{self.side.label}: serbench run took over {RUN_TIMEOUT_S} s") from None
+            raise GateError(f"{self.revision.label}: serbench run took over {RUN_TIMEOUT_S} s") from None
         if code:
             raise GateError(
-                f"{self.side.label}: serbench run failed: {_last_line(self.log, f'exit code {code}')}"
+                f"{self.revision.label}: serbench run failed: {_last_line(self.log, f'exit code {code}')}"
             )
         return results.load(out / "results.json")
 
@@ -194,18 +181,18 @@ Measurer = Worker | OneShot
 
 @contextmanager
 def measurers(
-    sides: Sequence[Side], out: Path, log: Callable[[str], None] = print
+    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
 ) -> Iterator[list[Measurer]]:
-    """A worker per side, or a process per round for every side if one of them has no worker
-    (the sides are measured alike either way); all stopped on exit."""
-    workers = all(side.has_worker() for side in sides)
+    """A worker per revision, or a process per round for both if one of them has no worker
+    (the two are measured alike either way); all stopped on exit."""
+    workers = all(revision.has_worker() for revision in revisions)
     if not workers:
-        log("note: a side predates `serbench run --worker`: every round is a fresh process (slower, noisier)")
+        log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
     kind = Worker if workers else OneShot
     started: list[Measurer] = []
     try:
-        for side in sides:
-            started.append(kind(side, out / f"{side.label}.log"))
+        for revision in revisions:
+            started.append(kind(revision, out / f"{revision.label}.log"))
         yield started
     finally:
         for measurer in started:
@@ -239,101 +226,30 @@ def interleave(
             order = list(enumerate(sides))
             for index, measurer in order if (r + k) % 2 == 0 else order[::-1]:
                 if unit is None or unit in measurer.cases:
-                    name = f"{measurer.side.label}-{r}" + (f"-{k}" if unit else "")
+                    name = f"{measurer.revision.label}-{r}" + (f"-{k}" if unit else "")
                     runs[index].append(measurer.measure(out / name, unit))
         log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
     return runs
 
 
-def _merge_metric(metrics: list[dict]) -> dict:
-    """One metric from several rounds: samples concatenated, each round's count kept."""
-    values = [v for m in metrics for v in m["values"]]
-    return {**summarize(values, metrics[0]["unit"]), "rounds": [len(m["values"]) for m in metrics]}
+def measure(
+    repo: Path, base_ref: str, run_args: Sequence[str], rounds: int, out: Path, log: Callable[[str], None]
+) -> tuple[dict, dict]:
+    """``base_ref`` and the working tree of ``repo``, each case measured on both ``rounds``
+    times (``run_args`` select the cases); the merged results of base and of head.
 
-
-def _merge_case(recs: list[dict]) -> dict:
-    """One record from the same case in several rounds; failed if any round failed."""
-    failed = [r["error"] for r in recs if r.get("error")]
-    error = f"failed in {len(failed)} of {len(recs)} rounds: {failed[0]}" if failed else None
-    names = [n for n in recs[0]["metrics"] if all(n in r["metrics"] for r in recs)]
-    metrics = {} if error else {n: _merge_metric([r["metrics"][n] for r in recs]) for n in names}
-    info = {**recs[0].get("info", {}), "rounds": len(recs)}
-    duration = round(sum(r.get("duration_s", 0.0) for r in recs), 3)
-    return results.record(*results.case_key(recs[0]), metrics, info, error, duration)
-
-
-def merge(docs: Sequence[dict]) -> dict:
-    """One results document from several runs of the same matrix (see ``_merge_case``).
-
-    A case missing from some rounds (an interrupted run) is merged from the
-    rounds that have it.
+    GateError for anything that stops the measurement: a bad ref, git, a worker
+    that stops or a run that takes too long.
     """
-    by_case: dict[tuple[str, str, str], list[dict]] = {}
-    for doc in docs:
-        for rec in doc["records"]:
-            by_case.setdefault(results.case_key(rec), []).append(rec)
-    first = docs[0]
-    return {
-        **first,
-        "complete": all(d["complete"] for d in docs),
-        "finished": docs[-1]["finished"],
-        "records": [_merge_case(recs) for recs in by_case.values()],
-    }
-
-
-def say(message: str) -> None:
-    """Progress goes to stderr; stdout is the verdict."""
-    print(message, file=sys.stderr)
-
-
-def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
-    return ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
-
-
-def cmd_gate(args: argparse.Namespace) -> int:
-    """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
-    from serbench.cli import UsageError
-
-    compare.thresholds(args)  # a malformed threshold fails before minutes of measuring
-    if args.rounds < 1:
-        raise UsageError("--rounds must be at least 1")
     try:
-        repo = repository_root(Path.cwd())
-        folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the sides' trees
-        with worktree(repo, args.base) as (base_code, commit):
-            say(f"gate: base {args.base} ({commit[:12]}) against the working tree of {repo}")
-            sides = [Side("base", base_code, _run_args(args)), Side("head", repo, _run_args(args))]
-            with measurers(sides, folder, say) as started:
-                base_runs, head_runs = interleave(started, args.rounds, folder, say)
-    except (GateError, subprocess.TimeoutExpired, OSError) as exc:
-        raise UsageError(str(exc)) from None
-    base, head = merge(base_runs), merge(head_runs)
-    results.write_json_atomic(folder / "base.json", base)
-    results.write_json_atomic(folder / "head.json", head)
-    if not args.markdown:
-        args.markdown = str(folder / "summary.md")
-    code = compare.conclude(args, base, head)
-    print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
-    return code
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serbench gate``."""
-    parser = subparsers.add_parser(
-        "gate",
-        help="CI gate: measure REF and the working tree interleaved, exit 1 on a regression",
-        description="Check out REF in a temporary worktree, run base and working tree interleaved "
-        "(A B, B A, ...) on this machine, then compare as `serbench compare` does.",
-    )
-    parser.add_argument("--base", required=True, metavar="REF", help="git revision to compare against")
-    parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
-    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
-    parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
-    parser.add_argument(
-        "--rounds", type=int, default=DEFAULT_ROUNDS, help=f"runs per side (default {DEFAULT_ROUNDS})"
-    )
-    parser.add_argument(
-        "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
-    )
-    compare.add_options(parser)
-    parser.set_defaults(func=cmd_gate)
+        with worktree(repo, base_ref) as (base_code, commit):
+            log(f"gate: base {base_ref} ({commit[:12]}) against the working tree of {repo}")
+            revisions = [
+                Revision("base", base_code, tuple(run_args)),
+                Revision("head", repo, tuple(run_args)),
+            ]
+            with measurers(revisions, out, log) as started:
+                base_runs, head_runs = interleave(started, rounds, out, log)
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        raise GateError(str(exc)) from None
+    return results.merge(base_runs), results.merge(head_runs)

@@ -81,7 +81,11 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("copies", "ratio", "engine copies (extra peak / payload)", resolution=0.01, summary=True),
         Metric(
-            "copies_frontend", "ratio", "frontend copies (extra peak / payload)", resolution=0.01, summary=True
+            "copies_frontend",
+            "ratio",
+            "frontend copies (extra peak / payload)",
+            resolution=0.01,
+            summary=True,
         ),
         Metric("encode_to_use_s", "s", "encode → engine used", summary=True),
     )

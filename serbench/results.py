@@ -18,17 +18,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from serbench.errors import ResultsError
+from serbench.stats import summarize
+
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
-
-
-class ResultsError(Exception):
-    """A results file that cannot be used: unreadable, corrupt or of another schema."""
+CaseKey = tuple[str, str, str]  # scenario, backend, workload: a measured case
 
 
 def now() -> str:
@@ -88,7 +88,7 @@ def record(
     }
 
 
-def case_key(rec: dict) -> tuple[str, str, str]:
+def case_key(rec: dict) -> CaseKey:
     return rec["scenario"], rec["backend"], rec["workload"]
 
 
@@ -176,3 +176,42 @@ def load(path: str | Path) -> dict:
 def ok_records(data: dict, scenario: str | None = None) -> Iterable[dict]:
     """Records without an error, optionally of one scenario."""
     return (r for r in data["records"] if not r.get("error") and scenario in (None, r["scenario"]))
+
+
+# ---------------------------------------------------------------- merging runs
+
+
+def _merge_metric(metrics: list[dict]) -> dict:
+    """One metric from several rounds: samples concatenated, each round's count kept."""
+    values = [v for m in metrics for v in m["values"]]
+    return {**summarize(values, metrics[0]["unit"]), "rounds": [len(m["values"]) for m in metrics]}
+
+
+def _merge_case(recs: list[dict]) -> dict:
+    """One record from the same case in several rounds; failed if any round failed."""
+    failed = [r["error"] for r in recs if r.get("error")]
+    error = f"failed in {len(failed)} of {len(recs)} rounds: {failed[0]}" if failed else None
+    names = [n for n in recs[0]["metrics"] if all(n in r["metrics"] for r in recs)]
+    metrics = {} if error else {n: _merge_metric([r["metrics"][n] for r in recs]) for n in names}
+    info = {**recs[0].get("info", {}), "rounds": len(recs)}
+    duration = round(sum(r.get("duration_s", 0.0) for r in recs), 3)
+    return record(*case_key(recs[0]), metrics, info, error, duration)
+
+
+def merge(docs: Sequence[dict]) -> dict:
+    """One results document from several runs of the same matrix (see ``_merge_case``).
+
+    A case missing from some rounds (an interrupted run) is merged from the
+    rounds that have it.
+    """
+    by_case: dict[CaseKey, list[dict]] = {}
+    for doc in docs:
+        for rec in doc["records"]:
+            by_case.setdefault(case_key(rec), []).append(rec)
+    first = docs[0]
+    return {
+        **first,
+        "complete": all(d["complete"] for d in docs),
+        "finished": docs[-1]["finished"],
+        "records": [_merge_case(recs) for recs in by_case.values()],
+    }

@@ -7,11 +7,13 @@ Presentation only: the numbers come from results documents and from
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
+from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
 from serbench.metrics import METRICS, metric
 from serbench.results import ok_records
-from serbench.units import UNITLESS, scale_for
+from serbench.units import UNITLESS, format_value, scale_for
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -64,7 +66,9 @@ def render(data: dict) -> str:
                 for b in backends
             ]
             shown = "" if unit in UNITLESS else f"{unit}, "
-            out.append(f"{scenario}: {metric(name).label} ({shown}median)\n{table(['backend', *workloads], rows)}")
+            out.append(
+                f"{scenario}: {metric(name).label} ({shown}median)\n{table(['backend', *workloads], rows)}"
+            )
     failed = [r for r in data["records"] if r.get("error")]
     if failed:
         out.append(
@@ -113,3 +117,107 @@ def serving_report(data: dict) -> str:
         group = [r for r in records if r["workload"] == workload]
         blocks.append(table([workload, *(r["backend"] for r in group)], _serving_rows(group)))
     return "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------- a comparison
+
+
+def format_ratio(row: MetricComparison) -> tuple[str, str]:
+    """The ratio and its interval as text, e.g. ``1.124`` and ``[1.080, 1.170]``."""
+    if row.ratio is None:
+        return "—", ""
+    if row.exact:
+        return f"{row.ratio:.3f}", "exact"
+    interval = "" if row.ci_low is None else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
+    return f"{row.ratio:.3f}", interval
+
+
+def reproduce_command(row: MetricComparison, base: dict) -> str:
+    """A command that measures this case again locally, base against the working tree."""
+    selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
+    commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
+    command = (
+        ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]
+    )
+    return shlex.join(command)
+
+
+def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
+    """One command per regressed case, worst first."""
+    return list(dict.fromkeys(reproduce_command(r, base) for r in comparison.regressions))
+
+
+def _headline(comparison: Comparison) -> str:
+    bad = comparison.regressions
+    if not bad:
+        return f"no regression in {len(comparison.rows)} comparison(s)"
+    cases = len({r.case for r in bad})
+    return f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+
+
+def _cells(row: MetricComparison) -> list[str]:
+    ratio, interval = format_ratio(row)
+    return [
+        row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
+        f"{row.scenario} {row.backend} × {row.workload}",
+        row.metric,
+        format_value(row.base_median, row.unit),
+        format_value(row.head_median, row.unit),
+        ratio,
+        interval,
+    ]
+
+
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI"]
+
+
+def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:
+    """Lines under the table: noise, environment, failures, added/removed cases."""
+    lines = []
+    base_noise, head_noise = noise(base), noise(head)
+    if base_noise is not None and head_noise is not None:
+        lines.append(
+            f"noise: ±{base_noise:.1%} base, ±{head_noise:.1%} head (median CI half-width per metric)"
+        )
+    for key, (b, h) in comparison.environment_differences.items():
+        lines.append(f"environment differs (--force): {key}: {b!r} → {h!r}")
+    for case, error in sorted(comparison.head_errors.items()):
+        lines.append(f"failed in head: {' '.join(case)}: {error}")
+    lines += [f"added: {' '.join(case)}" for case in comparison.added]
+    lines += [f"removed: {' '.join(case)}" for case in comparison.removed]
+    return [f"{bullet}{line}" for line in lines]
+
+
+def comparison_table(comparison: Comparison, base: dict, head: dict) -> str:
+    """The terminal report: every row worst first, then how to reproduce each regression."""
+    out = [table(HEADERS, [_cells(r) for r in comparison.rows])] if comparison.rows else []
+    out += _notes(comparison, base, head, "")
+    if comparison.regressions:
+        out.append("reproduce:")
+        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base)]
+    out.append(_headline(comparison))
+    return "\n".join(out)
+
+
+def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
+
+
+def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
+    """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``."""
+    bad = comparison.regressions
+    mark = "❌" if bad else "✅"
+    out = [f"## {mark} serbench: {_headline(comparison)}", ""]
+    changed = bad + comparison.improvements
+    if changed:
+        out += [*_markdown_table(changed), ""]
+    out += _notes(comparison, base, head, "- ")
+    if bad:
+        out += ["", "Reproduce locally:", "", "```"]
+        out += _reproduce_commands(comparison, base)
+        out += ["```"]
+    if comparison.rows:
+        out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]
+        out += [*_markdown_table(comparison.rows), "", "</details>"]
+    return "\n".join(out) + "\n"

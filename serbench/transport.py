@@ -1,4 +1,4 @@
-"""ZeroMQ plumbing between a frontend and an engine process (DESIGN §4).
+"""ZeroMQ plumbing between a frontend and an engine process (docs/architecture.md, "Scenarios").
 
 Two one-way sockets, as a serving engine has them: requests go frontend →
 engine over PUSH/PULL, outputs come back engine → frontend over a second
@@ -9,7 +9,7 @@ Frames are sent and received with ``copy=False``: pyzmq then keeps a
 reference to each sent buffer until libzmq has written it, so the caller must
 not *change* a buffer it sent until the send completed (``send(track=True)``
 returns one tracker per frame for that; the tracker of the last frame alone
-says nothing about the others — the regression of DESIGN §1).
+says nothing about the others — the regression of docs/architecture.md, "History").
 
 ipc:// endpoints live in a private folder (mode 0700, made by ``mkdtemp``):
 only this user can connect, which matters when the backend unpickles what

@@ -1,7 +1,7 @@
 """Pluggable serializers for the frontend↔engine path, and their registry.
 
 ``get_serializer("msgspec-frombuffer:threshold=inf")`` builds a backend from
-a spec (DESIGN §3). Besides the built-ins, a spec may name a backend
+a spec (docs/architecture.md, "Interfaces"). Besides the built-ins, a spec may name a backend
 registered under the entry-point group ``serbench.serializers`` or a factory
 by dotted path, ``package.module:factory``; options after the name become
 keyword arguments of the factory.

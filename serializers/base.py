@@ -1,4 +1,4 @@
-"""The Serializer interface every backend implements (DESIGN §3).
+"""The Serializer interface every backend implements (docs/architecture.md, "Interfaces").
 
 A backend turns a message into frames (frame 0 a header, the rest payload
 buffers, possibly views of the message's own memory) and back. Besides

@@ -56,7 +56,7 @@ def tensor_buffer(tensor: torch.Tensor) -> memoryview:
     """A tensor's bytes: a view of its memory when contiguous, else one copy.
 
     ``contiguous()`` (not ``flatten()``) is what makes a strided 1-D tensor
-    such as ``arange(8)[::2]`` viewable as bytes (the regression of DESIGN §1).
+    such as ``arange(8)[::2]`` viewable as bytes (the regression of docs/architecture.md, "History").
     """
     return array_bytes(tensor)
 

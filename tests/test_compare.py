@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from serbench import compare as cmp
+from serbench.metrics import metric as metric_facts
 from serbench.results import SCHEMA, record
 from serbench.stats import summarize
 
@@ -88,7 +89,7 @@ def test_faster_is_an_improvement() -> None:
 
 @pytest.mark.parametrize("name", ["req_per_s", "payload_gb_per_s", "output_tokens_per_s"])
 def test_higher_is_better_metrics_flip_direction(name: str) -> None:
-    assert cmp.higher_is_better(name)
+    assert metric_facts(name).higher_is_better
     base = {name: metric(samples(1), "GB/s"), "encode_s": metric(samples(1))}
     lower = one(base, {name: metric(samples(2, 0.8), "GB/s"), "encode_s": metric(samples(2, 0.8))})
     assert lower[name].verdict == cmp.REGRESSION  # less throughput is worse
@@ -204,14 +205,14 @@ def test_a_single_sample_gives_no_interval_and_no_verdict() -> None:
 
 
 @pytest.mark.parametrize(("text", "value"), [("10%", 0.10), ("2.5%", 0.025), ("0.2", 0.2), ("0", 0.0)])
-def test_parse_threshold(text: str, value: float) -> None:
-    assert cmp.parse_threshold(text) == pytest.approx(value)
+def test_parse_tolerance(text: str, value: float) -> None:
+    assert cmp.parse_tolerance(text) == pytest.approx(value)
 
 
 @pytest.mark.parametrize("text", ["ten", "-5%", "nan", ""])
-def test_parse_threshold_rejects_nonsense(text: str) -> None:
+def test_parse_tolerance_rejects_nonsense(text: str) -> None:
     with pytest.raises(ValueError):
-        cmp.parse_threshold(text)
+        cmp.parse_tolerance(text)
 
 
 @pytest.mark.parametrize("yardstick", ["copy_s", "floor_rtt_s", "unix_gb_per_s"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import cli
+from serbench import commands
 
 
 def write(path: Path, data: dict) -> str:
@@ -32,13 +32,13 @@ def files(tmp_path: Path, head_factor: float = 1.0, **head_env: object) -> tuple
 
 
 def test_no_regression_exits_0(tmp_path, capsys) -> None:
-    assert cli.main(["compare", *files(tmp_path)]) == 0
+    assert commands.main(["compare", *files(tmp_path)]) == 0
     assert "no regression in 3 comparison(s)" in capsys.readouterr().out
 
 
 def test_a_regression_exits_1_with_table_markdown_and_reproduce_command(tmp_path, capsys) -> None:
     md = tmp_path / "summary.md"
-    assert cli.main(["compare", *files(tmp_path, 1.25), "--markdown", str(md)]) == 1
+    assert commands.main(["compare", *files(tmp_path, 1.25), "--markdown", str(md)]) == 1
     out = capsys.readouterr().out
     first_row = out.splitlines()[2]
     assert first_row.startswith("REGRESSION")
@@ -51,18 +51,19 @@ def test_a_regression_exits_1_with_table_markdown_and_reproduce_command(tmp_path
 
 def test_a_threshold_above_the_slowdown_lets_it_pass(tmp_path) -> None:
     base, head = files(tmp_path, 1.25)
-    assert cli.main(["compare", base, head, "--max-regression", "50%"]) == 0
+    assert commands.main(["compare", base, head, "--max-regression", "50%"]) == 0
     assert (
-        cli.main(["compare", base, head, "--max-regression", "50%", "--metric-threshold", "encode_s=5%"]) == 1
+        commands.main(["compare", base, head, "--max-regression", "50%", "--metric-threshold", "encode_s=5%"])
+        == 1
     )
 
 
 def test_incomparable_environments_exit_2_unless_forced(tmp_path, capsys) -> None:
     base, head = files(tmp_path, cpu="Intel Xeon", cpu_count=64)
-    assert cli.main(["compare", base, head]) == 2
+    assert commands.main(["compare", base, head]) == 2
     err = capsys.readouterr().err
     assert "cpu: 'AMD EPYC' vs 'Intel Xeon'" in err and "cpu_count: 2 vs 64" in err and "--force" in err
-    assert cli.main(["compare", base, head, "--force"]) == 0
+    assert commands.main(["compare", base, head, "--force"]) == 0
     assert "environment differs (--force): cpu" in capsys.readouterr().out
 
 
@@ -78,20 +79,20 @@ def test_unusable_input_exits_2(tmp_path, capsys, content: str, message: str) ->
     base, _ = files(tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    assert cli.main(["compare", base, str(bad)]) == 2
+    assert commands.main(["compare", base, str(bad)]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_a_missing_file_and_a_bad_threshold_exit_2(tmp_path) -> None:
     base, head = files(tmp_path)
-    assert cli.main(["compare", base, str(tmp_path / "nope.json")]) == 2
-    assert cli.main(["compare", base, head, "--max-regression", "lots"]) == 2
-    assert cli.main(["compare", base, head, "--metric-threshold", "encode_s"]) == 2
+    assert commands.main(["compare", base, str(tmp_path / "nope.json")]) == 2
+    assert commands.main(["compare", base, head, "--max-regression", "lots"]) == 2
+    assert commands.main(["compare", base, head, "--metric-threshold", "encode_s"]) == 2
 
 
 def test_export_bencher(tmp_path) -> None:
     out = tmp_path / "bmf.json"
-    assert cli.main(["compare", *files(tmp_path), "--export", str(out)]) == 0
+    assert commands.main(["compare", *files(tmp_path), "--export", str(out)]) == 0
     bmf = json.loads(out.read_text())
     measure = bmf["micro/msgspec-frombuffer/text-sonnet"]["encode_s"]
     assert measure["lower_value"] <= measure["value"] <= measure["upper_value"]
@@ -101,7 +102,7 @@ def test_export_bencher(tmp_path) -> None:
 def test_export_github_action_benchmark_keeps_smaller_is_better_only(tmp_path) -> None:
     out = tmp_path / "gab.json"
     args = ["--export", str(out), "--export-format", "github-action-benchmark"]
-    assert cli.main(["compare", *files(tmp_path), *args]) == 0
+    assert commands.main(["compare", *files(tmp_path), *args]) == 0
     entries = json.loads(out.read_text())
     assert [e["name"] for e in entries] == [
         "micro/msgspec-frombuffer/text-sonnet encode_s",

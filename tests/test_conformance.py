@@ -1,4 +1,4 @@
-"""The conformance suite (DESIGN §6) through every backend, plus frame contracts.
+"""The conformance suite (docs/architecture.md, "Conformance") through every backend, plus frame contracts.
 
 Run it against your own backend with ``pytest tests/test_conformance.py --backend pkg.mod:factory``.
 """
@@ -16,14 +16,14 @@ from serializers import get_serializer
 from workloads import get_workload
 from workloads.messages import EngineCoreRequest
 
-CASE_IDS = [case.id for case in conformance.cases()]
+CASE_IDS = [case.id for case in conformance.specimens()]
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_case_round_trips_or_is_truly_unsupported(backend_spec: str, case_id: str) -> None:
     serializer = get_serializer(backend_spec)
-    case = next(c for c in conformance.cases(getattr(serializer, "threshold", 256)) if c.id == case_id)
-    result = conformance.run_case(serializer, case)
+    case = next(c for c in conformance.specimens(getattr(serializer, "threshold", 256)) if c.id == case_id)
+    result = conformance.check_specimen(serializer, case)
     assert result.status in ("pass", "unsupported"), result.detail
 
 
@@ -47,7 +47,7 @@ def test_cases_cover_every_cpu_dtype_and_the_design_list() -> None:
 
 
 def test_the_reverted_flatten_view_backend_fails_conformance() -> None:
-    """DESIGN §1: flatten().view(uint8) breaks on arange(8)[::2]; the suite must say so."""
+    """docs/architecture.md, "History": flatten().view(uint8) breaks on arange(8)[::2]; the suite must say so."""
     results = {r.id: r for r in conformance.check(get_serializer("misbehaving_backends:flatten_view"))}
     assert results["strided-1d"].status == "fail"
     assert "view" in results["strided-1d"].detail

@@ -1,4 +1,4 @@
-"""Every safe backend against malformed frames (DESIGN §6): DecodeError or a valid object, nothing else.
+"""Every safe backend against malformed frames (docs/architecture.md, "Conformance"): DecodeError or a valid object, nothing else.
 
 The fixed corpus runs in a child whose address space is capped, so that a
 decoder allocating what a header declares (rather than what the frames hold)
@@ -18,7 +18,9 @@ from collections.abc import Iterator
 import psutil
 import pytest
 import torch
-from nasty_inputs import (
+
+from serbench.isolation import run_isolated
+from serbench.testing.malformed import (
     SAFE_SPECS,
     STRATEGIES,
     Fuzzer,
@@ -27,8 +29,6 @@ from nasty_inputs import (
     examples_per_strategy,
     judge,
 )
-
-from serbench.isolation import run_isolated
 from serializers import DecodeError, Serializer, get_serializer
 from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
 from serializers.tensors import TORCH_DTYPES

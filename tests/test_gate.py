@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import cli, gate, testing
+from serbench import commands, gate, results, testing
 from serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_merge_concatenates_samples_and_remembers_rounds() -> None:
     first = doc([rec({"encode_s": metric(samples(1, n=15)), "frames": metric([2], "count")})])
     second = doc([rec({"encode_s": metric(samples(2, n=10)), "frames": metric([2], "count")})])
-    merged = gate.merge([first, second])
+    merged = results.merge([first, second])
     (record,) = merged["records"]
     encode = record["metrics"]["encode_s"]
     assert encode["values"] == samples(1, n=15) + samples(2, n=10)
@@ -30,7 +30,7 @@ def test_merge_concatenates_samples_and_remembers_rounds() -> None:
 
 def test_a_case_failing_in_any_round_is_failed() -> None:
     ok = rec({"encode_s": metric(samples(1))})
-    merged = gate.merge([doc([ok]), doc([rec({}, error="segfault")]), doc([ok])])
+    merged = results.merge([doc([ok]), doc([rec({}, error="segfault")]), doc([ok])])
     (record,) = merged["records"]
     assert record["error"] == "failed in 1 of 3 rounds: segfault"
     assert record["metrics"] == {}
@@ -38,7 +38,7 @@ def test_a_case_failing_in_any_round_is_failed() -> None:
 
 class FakeMeasurer:
     def __init__(self, label: str, calls: list, cases: list | None) -> None:
-        self.side, self.calls, self.cases = gate.Side(label, Path("."), ()), calls, cases
+        self.side, self.calls, self.cases = gate.Revision(label, Path("."), ()), calls, cases
 
     def measure(self, out: Path, case: tuple | None = None) -> dict:
         self.calls.append((self.side.label, case))
@@ -71,7 +71,7 @@ MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", 
 
 
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
-    side = gate.Side("head", REPO, MICRO_TEXT)
+    side = gate.Revision("head", REPO, MICRO_TEXT)
     assert side.has_worker()
     worker = gate.Worker(side, tmp_path / "head.log")
     try:
@@ -91,15 +91,15 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
-    side = gate.Side("base", REPO, ("--backends", "no-such-backend"))
+    side = gate.Revision("base", REPO, ("--backends", "no-such-backend"))
     with pytest.raises(gate.GateError, match=r"base: serbench run --worker stopped: .*no-such-backend"):
         gate.Worker(side, tmp_path / "base.log")
 
 
 def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
-    sides = [gate.Side("base", tmp_path, ()), gate.Side("head", REPO, ())]
-    monkeypatch.setattr(gate.Side, "has_worker", lambda self: self.label == "head")
+    sides = [gate.Revision("base", tmp_path, ()), gate.Revision("head", REPO, ())]
+    monkeypatch.setattr(gate.Revision, "has_worker", lambda self: self.label == "head")
     notes: list[str] = []
     with gate.measurers(sides, tmp_path, notes.append) as started:
         assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]
@@ -107,7 +107,9 @@ def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp
 
 
 def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
-    one_shot = gate.OneShot(gate.Side("base", REPO, ("--backends", "no-such-backend")), tmp_path / "base.log")
+    one_shot = gate.OneShot(
+        gate.Revision("base", REPO, ("--backends", "no-such-backend")), tmp_path / "base.log"
+    )
     with pytest.raises(gate.GateError, match=r"base: serbench run failed: .*no-such-backend"):
         one_shot.measure(tmp_path / "round-1")
 
@@ -123,14 +125,14 @@ def test_an_unknown_ref_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
     git(tmp_path, "add", "f")
     git(tmp_path, "commit", "-qm", "one")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["gate", "--base", "no-such-ref", "--out", str(tmp_path / "out")]) == 2
+    assert commands.main(["gate", "--base", "no-such-ref", "--out", str(tmp_path / "out")]) == 2
     assert "no-such-ref" in capsys.readouterr().err
 
 
 def test_outside_a_git_repository_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    assert cli.main(["gate", "--base", "HEAD~1"]) == 2
+    assert commands.main(["gate", "--base", "HEAD~1"]) == 2
     assert "git rev-parse" in capsys.readouterr().err
 
 
@@ -180,7 +182,7 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     base_commit, head_commit = git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD")
     monkeypatch.chdir(clone)
     args = ["--backends", "gate_e2e_backend:make", "--workloads", "text-sonnet", "--rounds", "2"]
-    code = cli.main(["gate", "--base", "HEAD~1", *args])  # default --out: relative to the clone
+    code = commands.main(["gate", "--base", "HEAD~1", *args])  # default --out: relative to the clone
     printed = capsys.readouterr().out
     (out,) = (clone / "reports").glob("gate-*")
     assert f"gate report: {out.resolve()}" in printed

@@ -41,7 +41,7 @@ def store_trial(folder: Path, factor: float, slowed_rounds: list[bool]) -> None:
         rounds = [
             results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, len(slowed_rounds) + 1)
         ]
-        results.write_json_atomic(folder / f"{label}.json", gate_quality.gate.merge(rounds))
+        results.write_json_atomic(folder / f"{label}.json", results.merge(rounds))
     meta = {"backend": BACKEND, "factors": [factor], "load_before": 1.0, "load_after": 1.0, "cpus": 2}
     (folder / "trial.json").write_text(json.dumps(meta))
 

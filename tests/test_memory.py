@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import torch
 
-from serbench.cli import build_parser
+from serbench.commands import build_parser
+from serbench.commands.options import profile as profile_of
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
 from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
-from serbench.summary import render
+from serbench.text import render
 from serializers import get_serializer
 from workloads import get_workload
 from workloads.tree import is_array, iter_leaves, map_leaves
@@ -95,7 +96,7 @@ def test_msgpack_backends_at_their_default_threshold_get_a_zero_copy_off_variant
 
 def test_repetitions_come_from_the_option_or_the_profile() -> None:
     args = build_parser().parse_args(["run", "--memory-repetitions", "5"])
-    profile = PROFILES["quick"].with_options(**get_scenario("memory").options(args))
+    profile = profile_of(args)
     assert repetitions(profile) == Repetitions(5, 5, 0.0)
     assert repetitions(PROFILES["full"]).least >= 3
     with pytest.raises(SystemExit):
@@ -173,6 +174,6 @@ def test_phases_and_timeline_are_consistent_with_the_peaks(run: Run) -> None:
 
 def test_the_summary_has_the_memory_tables_with_both_variants(run: Run) -> None:
     summary = run.summary
-    assert "memory: engine peak MB above baseline" in summary
-    assert "memory: frontend peak MB above baseline" in summary
+    assert "memory: engine peak RSS above baseline (MB, median)" in summary
+    assert "memory: frontend peak RSS above baseline (MB, median)" in summary
     assert ZERO_COPY_OFF in summary

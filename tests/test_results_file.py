@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serbench import cli, results
+from serbench import commands, results
 from serbench.results import ResultsError, ResultsFile, record
 
 METRIC = {"unit": "s", "values": [1.0, 2.0], "median": 1.5, "ci_low": 1.0, "ci_high": 2.0}
@@ -107,7 +107,7 @@ def test_commands_on_an_unusable_file_exit_2_with_one_line(
     out = ["--out", str(bad_file.parent / "report")] if command == "report" else []
     singles = [(bad_file,)] if command == "report" else []  # report takes one file or base and head
     for files in [(good, bad_file), (bad_file, good), *singles]:
-        assert cli.main([command, *map(str, files), *out]) == 2
+        assert commands.main([command, *map(str, files), *out]) == 2
         err = capsys.readouterr().err
         assert err.startswith("serbench: error: ") and str(bad_file) in err
         assert len(err.strip().splitlines()) == 1

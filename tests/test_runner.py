@@ -15,7 +15,7 @@ from serbench import results
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
-from serbench.summary import render
+from serbench.text import render
 
 FAST = dataclasses.replace(
     PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=20

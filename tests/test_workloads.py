@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workloads import available_workloads, get_workload, output_token
 from specs import SpecError
+from workloads import available_workloads, get_workload, output_token
 from workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
 from workloads.tree import payload_bytes, payload_checksum
 

@@ -1,4 +1,4 @@
-"""Message types and deterministic synthetic workloads (DESIGN §3).
+"""Message types and deterministic synthetic workloads (docs/architecture.md, "Interfaces").
 
 ``get_workload("images-8:profile=qwen2-vl,dtype=bfloat16")`` returns a
 workload; ``available_workloads()`` lists the built-in names.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from workloads.base import Workload, output_token
 from workloads.images import IMAGE_COUNTS, Images
-from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from workloads.text import TextSonnet
 
 __all__ = [

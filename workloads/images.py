@@ -1,6 +1,6 @@
 """``images-N``: one prompt with N images, as three vision models lay them out.
 
-Profiles (DESIGN §1):
+Profiles (docs/architecture.md, "History"):
 
 * ``gemma``: ``pixel_values`` float ``(3, 896, 896)`` per image (9.6 MB in float32);
 * ``qwen2-vl``: flattened patches ``(t·h·w, 1176)`` per image (flat field with

@@ -1,14 +1,14 @@
-"""The scenario registry: name → Scenario (DESIGN §4)."""
+"""The scenario registry: name → Scenario (docs/architecture.md, "Scenarios")."""
 
 from __future__ import annotations
 
-from serbench.scenarios.base import Case, Column, Scenario
+from serbench.scenarios.base import Case, Option, Scenario
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
 from specs import SpecError
 
-__all__ = ["SCENARIOS", "Case", "Column", "Scenario", "get_scenario"]
+__all__ = ["SCENARIOS", "Case", "Option", "Scenario", "get_scenario"]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc(), Memory())}
 

@@ -21,7 +21,7 @@ machine-independent: a zero-copy regression moves them by whole units,
 noise by a few hundredths. ``info.phases`` says when, and at what peak,
 each step ended; ``info.timeline`` is the psutil RSS of both sides.
 
-Variants (DESIGN §1, the flattened-MultiModalKwargs table): a msgpack
+Variants (docs/architecture.md, "History": the flattened-MultiModalKwargs table): a msgpack
 backend whose spec leaves ``threshold`` at its default is measured twice,
 as given (zero-copy on) and with ``threshold=inf`` (zero-copy off). A spec
 that names a threshold is measured as given, so ``--backends
@@ -30,7 +30,6 @@ msgspec-frombuffer:threshold=256`` asks for one row only.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,14 +39,14 @@ import torch
 import zmq
 
 from serbench import transport
+from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, status_bytes
-from serbench.scenarios.base import Case, Column, Scenario, positive_int
-from serbench.stats import summarize
+from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
-from workloads import get_workload
 from specs import Spec, format_spec, parse_spec
+from workloads import get_workload
 from workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
 
 MINIATURE_LAST_DIM = 256  # elements kept along an array's last dim (and 2 along the others)
@@ -190,15 +189,16 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
     engine = [m.sides["engine"].peak_bytes for m in runs]
     frontend = [m.sides["frontend"].peak_bytes for m in runs]
     metrics = {
-        "peak_rss_engine_bytes": summarize(engine, "bytes"),
-        "peak_rss_frontend_bytes": summarize(frontend, "bytes"),
-        "e2e_s": summarize(
-            [m.sides["engine"].result["used"][0] - m.sides["frontend"].result["start"][0] for m in runs], "s"
+        "peak_rss_engine_bytes": measured("peak_rss_engine_bytes", engine),
+        "peak_rss_frontend_bytes": measured("peak_rss_frontend_bytes", frontend),
+        "encode_to_use_s": measured(
+            "encode_to_use_s",
+            [m.sides["engine"].result["used"][0] - m.sides["frontend"].result["start"][0] for m in runs],
         ),
     }
     if payload:
-        metrics["copies"] = summarize([b / payload for b in engine], "ratio")
-        metrics["copies_frontend"] = summarize([b / payload for b in frontend], "ratio")
+        metrics["copies"] = measured("copies", [b / payload for b in engine])
+        metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
     return metrics
 
 
@@ -218,25 +218,15 @@ def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measur
 class Memory(Scenario):
     name = "memory"
     description = "peak RSS above baseline of frontend and engine processes, encode → send → decode → use"
-    summary = [
-        Column("peak_rss_engine_bytes", "engine peak MB above baseline", 1e-6, "{:.1f}"),
-        Column("peak_rss_frontend_bytes", "frontend peak MB above baseline", 1e-6, "{:.1f}"),
-        Column("copies", "engine copies (extra peak / payload)", 1.0, "{:.2f}"),
-        Column("copies_frontend", "frontend copies (extra peak / payload)", 1.0, "{:.2f}"),
-        Column("e2e_s", "encode → engine used ms", 1e3, "{:.0f}"),
-    ]
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
+    options = (
+        Option(
             "--memory-repetitions",
-            type=positive_int,
+            "memory_repetitions",
+            positive_int,
+            "fresh frontend/engine pairs per case (default: quick 1-3 within 0.3 s, full 3-10 in 30 s)",
             metavar="N",
-            help="fresh frontend/engine pairs per case (default: quick 1-3 within 0.3 s, full 3-10 in 30 s)",
-        )
-
-    def options(self, args: argparse.Namespace) -> dict[str, Any]:
-        count = getattr(args, "memory_repetitions", None)
-        return {} if count is None else {"memory_repetitions": count}
+        ),
+    )
 
     def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""

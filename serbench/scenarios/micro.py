@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.scenarios.base import Case, Column, Scenario
-from serbench.stats import summarize
+from serbench.scenarios.base import Case, Scenario
 from serbench.timing import interleaved
 from serializers import Serializer, get_serializer
 from workloads import get_workload
@@ -61,11 +61,6 @@ def wire_bytes(frames: list) -> int:
 class Micro(Scenario):
     name = "micro"
     description = "encode / decode one request in-process: calibrated loops, median + CI, bytes, frames"
-    summary = [
-        Column("encode_s", "encode ms", 1e3),
-        Column("decode_s", "decode ms", 1e3),
-        Column("roundtrip_s", "roundtrip ms", 1e3),
-    ]
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         serializer = get_serializer(case.backend)
@@ -74,11 +69,11 @@ class Micro(Scenario):
         payload = payload_bytes(message)
         samples, info = interleaved(operations(serializer, message), profile)
 
-        metrics = {name: summarize(values, "s") for name, values in samples.items()}
-        metrics["wire_bytes"] = summarize([wire_bytes(frames)], "bytes")
-        metrics["frames"] = summarize([len(frames)], "count")
+        metrics = {name: measured(name, values) for name, values in samples.items()}
+        metrics["wire_bytes"] = measured("wire_bytes", [wire_bytes(frames)])
+        metrics["frames"] = measured("frames", [len(frames)])
         if payload:
-            metrics["payload_gb_per_s"] = summarize(
-                [payload / t / 1e9 for t in samples["roundtrip_s"]], "GB/s"
+            metrics["payload_gb_per_s"] = measured(
+                "payload_gb_per_s", [payload / t / 1e9 for t in samples["roundtrip_s"]]
             )
         return {"metrics": metrics, "info": {**info, "payload_bytes": payload}}

@@ -1,6 +1,6 @@
 """Backends that go wrong on purpose, to prove the harness catches them.
 
-* ``flatten_view`` is the reverted torch.frombuffer change of DESIGN §1:
+* ``flatten_view`` is the reverted torch.frombuffer change of docs/architecture.md, "History":
   ``flatten().view(uint8)`` fails on a strided 1-D tensor such as
   ``arange(8)[::2]``. Conformance must reject it.
 * ``misbehaving:mode=abort|hang|raise`` passes conformance (which only sends

@@ -1,4 +1,5 @@
-"""Malformed input for the safe decoders (DESIGN §6): an oracle, generators and a fixed corpus.
+"""Malformed input for the safe decoders (docs/architecture.md, "Conformance"): an oracle,
+generators and a fixed corpus. Needs the ``test`` extra (hypothesis).
 
 Everything a peer on the socket controls is the list of frames. This module
 crafts such lists for the two wire formats of the safe backends (``ext``:
@@ -219,7 +220,7 @@ SEED_CASES = ["mmk-all-kinds", "nested-list", "dict-of-tensors", "strided-1d-lar
 @cache
 def seed_messages() -> list[tuple[Any, Any]]:
     """Small valid messages (object, type) whose encodings the mutators start from."""
-    by_id = {case.id: case for case in conformance.cases()}
+    by_id = {case.id: case for case in conformance.specimens()}
     text = get_workload("text-sonnet")
     return [
         (text.request(0), EngineCoreRequest),

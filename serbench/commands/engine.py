@@ -1,0 +1,47 @@
+"""``serbench engine``: the engine side alone, for two-host ipc runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import zmq
+
+from serbench import transport
+from serbench.engine.server import DEFAULT_BIND, serve_forever
+from serbench.errors import UsageError
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    """Bind, serve, exit 0 on SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="serbench engine: %(message)s", stream=sys.stderr)
+    try:
+        transport.tcp_addresses(args.bind)
+        serve_forever(args.bind, args.allow_unsafe_deserialization)
+    except ValueError as exc:
+        raise UsageError(f"--bind: {exc}") from None
+    except zmq.ZMQError as exc:
+        raise UsageError(f"cannot bind {args.bind}: {exc}") from None
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench engine``."""
+    parser = subparsers.add_parser(
+        "engine",
+        help="the engine side alone, for two-host ipc runs (serbench run --engine)",
+        description="Serve ipc-scenario frontends one after another: requests on PORT, outputs on PORT+1.",
+    )
+    parser.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        help=f"tcp://HOST:PORT to listen on (default {DEFAULT_BIND}: loopback only)",
+    )
+    parser.add_argument(
+        "--allow-unsafe-deserialization",
+        action="store_true",
+        help="accept backends that run code from their input (pickle, cloudpickle) on a non-loopback "
+        "address, and backends named by dotted path",
+    )
+    parser.set_defaults(func=cmd_engine)

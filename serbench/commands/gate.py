@@ -1,0 +1,65 @@
+"""``serbench gate --base REF``: the CI performance gate, in one command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from serbench import gate, results
+from serbench.commands.compare import conclude
+from serbench.commands.options import add_comparison_options, tolerances
+from serbench.errors import UsageError
+
+# The default matrix: quick enough for every pull request, wide enough to
+# cover in-band pickling, zero-copy msgpack and flattened multimodal kwargs,
+# on a text request and a 4-image request.
+DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
+DEFAULT_WORKLOADS = "text-sonnet,images-4"
+DEFAULT_SCENARIOS = "micro"
+DEFAULT_ROUNDS = 15
+
+
+def say(message: str) -> None:
+    """Progress goes to stderr; stdout is the verdict."""
+    print(message, file=sys.stderr)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
+    tolerances(args)  # a malformed tolerance fails before minutes of measuring
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    repo = gate.repository_root(Path.cwd())
+    folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
+    run_args = ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
+    base, head = gate.measure(repo, args.base, run_args, args.rounds, folder, say)
+    results.write_json_atomic(folder / "base.json", base)
+    results.write_json_atomic(folder / "head.json", head)
+    if not args.markdown:
+        args.markdown = str(folder / "summary.md")
+    code = conclude(args, base, head)
+    print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
+    return code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench gate``."""
+    parser = subparsers.add_parser(
+        "gate",
+        help="CI gate: measure REF and the working tree interleaved, exit 1 on a regression",
+        description="Check out REF in a temporary worktree, run base and working tree interleaved "
+        "(A B, B A, ...) on this machine, then compare as `serbench compare` does.",
+    )
+    parser.add_argument("--base", required=True, metavar="REF", help="git revision to compare against")
+    parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
+    parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help=f"runs per revision (default {DEFAULT_ROUNDS})"
+    )
+    parser.add_argument(
+        "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
+    )
+    add_comparison_options(parser)
+    parser.set_defaults(func=cmd_gate)

@@ -1,0 +1,33 @@
+"""``serbench list``: backends (with their safety), workloads, scenarios."""
+
+from __future__ import annotations
+
+import argparse
+
+from serbench.scenarios import SCENARIOS
+from serbench.text import table
+from serializers import available_serializers, describe, get_serializer, is_safe
+from workloads import available_workloads, get_workload
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Backends (strategy, safety), workloads (payload per request), scenarios."""
+    rows = []
+    for name in available_serializers():
+        backend = get_serializer(name)
+        rows.append([name, "yes" if is_safe(backend) else "NO (runs code from input)", describe(backend)])
+    print(table(["backend", "safe for untrusted input", "strategy"], rows))
+    print()
+    rows = []
+    for name in available_workloads():
+        workload = get_workload(name)
+        rows.append([name, f"{workload.payload_bytes() / 1e6:.1f} MB", workload.description])
+    print(table(["workload", "payload/request", "what"], rows))
+    print()
+    print(table(["scenario", "what"], [[s.name, s.description] for s in SCENARIOS.values()]))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench list``."""
+    subparsers.add_parser("list", help="backends, workloads and scenarios").set_defaults(func=cmd_list)

@@ -1,0 +1,110 @@
+"""Command-line pieces that several commands share: spec lists, tolerances, scenario flags."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from serbench.compare import parse_tolerance
+from serbench.errors import UsageError
+from serbench.export import FORMATS
+from serbench.profiles import PROFILES, Profile
+from serbench.scenarios import SCENARIOS
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated list of specs, keeping options (``a:k=v,k2=v``) whole."""
+    items: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if items and "=" in part and ":" not in part:
+            items[-1] += "," + part
+        elif part:
+            items.append(part)
+    return items
+
+
+def add_max_regression(parser: argparse.ArgumentParser) -> None:
+    """``--max-regression``: the tolerated slowdown (compare, gate, report of two files)."""
+    parser.add_argument("--max-regression", default="10%", help="tolerated slowdown (default 10%%)")
+
+
+def add_comparison_options(parser: argparse.ArgumentParser) -> None:
+    """Options of ``compare`` and ``gate``: tolerances, --force, outputs."""
+    add_max_regression(parser)
+    parser.add_argument(
+        "--metric-threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=PCT",
+        help="per-metric tolerated slowdown, e.g. ttft_s=5%% (repeatable)",
+    )
+    parser.add_argument("--force", action="store_true", help="compare runs from different environments")
+    parser.add_argument(
+        "--markdown", metavar="FILE", help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
+    )
+    parser.add_argument("--export", metavar="FILE", help="write head's results for another dashboard")
+    parser.add_argument("--export-format", choices=sorted(FORMATS), default="bencher")
+
+
+def max_regression(args: argparse.Namespace) -> float:
+    """``--max-regression`` parsed; UsageError if malformed."""
+    try:
+        return parse_tolerance(args.max_regression)
+    except ValueError as exc:
+        raise UsageError(f"--max-regression: {exc}") from None
+
+
+def tolerances(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
+    """``--max-regression`` and ``--metric-threshold`` parsed; UsageError if malformed."""
+    overrides = {}
+    for item in args.metric_threshold:
+        name, eq, value = item.partition("=")
+        try:
+            if not eq or not name:
+                raise ValueError(f"{item!r} is not METRIC=PCT")
+            overrides[name.strip()] = parse_tolerance(value)
+        except ValueError as exc:
+            raise UsageError(f"--metric-threshold: {exc}") from None
+    return max_regression(args), overrides
+
+
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its ValueError becomes argparse's own usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc) or f"bad value {text!r}") from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """Every scenario's declared options (``scenarios.base.Option``), a group per scenario."""
+    for scenario in SCENARIOS.values():
+        if not scenario.options:
+            continue
+        group = parser.add_argument_group(f"{scenario.name} scenario")
+        for option in scenario.options:
+            group.add_argument(
+                option.flag,
+                dest=option.key,
+                type=_argparse_type(option.parse),
+                choices=option.choices,
+                metavar=option.metavar,
+                help=option.help,
+            )
+
+
+def profile(args: argparse.Namespace) -> Profile:
+    """The run profile (``--full`` or quick) with the scenario options that were given."""
+    given = {
+        option.key: getattr(args, option.key)
+        for scenario in SCENARIOS.values()
+        for option in scenario.options
+        if getattr(args, option.key, None) is not None
+    }
+    return PROFILES["full" if getattr(args, "full", False) else "quick"].with_options(**given)

@@ -1,0 +1,50 @@
+"""``serbench report``: the HTML page of a results file, or of head against base."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from serbench import report, results
+from serbench.commands.options import add_max_regression, max_regression
+from serbench.errors import UsageError
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Render one results file, or base against head; print the page's path."""
+    tolerance = max_regression(args)
+    base = results.load(args.results)
+    head = None if args.head is None else results.load(args.head)
+    if args.out:
+        out = Path(args.out)
+        try:  # before rendering: a bad folder fails at once
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    elif head is None:
+        out = Path(args.results).parent
+    else:
+        out = results.output_folder(None, "compare-")
+    if head is None:
+        page = report.render(base, args.results)
+    else:
+        page = report.render_comparison(base, head, (args.results, args.head), tolerance)
+    print(f"report: {report.write_page(page, out)}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serbench report RESULTS.json [HEAD.json] [--out DIR]``."""
+    parser = subparsers.add_parser("report", help="HTML report of a results file, or of head against base")
+    parser.add_argument(
+        "results", metavar="RESULTS.json", help="a results file (the base when HEAD is given)"
+    )
+    parser.add_argument(
+        "head", nargs="?", metavar="HEAD.json", help="a second results file: compare it to the first"
+    )
+    parser.add_argument(
+        "--out",
+        help="folder for index.html (default: beside RESULTS.json; for two files reports/compare-<time>/)",
+    )
+    add_max_regression(parser)
+    parser.set_defaults(func=cmd_report)
