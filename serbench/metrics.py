@@ -79,7 +79,14 @@ METRICS: dict[str, Metric] = {
             summary=True,
             log_axis=False,
         ),
-        Metric("copies", "ratio", "engine copies (extra peak / payload)", resolution=0.01, summary=True),
+        Metric(
+            "copies",
+            "ratio",
+            "engine copies (extra peak / payload)",
+            resolution=0.01,
+            summary=True,
+            log_axis=False,
+        ),
         Metric(
             "copies_frontend",
             "ratio",
