@@ -21,7 +21,10 @@ import pytest
 from PIL import Image
 
 from serbench import cli, compare, environment, report, results
-from serbench.stats import summarize
+from serbench.report import run_page
+from serbench.report.page import TIMES, Look
+from serbench.stats import MIN_DISTRIBUTION, summarize
+from serbench.units import format_value
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = (
@@ -54,8 +57,9 @@ def _ipc_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
 
 def _memory_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
     payload = images * 9.6e6
-    engine = payload * slow * (1 + 0.01 * rng.standard_normal(3))
-    frontend = payload * (slow - 1) * (1 + 0.01 * rng.standard_normal(3))
+    # Enough repetitions for a distribution, so the noise section counts memory too.
+    engine = payload * slow * (1 + 0.01 * rng.standard_normal(MIN_DISTRIBUTION))
+    frontend = payload * (slow - 1) * (1 + 0.01 * rng.standard_normal(MIN_DISTRIBUTION))
     return {
         "peak_rss_engine_bytes": summarize(engine, "bytes"),
         "peak_rss_frontend_bytes": summarize(frontend, "bytes"),
@@ -293,7 +297,7 @@ def test_comparison_page_in_chromium_marks_every_verdict(compared, tmp_path):
     assert {"regression", "fixed in head", "no change"} <= verdicts
     text = " ".join(dom.text)
     assert f"{len(comparison.regressions)} regression(s)" in text
-    assert "Only in head (1)" in text and f"micro {report.TIMES} pickle {report.TIMES} text-sonnet" in text
+    assert "Only in head (1)" in text and f"micro {TIMES} pickle {TIMES} text-sonnet" in text
 
 
 @pytest.mark.parametrize(
@@ -331,12 +335,12 @@ def test_incomplete_run_is_flagged(built):
 
 
 def test_noise_indicator_reports_each_scenario_spread(built):
-    noise = {n.scenario: n for n in report.noise(built[1])}
+    noise = {n.scenario: n for n in run_page.noise(built[1])}
     assert set(noise) == {"ipc", "memory", "future"}
     assert all(0 <= n.typical <= n.worst[1] for n in noise.values())
-    assert report.noise_level(0.01) == "quiet"
-    assert report.noise_level(0.05) == "moderate"
-    assert report.noise_level(0.5) == "noisy"
+    assert run_page.noise_level(0.01) == "quiet"
+    assert run_page.noise_level(0.05) == "moderate"
+    assert run_page.noise_level(0.5) == "noisy"
 
 
 @pytest.mark.parametrize(
@@ -349,12 +353,12 @@ def test_noise_indicator_reports_each_scenario_spread(built):
     ],
 )
 def test_values_are_shown_in_a_readable_scale(value, unit, text):
-    assert report.format_value(value, unit) == text
+    assert format_value(value, unit) == text
 
 
 def test_scenario_whose_every_case_failed_says_so():
     records = [results.record("micro", "pickle", "images-4", error="Killed by signal 9")]
-    look = report.Look.of({"records": records, "backends": {}})
-    section = report.scenario_section("micro", records, look)
+    look = Look.of({"records": records, "backends": {}})
+    section = run_page.scenario_section("micro", records, look)
     assert "Every case of this scenario failed" in section
     assert "<img" not in section

@@ -31,7 +31,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
 _IMAGES = re.compile(r"images-(\d+)")
 
-Case = tuple[str, str]  # (backend, workload)
+Cell = tuple[str, str]  # (backend, workload): one slot of a figure
 
 
 def image_count(workload: str) -> int | None:
@@ -65,12 +65,12 @@ class Panel:
     label: str  # what is measured, e.g. "encode time"
     unit: str  # the results file's unit: "s", "bytes", "count", ...
     stat: str  # "median" (with its CI) or "p99"
-    cases: dict[Case, dict]  # successful cases → the metric
-    failed: frozenset[Case] = field(default_factory=frozenset)
+    cells: dict[Cell, dict]  # the cells of successful cases → the metric
+    failed: frozenset[Cell] = field(default_factory=frozenset)
     log: bool = True
 
     def scale(self) -> tuple[float, str]:
-        values = [stat_value(m, self.stat) for m in self.cases.values()]
+        values = [stat_value(m, self.stat) for m in self.cells.values()]
         return scale_for(self.unit, max(values, default=0.0))
 
     def axis_label(self) -> str:
@@ -135,7 +135,7 @@ def _bar_panel(ax, panel: Panel, backends: Sequence[str], workloads: Sequence[st
         xs, ys, errs = [], [], []
         for j, workload in enumerate(workloads):
             x = j - 0.4 + width * (i + 0.5)
-            metric = panel.cases.get((backend, workload))
+            metric = panel.cells.get((backend, workload))
             if metric is not None:
                 xs.append(x)
                 ys.append(stat_value(metric, panel.stat) / factor)
@@ -180,7 +180,7 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
     for ax, workload in zip(axes, workloads, strict=False):
         samples = []
         for backend in backends:
-            metric = panel.cases.get((backend, workload))
+            metric = panel.cells.get((backend, workload))
             if metric is None or not metric["values"]:
                 continue
             xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
@@ -201,7 +201,7 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
 def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> list[str]:
     """Plot ``panel`` against image count; returns the workload families drawn."""
     factor, _ = panel.scale()
-    images = {case: m for case, m in panel.cases.items() if image_count(case[1]) is not None}
+    images = {cell: m for cell, m in panel.cells.items() if image_count(cell[1]) is not None}
     families = sorted({family(w) for _, w in images})
     counts, ys = set(), []
     for backend in backends:

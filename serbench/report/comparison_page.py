@@ -1,0 +1,157 @@
+"""The comparison page of two runs (base, head): verdicts, both environments, ratios per scenario.
+
+The page shows ``compare.compare``'s verdicts: per metric the ratio
+head/base with its interval, regressions and improvements marked; the
+statistics are compare's, not this module's (docs/architecture.md, Report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from serbench import compare
+from serbench.metrics import metric
+from serbench.report.page import (
+    DASH,
+    TIMES,
+    Look,
+    case_attr,
+    e,
+    figure,
+    incomplete,
+    page,
+    section,
+    table,
+    unique,
+)
+from serbench.report.run_page import SECTIONS, Run, environment_section, failed_section, noise_section
+from serbench.units import format_value
+
+
+def _ratio_text(row: compare.MetricComparison) -> str:
+    if row.ratio is None:
+        return DASH
+    if row.ci_low is None or row.ci_high is None or row.exact:
+        return f"{row.ratio:.3f}"
+    return f"{row.ratio:.3f} <span class='ci'>[{row.ci_low:.3f} {DASH} {row.ci_high:.3f}]</span>"
+
+
+def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bool) -> str:
+    def side(value: float | None) -> str:
+        return DASH if value is None else format_value(value, row.unit)
+
+    label = metric(row.metric).label + (" (exact)" if row.exact else "")
+    first = f"<td>{e(row.scenario)}</td>" if with_scenario else ""
+    verdict = row.verdict.replace(" ", "-")
+    return (
+        f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
+        f"{first}<td>{look.backend(row.backend)}</td><td>{e(row.workload)}</td><td>{e(label)}</td>"
+        f"<td>{side(row.base_median)}</td><td>{side(row.head_median)}</td><td>{_ratio_text(row)}</td>"
+        f"<td><span class='badge {verdict}'>{e(row.verdict)}</span></td></tr>"
+    )
+
+
+def comparison_table(
+    rows: Sequence[compare.MetricComparison], look: Look, with_scenario: bool = False
+) -> str:
+    headers = [
+        "backend",
+        "workload",
+        "metric",
+        "base median",
+        "head median",
+        "head / base [95% CI]",
+        "verdict",
+    ]
+    body = [_comparison_row(r, look, with_scenario) for r in rows]
+    return table(["scenario", *headers] if with_scenario else headers, body, "numbers")
+
+
+def _ratio_figure(scenario: str, rows: Sequence[compare.MetricComparison], look: Look) -> bytes | None:
+    # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+    from serbench.report import plots
+
+    wanted = unique(n for spec in SECTIONS.get(scenario, ()) for n, _ in spec.columns) or unique(
+        r.metric for r in rows
+    )
+    panels = {
+        metric(name).label: [
+            plots.RatioPoint(r.backend, r.workload, r.ratio, r.ci_low, r.ci_high, r.verdict)
+            for r in rows
+            if r.metric == name and r.ratio  # a ratio of 0 (or none) has no place on a log axis
+        ]
+        for name in wanted
+    }
+    panels = {k: v for k, v in panels.items() if v}
+    if not panels:
+        return None
+    backends = [b for b in look.colours if any(r.backend == b for r in rows)]
+    return plots.ratios(panels, backends, unique(r.workload for r in rows), look.colours)
+
+
+def _comparison_scenario(
+    scenario: str, rows: Sequence[compare.MetricComparison], workloads: list[str], look: Look
+) -> str:
+    """The ratio figure and every row of one scenario, ordered like the run (workload, backend)."""
+    backends = list(look.colours)
+    rows = sorted(rows, key=lambda r: (workloads.index(r.workload), backends.index(r.backend), r.metric))
+    png = _ratio_figure(scenario, rows, look)
+    title = f"{scenario}: head / base per case (1 = unchanged; {TIMES} regression, + improvement)"
+    ratios = f"<h3>{e(title)}</h3>" + figure(png, title) if png else ""
+    return section(
+        f"scenario-{scenario}", f"{scenario}: head against base", ratios + comparison_table(rows, look)
+    )
+
+
+def _case_list(title: str, cases: Sequence[tuple[str, str, str]]) -> str:
+    if not cases:
+        return ""
+    return (
+        f"<h3>{e(title)} ({len(cases)})</h3><ul>"
+        + "".join(f"<li>{e(f' {TIMES} '.join(c))}</li>" for c in cases)
+        + "</ul>"
+    )
+
+
+def verdict_section(result: compare.Comparison, max_regression: float, look: Look) -> str:
+    """The headline: regressions and improvements first, then what differs in the set-ups."""
+    bad, good = result.regressions, result.improvements
+    cls = "bad" if bad else "good"
+    summary = (
+        f"<p class='banner {cls}'>{len(bad)} regression(s), {len(good)} improvement(s) among "
+        f"{len(result.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
+    )
+    env = "".join(
+        f"<li>{e(k)}: base {e(str(b))}, head {e(str(h))}</li>"
+        for k, (b, h) in result.environment_differences.items()
+    )
+    warning = (
+        f"<p class='banner bad'>The runs are not comparable as they stand:</p><ul>{env}</ul>" if env else ""
+    )
+    marked = comparison_table([*bad, *good], look, with_scenario=True) if bad or good else ""
+    lists = _case_list("Only in head", result.added) + _case_list("Only in base", result.removed)
+    return section("verdict", "Verdict", summary + warning + marked + lists)
+
+
+def render_comparison(
+    base: dict, head: dict, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
+) -> str:
+    """The comparison page: verdicts, both environments, and per scenario the ratios head/base."""
+    look = Look.of(base, head)
+    result = compare.compare(base, head, max_regression)
+    runs = [Run("base", sources[0], base), Run("head", sources[1], head)]
+    scenarios = unique(r.scenario for r in result.rows)
+    workloads = unique(r["workload"] for d in (base, head) for r in d["records"])
+    sections = [
+        incomplete(base, "The base run") + incomplete(head, "The head run"),
+        verdict_section(result, max_regression, look),
+        environment_section(runs),
+        noise_section(runs),
+        *(
+            _comparison_scenario(s, [r for r in result.rows if r.scenario == s], workloads, look)
+            for s in scenarios
+        ),
+        failed_section(head, look),
+    ]
+    subtitle = f"head <code>{e(sources[1])}</code> against base <code>{e(sources[0])}</code>"
+    return page("serbench comparison", subtitle, sections)

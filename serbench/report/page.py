@@ -1,0 +1,194 @@
+"""The HTML building blocks both report pages share: escaping, tables, figures, sections,
+the backends' look, metric cells, and the page around them.
+
+A page is one self-contained document: styles inline, figures as PNG data
+URIs, a script that marks ``<body>`` with how many images decoded. Nothing
+here knows what a scenario measures; that is ``run_page``'s and
+``comparison_page``'s (docs/architecture.md, Report).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from serbench import results
+from serbench.units import format_number, format_value, scale_for
+
+MEDIAN, P99 = "median", "p99"
+TIMES, DASH = "\u00d7", "\u2013"  # the case separator and the range dash shown on the page
+
+e = html.escape
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    """``items`` without repeats, in first-seen order."""
+    return list(dict.fromkeys(items))
+
+
+def case_attr(rec_or_case) -> str:
+    """The ``data-case`` value of a record or a (scenario, backend, workload) key."""
+    case = results.case_key(rec_or_case) if isinstance(rec_or_case, dict) else rec_or_case
+    return e("|".join(case))
+
+
+@dataclass(frozen=True)
+class Look:
+    """What every section shares: the backends' colours and which ones are unsafe."""
+
+    colours: dict[str, str]
+    unsafe: frozenset[str]
+
+    @classmethod
+    def of(cls, *docs: dict) -> Look:
+        # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+        from serbench.report import plots
+
+        names = unique(
+            [r["backend"] for d in docs for r in d["records"]] + [b for d in docs for b in d["backends"]]
+        )
+        unsafe = {b for d in docs for b, info in d["backends"].items() if not info.get("safe", True)}
+        return cls(plots.palette(names), frozenset(unsafe))
+
+    def backends(self, records: Iterable[dict]) -> list[str]:
+        present = {r["backend"] for r in records}
+        return [b for b in self.colours if b in present]
+
+    def backend(self, name: str) -> str:
+        """A backend's name with its colour swatch and, if it runs code from its input, a mark."""
+        swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
+        mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
+        return f"<span class='backend'>{swatch}{e(name)}{mark if name in self.unsafe else ''}</span>"
+
+
+# ---------------------------------------------------------------- metric cells
+
+
+def metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
+    """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip."""
+    # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+    from serbench.report.plots import stat_value
+
+    value = stat_value(metric, stat)
+    text = format_value(value, metric["unit"])
+    exact = f"{stat} {value!r} {metric['unit']}, n={len(metric['values'])}"
+    if stat == MEDIAN and metric["ci_low"] != metric["ci_high"]:
+        factor, _ = scale_for(metric["unit"], value)
+        low, high = format_number(metric["ci_low"] / factor), format_number(metric["ci_high"] / factor)
+        text += f' <span class="ci">[{low} {DASH} {high}]</span>'
+        exact += f", 95% CI {metric['ci_low']!r} to {metric['ci_high']!r}"
+    return f'<td {case} data-metric="{e(name)}" data-stat="{stat}" title="{e(exact)}">{text}</td>'
+
+
+def case_cell(rec: dict | None, name: str, stat: str) -> str:
+    """A record's cell for one metric statistic: its value, "failed", or a dash (no such case or metric)."""
+    if rec is None:
+        return f'<td class="na">{DASH}</td>'
+    case = f'data-case="{case_attr(rec)}"'
+    if rec.get("error"):
+        return f'<td class="failed" {case}>failed</td>'
+    if name not in rec["metrics"]:
+        return f'<td class="na" {case}>{DASH}</td>'
+    return metric_cell(rec["metrics"][name], name, stat, case)
+
+
+# ---------------------------------------------------------------- html pieces
+
+
+def table(headers: Sequence[str], rows: Sequence[str], cls: str = "", caption: str = "") -> str:
+    """Rows are ready ``<tr>`` strings; headers are HTML, the caption is text."""
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    cap = f"<caption>{e(caption)}</caption>" if caption else ""
+    return (
+        f'<div class="scroll"><table class="{cls}">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def figure(png: bytes, title: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{e(title)}"></figure>'
+
+
+def section(anchor: str, title: str, body: str) -> str:
+    return f'<section id="{e(anchor)}"><h2>{e(title)}</h2>{body}</section>'
+
+
+def incomplete(data: dict, label: str) -> str:
+    """A red banner for an interrupted run; nothing for a complete one."""
+    if data["complete"]:
+        return ""
+    return (
+        f"<p class='banner bad'>{e(label)} is incomplete (complete: false): the run was interrupted, "
+        f"{len(data['records'])} cases recorded; cases not run are absent, not failed.</p>"
+    )
+
+
+# ---------------------------------------------------------------- the page
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;
+background:#fafafa}
+main{max-width:1180px;margin:0 auto;padding:12px 20px 40px}
+h1{font-size:1.6em;margin:.4em 0 .1em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
+h3{margin:1.4em 0 .4em;font-size:1.1em}
+nav a{margin-right:1em} figure{margin:.5em 0;background:#fff;border:1px solid #e3e3e3;padding:6px}
+figure img{max-width:100%;height:auto;display:block} figcaption{font-size:.9em;color:#555}
+.scroll{overflow-x:auto} table{border-collapse:collapse;background:#fff;margin:.4em 0 1em;font-size:13px}
+th,td{border:1px solid #e0e0e0;padding:3px 7px;text-align:left;vertical-align:top}
+thead th{background:#f0f0f0;position:sticky;top:0}
+table.numbers td[data-metric]{text-align:right;white-space:nowrap}
+table.env th,table.numbers th{white-space:nowrap}
+caption{text-align:left;font-weight:600;padding:.2em 0}
+.ci{color:#666;font-size:.92em} td.failed{color:#b71c1c;font-weight:600}
+td.na{color:#999} pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:70ch}
+.backend{white-space:nowrap}
+.swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.35em;vertical-align:-1px}
+.badge{border-radius:3px;padding:0 .4em;font-size:.85em;font-weight:600;white-space:nowrap}
+.bad,.regression,.failed-in-head{background:#fde0e0;color:#b71c1c}
+.good,.improvement,.fixed-in-head,.quiet{background:#e2f4e4;color:#1b5e20}
+.moderate{background:#fff3cd;color:#7a5b00} .noisy{background:#fde0e0;color:#b71c1c}
+.no-change{color:#555} .banner{padding:.5em .8em;border-radius:4px;font-weight:600}
+tr.differs td,tr.differs th{background:#fff3cd} details summary{cursor:pointer}
+"""
+
+# Marks the page with how many of its images decoded: a self-check for people and for the tests.
+IMAGE_CHECK = """
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  document.body.setAttribute("data-images", String(imgs.length));
+  document.body.setAttribute("data-images-loaded", String(imgs.length - broken.length));
+  document.body.setAttribute("data-images-broken", broken.map(function (i) { return i.alt; }).join(" | "));
+});
+"""
+
+
+def page(title: str, subtitle: str, sections: Sequence[str]) -> str:
+    """The whole HTML document: header, a table of contents from the sections' ids, the sections."""
+    links = "".join(
+        f'<a href="#{a}">{t}</a>'
+        for a, t in re.findall(r'<section id="([^"]+)"><h2>([^<]+)</h2>', "".join(sections))
+    )
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body><main>"
+        f"<h1>{e(title)}</h1><p>{subtitle}</p><nav>{links}</nav>{''.join(sections)}"
+        f"</main><script>{IMAGE_CHECK}</script></body></html>"
+    )
+
+
+def write_page(text: str, out_dir: Path) -> Path:
+    """Write ``out_dir/index.html`` atomically (temp file + rename); returns its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "index.html"
+    tmp = out_dir / ".index.html.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
