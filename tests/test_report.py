@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from serbench import cli, compare, environment, report, results
+from serbench import commands, compare, environment, report, results
 from serbench.report import run_page
 from serbench.report.page import TIMES, Look
 from serbench.stats import MIN_DISTRIBUTION, summarize
@@ -182,7 +182,7 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     """The built results file, rendered with ``serbench report`` into its own folder."""
     folder = tmp_path_factory.mktemp("built")
     data = build_results(folder / "results.json")
-    assert cli.main(["report", str(folder / "results.json")]) == 0
+    assert commands.main(["report", str(folder / "results.json")]) == 0
     return folder, data
 
 
@@ -198,7 +198,10 @@ def compared(tmp_path_factory, built) -> tuple[Path, compare.Comparison]:
     )
     head["records"].append(results.record("micro", "pickle", "text-sonnet", error="segfault"))
     results.write_json_atomic(folder / "head.json", head)
-    assert cli.main(["report", str(base_path), str(folder / "head.json"), "--out", str(folder / "page")]) == 0
+    assert (
+        commands.main(["report", str(base_path), str(folder / "head.json"), "--out", str(folder / "page")])
+        == 0
+    )
     return folder / "page", compare.compare(results.load(base_path), results.load(folder / "head.json"))
 
 
@@ -312,7 +315,7 @@ def test_unusable_results_file_is_one_line_and_exit_2(tmp_path, capsys, content,
     path = tmp_path / "results.json"
     if content is not None:
         path.write_text(content)
-    assert cli.main(["report", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert commands.main(["report", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("serbench: error:")
     assert not (tmp_path / "out" / "index.html").exists()
@@ -320,10 +323,10 @@ def test_unusable_results_file_is_one_line_and_exit_2(tmp_path, capsys, content,
 
 def test_unusable_head_or_output_folder_is_exit_2(built, tmp_path, capsys):
     base = str(built[0] / "results.json")
-    assert cli.main(["report", base, str(tmp_path / "missing.json")]) == 2
+    assert commands.main(["report", base, str(tmp_path / "missing.json")]) == 2
     (tmp_path / "file").write_text("")
-    assert cli.main(["report", base, "--out", str(tmp_path / "file" / "sub")]) == 2
-    assert cli.main(["report", base, base, "--max-regression", "lots"]) == 2
+    assert commands.main(["report", base, "--out", str(tmp_path / "file" / "sub")]) == 2
+    assert commands.main(["report", base, base, "--max-regression", "lots"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 3 and all(line.startswith("serbench: error:") for line in lines)
 

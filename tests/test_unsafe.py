@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serbench import cli, report, summary
+from serbench import commands, report, text
 from serbench.results import ResultsFile, record
 from serializers import BUILTINS, DecodeError, get_serializer, is_safe
 from workloads.messages import EngineCoreRequest
@@ -61,7 +61,7 @@ def test_safe_backend_refuses_the_same_bytes(tmp_path: Path, spec: str) -> None:
 
 
 def test_serbench_list_marks_exactly_the_unsafe_backends(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["list"]) == 0
+    assert commands.main(["list"]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
     for name in BUILTINS:
         assert (UNSAFE_MARK in rows[name]) == (name in UNSAFE), rows[name]
@@ -78,7 +78,7 @@ def results_document(folder: Path, specs: list[str]) -> dict:
 
 
 # Each view of a results document, and how it marks an unsafe backend next to its name.
-VIEWS = {"summary": (summary.render, "{} (unsafe)"), "report": (report.render, '{} <span class="badge bad"')}
+VIEWS = {"summary": (text.render, "{} (unsafe)"), "report": (report.render, '{} <span class="badge bad"')}
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
