@@ -47,7 +47,7 @@ def test_cases_cover_every_cpu_dtype_and_the_design_list() -> None:
 
 
 def test_the_reverted_flatten_view_backend_fails_conformance() -> None:
-    """docs/architecture.md, "History": flatten().view(uint8) breaks on arange(8)[::2]; the suite must say so."""
+    """flatten().view(uint8) breaks on arange(8)[::2] (docs/architecture.md, "History"): the suite says so."""
     results = {r.id: r for r in conformance.check(get_serializer("misbehaving_backends:flatten_view"))}
     assert results["strided-1d"].status == "fail"
     assert "view" in results["strided-1d"].detail

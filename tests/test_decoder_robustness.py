@@ -1,4 +1,5 @@
-"""Every safe backend against malformed frames (docs/architecture.md, "Conformance"): DecodeError or a valid object, nothing else.
+"""Every safe backend against malformed frames: DecodeError or a valid object, nothing else
+(docs/architecture.md, "Conformance").
 
 The fixed corpus runs in a child whose address space is capped, so that a
 decoder allocating what a header declares (rather than what the frames hold)
