@@ -23,13 +23,16 @@ import pytest
 import zmq
 
 from serbench import cli, transport
-from serbench.engine import DEFAULT_BIND, Control, Engine, open_session
+from serbench.engine.client import EngineLink
+from serbench.engine.protocol import Control, EngineError
+from serbench.engine.server import DEFAULT_BIND, Engine, open_session
 from serbench.isolation import CaseFailed, kill_tree, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import load as load_results
 from serbench.runner import Plan, execute
 from serbench.scenarios import get_scenario
-from serbench.scenarios.ipc import EngineError, EngineLink, Settings, measure, serving_report
+from serbench.scenarios.ipc import Settings, measure
+from serbench.text import serving_report
 from serializers import get_serializer
 from workloads.messages import EngineCoreOutputs
 
@@ -156,8 +159,11 @@ def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None
     engine = _cli_in_fork(["engine", "--bind", url], tmp_path)
     try:
         assert _wait_for(lambda: _listening(port), 30)
-        args = cli.build_parser().parse_args(["run", "--engine", url, "--num-prompts", "3", "--step-ms", "1"])
-        profile = PROFILES["quick"].with_options(**get_scenario("ipc").options(args))
+        given = {"--engine": url, "--num-prompts": "3", "--step-ms": "1"}
+        options = get_scenario("ipc").options
+        profile = PROFILES["quick"].with_options(
+            **{o.key: o.parse(given[o.flag]) for o in options if o.flag in given}
+        )
         plan = Plan(["msgspec-frombuffer", "pickle"], [TEXT], ["ipc"])
         data = execute(plan, profile, tmp_path / "results.json", argv=[]).data
         records = data["records"]

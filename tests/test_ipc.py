@@ -14,9 +14,11 @@ import pytest
 import zmq
 
 from serbench import transport
+from serbench.engine.protocol import EngineError, IntegrityError
 from serbench.profiles import PROFILES
-from serbench.scenarios import ipc
-from serbench.scenarios.ipc import EngineError, IntegrityError, Settings, Tracked, account, measure
+from serbench.scenarios import ipc, load
+from serbench.scenarios.ipc import Settings, measure
+from serbench.scenarios.load import Tracked, account
 from workloads import get_workload, output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs
 
@@ -67,10 +69,11 @@ def _writable_payload(frames: list) -> list[np.ndarray]:
 
 
 def reusing_sender(sock: zmq.Socket, frames: list) -> None:
-    """Sends, then at once builds the next message in the same buffers (DESIGN §1's bug).
+    """Sends, then at once builds the next message in the same buffers.
 
-    The original bytes are put back once zmq is done, so only the message
-    in flight can be hurt.
+    That is the buffer-reuse regression (docs/architecture.md). The original
+    bytes are put back once zmq is done, so only the message in flight can
+    be hurt.
     """
     arrays = _writable_payload(frames)
     trackers = transport.send(sock, frames, track=True)
@@ -103,7 +106,7 @@ def test_sender_waiting_for_every_frame_passes() -> None:
 
 
 def test_lost_request_fails_the_case(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ipc, "STALL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(load, "STALL_TIMEOUT_S", 0.5)
     sent = []
 
     def dropping_sender(sock: zmq.Socket, frames: list) -> None:
@@ -154,11 +157,11 @@ def test_settings_follow_profile_then_options() -> None:
 
 
 def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
-    offsets = ipc.arrival_offsets(2000, 40.0, 1.0, seed=0)
-    assert offsets == ipc.arrival_offsets(2000, 40.0, 1.0, seed=0)
+    offsets = load.arrival_offsets(2000, 40.0, 1.0, seed=0)
+    assert offsets == load.arrival_offsets(2000, 40.0, 1.0, seed=0)
     assert offsets[0] == 0.0 and offsets == sorted(offsets)
     assert offsets[-1] / 1999 == pytest.approx(1 / 40, rel=0.1)
-    assert ipc.arrival_offsets(3, math.inf, 1.0, seed=0) == [0.0, 0.0, 0.0]
+    assert load.arrival_offsets(3, math.inf, 1.0, seed=0) == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize(

@@ -1,22 +1,20 @@
-"""The engine side of the ipc scenario, and the ``serbench engine`` command.
+"""The engine process: decodes requests, steps, and streams outputs back.
 
 An engine receives ``EngineCoreRequest``s, decodes them with the backend
 under test and streams ``EngineCoreOutputs`` back, one batched message per
 simulated scheduler step (one new token per running request). As in a real
 serving engine, a receive thread decodes while the main thread steps, so a
-slow decode shows up as late tokens for everybody.
+slow decode shows up as late tokens for everybody. The messages are those of
+``serbench.engine.protocol``.
 
-Wire protocol (both directions): frame 0 is a small msgpack ``Control``
-header (kind, session, data), decoded by msgspec whatever the backend; the
-backend's own frames follow. The empty message is a ping, answered with the
-empty message. A frontend opens a session (``start``: backend spec, step
-time), sends ``request``s (an ``ack`` goes back as soon as one asking for
-it is decoded: the transfer time of its payload), and closes it with
-``end``. Every request carries the checksum of its payload. The engine keeps
-what it decoded and checks it when the session ends (or once more than
-``VERIFY_BACKLOG_BYTES`` wait), so that checking costs no step time; it
-reports a mismatch, a failed decode or a duplicate as an ``error``, and the
-frontend fails the case on it.
+The engine keeps what it decoded and checks it against each request's
+checksum when the session ends (or once more than ``VERIFY_BACKLOG_BYTES``
+wait), so that checking costs no step time; it reports a mismatch, a failed
+decode or a duplicate as an ``error``, and the frontend fails the case on it.
+
+Two ways to run one: ``run_local`` is the body of the engine a frontend forks
+for one session (``serbench.engine.client``); ``serve_forever`` is the
+standalone engine of ``serbench engine``, serving sessions one after another.
 
 Safety: an unsafe backend (one that can run code from its input, like
 pickle) is refused on a non-loopback address, and a backend named by dotted
@@ -26,7 +24,6 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import logging
 import os
@@ -35,60 +32,36 @@ import signal
 import sys
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import numpy as np
 import zmq
 
 from serbench import transport
+from serbench.engine.protocol import (
+    DEFAULT_STEP_S,
+    MAX_STEP_S,
+    Control,
+    control,
+    parse_control,
+    request_checksum,
+)
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
 from workloads.base import output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
-from workloads.tree import payload_bytes, payload_checksum
+from workloads.tree import payload_bytes
 
 log = logging.getLogger("serbench.engine")
 
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
-MAX_STEP_S = 10.0
 VERIFY_BACKLOG_BYTES = 2 << 30  # decoded payload kept for checking at the end; beyond, checked at once
 PR_SET_PDEATHSIG = 1
-
-
-class Control(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Frame 0 of every non-empty message: what it is and which session it belongs to."""
-
-    kind: str
-    session: str = ""
-    data: dict[str, Any] = {}
-
-
-_encode_control = msgspec.msgpack.Encoder().encode
-_decode_control = msgspec.msgpack.Decoder(Control).decode
-
-
-def control(kind: str, session: str = "", **data: Any) -> bytes:
-    """The encoded header frame of a message."""
-    return _encode_control(Control(kind, session, data))
-
-
-def parse_control(frame: Any) -> Control:
-    """Decode a header frame; ValueError (msgspec.DecodeError) if it is not one."""
-    return _decode_control(memoryview(frame))
-
-
-def request_checksum(request: EngineCoreRequest) -> int:
-    """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes)."""
-    tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
-    return zlib.crc32(tokens.tobytes(), payload_checksum(request))
 
 
 @dataclass
@@ -115,7 +88,7 @@ class Running:
 def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Session:
     """A session from a ``start`` header; ValueError says why it is refused."""
     spec = ctrl.data.get("backend")
-    step_s = ctrl.data.get("step_s", 0.005)
+    step_s = ctrl.data.get("step_s", DEFAULT_STEP_S)
     if not isinstance(spec, str) or not isinstance(step_s, (int, float)) or not 0 <= step_s <= MAX_STEP_S:
         raise ValueError(f"bad start message: backend={spec!r}, step_s={step_s!r}")
     if parse_spec(spec).is_dotted_path and not allow_unsafe:
@@ -363,11 +336,17 @@ def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: 
             transport.remove_ipc_dir(folder)
 
 
-# ---- serbench engine --------------------------------------------------------
+# ---- the standalone engine (serbench engine) --------------------------------
 
 
 def serve_forever(bind_url: str, allow_unsafe: bool) -> None:
-    """The standalone engine: serve sessions one after another until SIGINT/SIGTERM."""
+    """The standalone engine: serve sessions one after another until SIGINT/SIGTERM.
+
+    ``bind_url`` is tcp://HOST:PORT (requests on PORT, outputs on PORT+1).
+    Raises ValueError for a URL that is not one and zmq.ZMQError when it
+    cannot bind; the caller says so to the user. Logs to ``serbench.engine``
+    (the caller configures logging).
+    """
     addrs = transport.tcp_addresses(bind_url)
     ctx = zmq.Context()
     requests, outputs = transport.bind_engine(ctx, addrs, linger_ms=0)
@@ -384,39 +363,3 @@ def serve_forever(bind_url: str, allow_unsafe: bool) -> None:
         outputs.close()
         ctx.term()
         log.info("stopped")
-
-
-def cmd_engine(args: argparse.Namespace) -> int:
-    """``serbench engine``: bind, serve, exit 0 on SIGINT/SIGTERM."""
-    from serbench.cli import UsageError
-
-    logging.basicConfig(level=logging.INFO, format="serbench engine: %(message)s", stream=sys.stderr)
-    try:
-        transport.tcp_addresses(args.bind)
-        serve_forever(args.bind, args.allow_unsafe_deserialization)
-    except ValueError as exc:
-        raise UsageError(f"--bind: {exc}") from None
-    except zmq.ZMQError as exc:
-        raise UsageError(f"cannot bind {args.bind}: {exc}") from None
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serbench engine`` to the command line."""
-    parser = subparsers.add_parser(
-        "engine",
-        help="the engine side alone, for two-host ipc runs (serbench run --engine)",
-        description="Serve ipc-scenario frontends one after another: requests on PORT, outputs on PORT+1.",
-    )
-    parser.add_argument(
-        "--bind",
-        default=DEFAULT_BIND,
-        help=f"tcp://HOST:PORT to listen on (default {DEFAULT_BIND}: loopback only)",
-    )
-    parser.add_argument(
-        "--allow-unsafe-deserialization",
-        action="store_true",
-        help="accept backends that run code from their input (pickle, cloudpickle) on a non-loopback "
-        "address, and backends named by dotted path",
-    )
-    parser.set_defaults(func=cmd_engine)

@@ -1,0 +1,169 @@
+"""The frontend's end of the engine protocol: a session over a link, with a forked or remote engine.
+
+``open_link`` either forks an engine (``server.run_local``) bound on a
+private ipc:// folder or loopback tcp://, or connects to one started with
+``serbench engine``; it starts a session, yields the ``EngineLink``, and
+ends the session on the way out, checking that the engine finished every
+request. An error from the engine, its death or its silence raises
+``EngineError``; a message the frontend did not expect raises
+``IntegrityError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from serbench import transport
+from serbench.engine.protocol import Control, EngineError, IntegrityError, control, parse_control
+from serbench.isolation import kill_tree
+
+clock = time.perf_counter
+Sender = Callable[[zmq.Socket, list], Any]  # sends one message's frames (tests swap in faulty ones)
+
+STARTUP_TIMEOUT_S = 10.0  # engine bound and answering `start`
+STALL_TIMEOUT_S = 10.0  # no output at all while requests are unfinished: lost
+
+
+class EngineLink:
+    """The frontend's end of one session with an engine."""
+
+    def __init__(self, push: zmq.Socket, pull: zmq.Socket, where: str, proc: mp.Process | None) -> None:
+        self.push = push
+        self.pull = pull
+        self.where = where
+        self.proc = proc
+        self.session = uuid.uuid4().hex
+        self.poller = zmq.Poller()
+        self.poller.register(pull, zmq.POLLIN)
+        if proc is not None:
+            self.poller.register(proc.sentinel, zmq.POLLIN)
+
+    def send(
+        self, kind: str, frames: Sequence[Any] = (), sender: Sender = transport.send, **data: Any
+    ) -> None:
+        sender(self.push, [control(kind, self.session, **data), *frames])
+
+    def recv(self, timeout_s: float) -> tuple[Control | None, list] | None:
+        """The next message of this session (None header = the empty message), or None on timeout.
+
+        Raises EngineError for an ``error`` from the engine or its death.
+        """
+        deadline = clock() + timeout_s
+        while True:
+            remaining = deadline - clock()
+            ready = dict(self.poller.poll(max(0, int(remaining * 1000))))
+            if self.pull in ready:
+                frames = self.pull.recv_multipart(copy=False)
+                if transport.is_ping(frames):
+                    return None, frames
+                ctrl = parse_control(frames[0])
+                if ctrl.session != self.session:
+                    continue  # left over from an earlier session on a shared engine
+                if ctrl.kind == "error":
+                    raise EngineError(str(ctrl.data.get("message")))
+                return ctrl, frames[1:]
+            if self.proc is not None and not self.proc.is_alive():
+                self.proc.join(1)
+                raise EngineError(f"engine process died ({_exit_reason(self.proc.exitcode)})")
+            if remaining <= 0:
+                return None
+
+    def expect(self, kind: str, timeout_s: float) -> Control:
+        """Wait for a message of ``kind``; anything else is an error."""
+        got = self.recv(timeout_s)
+        if got is None:
+            raise EngineError(f"no {kind!r} from the engine at {self.where} within {timeout_s:g} s")
+        ctrl, _ = got
+        if ctrl is None or ctrl.kind != kind:
+            raise IntegrityError(
+                f"expected {kind!r} from the engine, got {ctrl.kind if ctrl else 'the empty message'!r}"
+            )
+        return ctrl
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@contextlib.contextmanager
+def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, Path | None]]:
+    """Fork an engine bound on a private ipc folder or loopback tcp; kill it and clean up after."""
+    # The one use of the server's code on this side: it is what the forked child runs.
+    # Imported here, not at the top, so that the client depends on the protocol alone
+    # and only forking a local engine needs the server (imported before the fork, so
+    # the child starts with it loaded, as before).
+    from serbench.engine.server import run_local
+
+    folder = transport.private_ipc_dir() if kind == "ipc" else None
+    bind = (
+        transport.ipc_addresses(folder)
+        if folder
+        else transport.Addresses("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    )
+    context = mp.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    proc = context.Process(target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine")
+    proc.start()
+    writer.close()
+    try:
+        if not reader.poll(STARTUP_TIMEOUT_S):
+            raise EngineError(f"engine did not start within {STARTUP_TIMEOUT_S:g} s")
+        try:
+            status, payload = reader.recv()
+        except EOFError:
+            raise EngineError(f"engine process died at start ({_exit_reason(proc.exitcode)})") from None
+        if status != "ok":
+            raise EngineError(payload)
+        yield payload, proc, folder
+    finally:
+        reader.close()
+        # Even after `done` it is killed, not awaited: it has nothing left to send,
+        # and its own exit (freeing what it decoded) would cost the case time.
+        kill_tree(proc.pid)
+        proc.join(1)
+        if folder:
+            transport.remove_ipc_dir(folder)
+
+
+@contextlib.contextmanager
+def open_link(
+    backend: str, step_s: float, engine_url: str | None = None, local_transport: str = "ipc"
+) -> Iterator[tuple[EngineLink, bool]]:
+    """A started session with an engine; yields (link, engine is local).
+
+    With ``engine_url`` (tcp://HOST:PORT) the engine is one started with
+    ``serbench engine``; without, one is forked for this session, linked by
+    ``local_transport`` ("ipc" or "tcp").
+    """
+    with contextlib.ExitStack() as stack:
+        proc, folder = None, None
+        if engine_url:
+            addrs = transport.tcp_addresses(engine_url)
+        else:
+            addrs, proc, folder = stack.enter_context(_local_engine(local_transport))
+        ctx = zmq.Context()
+        stack.callback(ctx.term)
+        push, pull = transport.connect_frontend(ctx, addrs)
+        stack.callback(pull.close)
+        stack.callback(push.close)
+        link = EngineLink(push, pull, addrs.requests, proc)
+        link.send("start", backend=backend, step_s=step_s)
+        link.expect("ready", STARTUP_TIMEOUT_S)
+        if folder:
+            transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
+        yield link, proc is not None
+        link.send("end")
+        done = link.expect("done", STALL_TIMEOUT_S)
+        if done.data.get("unfinished"):
+            raise IntegrityError(f"engine ended with {done.data['unfinished']} request(s) still running")

@@ -1,0 +1,64 @@
+"""The wire protocol between a frontend and an engine: what both ends share.
+
+Both directions: frame 0 is a small msgpack ``Control`` header (kind,
+session, data), decoded by msgspec whatever the backend; the backend's own
+frames follow. The empty message is a ping, answered with the empty message.
+
+A frontend opens a session (``start``: backend spec, step time; answered
+``ready``), sends ``request``s (an ``ack`` goes back as soon as one asking
+for it is decoded: the transfer time of its payload) and closes it with
+``end`` (answered ``done``, with how many requests were still running). The
+engine streams ``outputs`` while requests run. Every request carries the
+checksum of its payload (``request_checksum``); a mismatch, a failed decode,
+a duplicate or a refused session comes back as an ``error`` with a message.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from workloads.messages import EngineCoreRequest
+from workloads.tree import payload_checksum
+
+DEFAULT_STEP_S = 0.005  # simulated model time per step when ``start`` names none
+MAX_STEP_S = 10.0  # the longest step a ``start`` may ask for
+
+
+class EngineError(RuntimeError):
+    """The engine reported an error, refused the session, died or went silent."""
+
+
+class IntegrityError(RuntimeError):
+    """An output was wrong, duplicated, unexpected or never came."""
+
+
+class Control(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Frame 0 of every non-empty message: what it is and which session it belongs to."""
+
+    kind: str
+    session: str = ""
+    data: dict[str, Any] = {}
+
+
+_encode_control = msgspec.msgpack.Encoder().encode
+_decode_control = msgspec.msgpack.Decoder(Control).decode
+
+
+def control(kind: str, session: str = "", **data: Any) -> bytes:
+    """The encoded header frame of a message."""
+    return _encode_control(Control(kind, session, data))
+
+
+def parse_control(frame: Any) -> Control:
+    """Decode a header frame; ValueError (msgspec.DecodeError) if it is not one."""
+    return _decode_control(memoryview(frame))
+
+
+def request_checksum(request: EngineCoreRequest) -> int:
+    """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes)."""
+    tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
+    return zlib.crc32(tokens.tobytes(), payload_checksum(request))
