@@ -22,7 +22,8 @@ import psutil
 import pytest
 import zmq
 
-from serbench import cli, transport
+from serbench import commands, errors, transport
+from serbench.commands import options
 from serbench.engine.client import EngineLink
 from serbench.engine.protocol import Control, EngineError
 from serbench.engine.server import DEFAULT_BIND, Engine, open_session
@@ -30,7 +31,6 @@ from serbench.isolation import CaseFailed, kill_tree, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import load as load_results
 from serbench.runner import Plan, execute
-from serbench.scenarios import get_scenario
 from serbench.scenarios.ipc import Settings, measure
 from serbench.text import serving_report
 from serializers import get_serializer
@@ -68,7 +68,7 @@ def test_safe_backend_is_accepted_anywhere() -> None:
 
 
 def test_engine_binds_loopback_by_default() -> None:
-    args = cli.build_parser().parse_args(["engine"])
+    args = commands.build_parser().parse_args(["engine"])
     assert args.bind == DEFAULT_BIND
     assert transport.is_loopback(args.bind)
     assert not args.allow_unsafe_deserialization
@@ -110,7 +110,7 @@ def test_engine_refuses_pickle_over_the_wire_and_keeps_serving(engine_on) -> Non
 
 
 def test_bad_bind_is_a_one_line_usage_error(capsys: pytest.CaptureFixture) -> None:
-    assert cli.main(["engine", "--bind", "http://127.0.0.1:80"]) == cli.EXIT_USAGE
+    assert commands.main(["engine", "--bind", "http://127.0.0.1:80"]) == errors.EXIT_USAGE
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -137,7 +137,7 @@ def _cli_in_fork(argv: list[str], tmpdir: Path) -> mp.Process:
 
     def main() -> None:
         tempfile.tempdir = str(tmpdir)
-        os._exit(cli.main(argv))
+        os._exit(commands.main(argv))
 
     proc = mp.get_context("fork").Process(target=main)
     proc.start()
@@ -159,11 +159,10 @@ def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None
     engine = _cli_in_fork(["engine", "--bind", url], tmp_path)
     try:
         assert _wait_for(lambda: _listening(port), 30)
-        given = {"--engine": url, "--num-prompts": "3", "--step-ms": "1"}
-        options = get_scenario("ipc").options
-        profile = PROFILES["quick"].with_options(
-            **{o.key: o.parse(given[o.flag]) for o in options if o.flag in given}
+        args = commands.build_parser().parse_args(
+            ["run", "--engine", url, "--num-prompts", "3", "--step-ms", "1"]
         )
+        profile = options.profile(args)
         plan = Plan(["msgspec-frombuffer", "pickle"], [TEXT], ["ipc"])
         data = execute(plan, profile, tmp_path / "results.json", argv=[]).data
         records = data["records"]

@@ -38,10 +38,10 @@ def test_a_case_failing_in_any_round_is_failed() -> None:
 
 class FakeMeasurer:
     def __init__(self, label: str, calls: list, cases: list | None) -> None:
-        self.side, self.calls, self.cases = gate.Revision(label, Path("."), ()), calls, cases
+        self.revision, self.calls, self.cases = gate.Revision(label, Path("."), ()), calls, cases
 
     def measure(self, out: Path, case: tuple | None = None) -> dict:
-        self.calls.append((self.side.label, case))
+        self.calls.append((self.revision.label, case))
         return doc([])
 
 

@@ -175,7 +175,7 @@ def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
     ],
 )
 def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
-    from serbench.cli import build_parser
+    from serbench.commands import build_parser
 
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["run", *argv])

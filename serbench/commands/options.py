@@ -94,7 +94,7 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
                 dest=option.key,
                 type=_argparse_type(option.parse),
                 choices=option.choices,
-                metavar=option.metavar,
+                metavar=option.metavar or option.flag.lstrip("-").replace("-", "_").upper(),
                 help=option.help,
             )
 
