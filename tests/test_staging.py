@@ -4,6 +4,10 @@ The CPU path runs everywhere: the stage, its metric in ipc and memory, the
 usage errors before any case. The CUDA path (pinned copies, receiving into
 pinned buffers) runs where ``torch.cuda.is_available()``; elsewhere those
 tests are skipped with that reason.
+
+This process never initialises CUDA (its forked engines could not use it
+afterwards): whether there is a device is asked in a child, and tests that
+touch CUDA themselves run their body in one (``run_isolated``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from serbench.engine.protocol import Control, EngineError, request_checksum
 from serbench.engine.server import open_session
 from serbench.engine.staging import Stager, Staging, parse_device, recv_pinned, unavailable
 from serbench.errors import UsageError
+from serbench.isolation import run_isolated
 from serbench.profiles import PROFILES
 from serbench.report.run_page import accelerator_rows
 from serbench.runner import Plan, execute
@@ -34,7 +39,8 @@ from workloads import get_workload
 from workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
 
 IMAGES = "images-2:profile=llava"
-CUDA = torch.cuda.is_available()
+CUDA = bool(environment.accelerator().get("cuda_available"))  # asked in a child
+CHILD_TIMEOUT_S = 120.0
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (torch.cuda.is_available() is False)")
 
 
@@ -66,8 +72,8 @@ def test_pinning_needs_a_gpu_device_and_cuda_needs_cuda() -> None:
         Staging("cpu", "always")
     assert unavailable(Staging("cpu")) is None
     assert "needs --engine-device cuda" in unavailable(Staging("cpu", "decode"))
-    assert (unavailable(Staging("cuda")) is None) == CUDA
-    assert (unavailable(Staging("cuda", "receive")) is None) == CUDA
+    for pin in ("none", "receive"):
+        assert (run_isolated(unavailable, (Staging("cuda", pin),), CHILD_TIMEOUT_S) is None) == CUDA
 
 
 def test_staging_from_the_options() -> None:
@@ -201,8 +207,11 @@ def test_phases_skip_what_is_not_a_stamp() -> None:
 def test_environment_records_the_accelerator_as_torch_sees_it() -> None:
     found = environment.accelerator()
     assert found["torch_cuda"] == torch.version.cuda
-    assert found["cuda_available"] == CUDA
-    assert len(found["devices"]) == (torch.cuda.device_count() if CUDA else 0)
+    if torch.version.cuda is None:
+        assert found == {"torch_cuda": None, "cuda_available": False, "devices": []}
+    else:
+        assert bool(found["devices"]) == found["cuda_available"]
+        assert all(d["name"] and d["memory_bytes"] > 0 for d in found["devices"])
     assert not torch.cuda.is_initialized(), "the probe initialised CUDA in this process"
 
 
@@ -246,9 +255,7 @@ def test_report_rows_name_the_device_and_its_link() -> None:
 # ---- CUDA -------------------------------------------------------------------------------
 
 
-@needs_cuda
-@pytest.mark.parametrize("pin", ["none", "decode"])
-def test_cuda_stage_moves_every_tensor_and_pins_as_asked(pin: str) -> None:
+def _stage_on_cuda(pin: str) -> None:
     request = get_workload(IMAGES).request(0)
     staged = Stager(Staging("cuda", pin)).stage(request)
     assert all(t.device.type == "cuda" for t in tensors(staged.request))
@@ -257,7 +264,12 @@ def test_cuda_stage_moves_every_tensor_and_pins_as_asked(pin: str) -> None:
 
 
 @needs_cuda
-def test_receive_lands_frames_in_pinned_buffers_and_checks_their_sizes() -> None:
+@pytest.mark.parametrize("pin", ["none", "decode"])
+def test_cuda_stage_moves_every_tensor_and_pins_as_asked(pin: str) -> None:
+    run_isolated(_stage_on_cuda, (pin,), CHILD_TIMEOUT_S)
+
+
+def _receive_pinned() -> None:
     ctx = zmq.Context()
     push, pull = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
     push.bind("inproc://pinned")
@@ -278,6 +290,11 @@ def test_receive_lands_frames_in_pinned_buffers_and_checks_their_sizes() -> None
         push.close(0)
         pull.close(0)
         ctx.term()
+
+
+@needs_cuda
+def test_receive_lands_frames_in_pinned_buffers_and_checks_their_sizes() -> None:
+    run_isolated(_receive_pinned, (), CHILD_TIMEOUT_S)
 
 
 @needs_cuda
