@@ -40,6 +40,7 @@ class PickleOOBSerializer:
     name = "pickle-oob"
     description = "pickle protocol 5, out-of-band PickleBuffers as frames (own tensor reducer)"
     safe = False
+    pickler = _TensorPickler
     unsupported = {k: v for k, v in UNCARRIED_DTYPES.items() if k != "dtype-q*"}
 
     def __init__(self, threshold: str | float = DEFAULT_THRESHOLD) -> None:
@@ -56,7 +57,7 @@ class PickleOOBSerializer:
             return False
 
         stream = io.BytesIO()
-        _TensorPickler(stream, protocol=5, buffer_callback=out_of_band).dump(obj)
+        self.pickler(stream, protocol=5, buffer_callback=out_of_band).dump(obj)
         frames[0] = stream.getbuffer()
         return frames
 
