@@ -7,14 +7,22 @@ each: pass / fail / unsupported. A backend declares what it cannot carry in
 fail, or the declaration itself is reported as wrong. The runner checks each
 backend this way before timing it, and ``tests/test_conformance.py`` runs
 the same specimens under pytest (``--backend SPEC`` points it at any backend).
+
+Passing the suite is not enough to be timed: ``verify`` round-trips the very
+messages a case will time (a deterministic sample when there are many),
+outside the timed region, and raises ``VerificationError`` at the first
+difference; ``case_unsupported`` says whether the backend declares the case's
+workload unsupported (specimen id ``workload-<workload spec>``), in which
+case it is recorded as such and never timed.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,7 @@ import msgspec
 import numpy as np
 import torch
 
+from serbench.errors import VerificationError
 from serializers import Serializer, unsupported_cases
 from workloads import get_workload
 from workloads.messages import (
@@ -55,6 +64,7 @@ def _cpu_dtypes() -> list[torch.dtype]:
 
 CPU_DTYPES = _cpu_dtypes()
 QUANTIZED_DTYPES = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+VERIFY_SAMPLE = 8  # messages of a case round-tripped before timing, at most
 NUMPY_DTYPES = ["?", "u1", "i1", "i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
 # NaN bit patterns that a canonicalising codec would lose: quiet, negative, signalling, with payload.
 NAN_PATTERNS = {
@@ -316,3 +326,39 @@ def check(serializer: Serializer) -> Iterator[Verdict]:
     """Every specimen's verdict for one backend."""
     for specimen in specimens(getattr(serializer, "threshold", 256)):
         yield check_specimen(serializer, specimen)
+
+
+def case_unsupported(serializer: Serializer, workload: str) -> str | None:
+    """The reason the backend gives for not carrying ``workload`` (declared for the specimen id
+    ``workload-<spec>``, e.g. ``workload-images-32:layout=vllm``, or by a glob such as ``*``)."""
+    return declared_reason(serializer, f"workload-{workload}")
+
+
+def sample(count: int, most: int = VERIFY_SAMPLE) -> list[int]:
+    """Up to ``most`` indices of ``count``, evenly spread, the first and the last included."""
+    if count <= most:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
+
+
+def verify(serializer: Serializer, messages: Sequence[Any], label: str = "message") -> dict[str, Any]:
+    """Round-trip ``messages`` (a sample of them when there are many) bit-exact before they are timed.
+
+    Each is encoded, its frames copied as a transport would, decoded as its own
+    type and compared with ``assert_same``; an exception or a difference raises
+    ``VerificationError`` naming the message and the first difference. Returns
+    the check's cost for the case's ``info`` (it runs outside the timed region).
+    """
+    start = time.perf_counter()
+    chosen = sample(len(messages))
+    for index in chosen:
+        original = messages[index]
+        try:
+            frames = [bytes(memoryview(f).cast("B")) for f in serializer.encode(original)]
+            assert_same(original, serializer.decode(frames, type(original)))
+        except Exception as exc:
+            raise VerificationError(
+                f"{serializer.name} does not round-trip {label} {index} of {len(messages)}, not timed: "
+                f"{type(exc).__name__}: {exc}"[:500]
+            ) from None
+    return {"messages": len(chosen), "of": len(messages), "seconds": round(time.perf_counter() - start, 4)}

@@ -23,6 +23,7 @@ from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
 from serbench.text import render
 from serializers import get_serializer
+from serializers.tensors import UNCARRIED_DTYPES
 from workloads import get_workload
 from workloads.tree import is_array, iter_leaves, map_leaves
 
@@ -38,6 +39,7 @@ class CopyingDecoder:
 
     name = "copying-decoder"
     safe = True
+    unsupported = UNCARRIED_DTYPES  # what the msgspec-frombuffer it wraps declares
 
     def __init__(self) -> None:
         self.inner = get_serializer(ZERO_COPY)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import zmq
 
-from serbench import transport
+from serbench import conformance, transport
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, status_bytes
@@ -202,9 +202,11 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
     return metrics
 
 
-def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measurement], int]:
-    """The case's measurements (fresh sides and ipc folder each) and its payload bytes."""
+def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measurement], int, dict]:
+    """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
+    cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
+    verification = conformance.verify(get_serializer(case.backend), [message], "request")
     request, warmup = Sent.of(message), Sent.of(miniature(message))
     runs: list[Measurement] = []
     start = time.monotonic()
@@ -212,7 +214,7 @@ def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measur
         with transport.ipc_dir() as folder:
             route = Route(case.backend, request, warmup, transport.ipc_addresses(folder))
             runs.append(measure(sides(route), timeout_s))
-    return runs, payload_bytes(message)
+    return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
@@ -234,7 +236,7 @@ class Memory(Scenario):
         return super().cases(variants, workloads)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s)
+        runs, payload, verification = repeat(case, repetitions(profile), profile.case_timeout_s)
         first = runs[0]
         info = {
             "payload_bytes": payload,
@@ -242,5 +244,6 @@ class Memory(Scenario):
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
             "phases": phases(first),
             "timeline": first.timeline,
+            "verification": verification,
         }
         return {"metrics": summarize_runs(runs, payload), "info": info}
