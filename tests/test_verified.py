@@ -8,14 +8,17 @@ says why; a case that is timed carries the verification's cost in ``info``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
 
 from serbench import conformance
+from serbench.engine.protocol import EngineError
 from serbench.errors import VerificationError
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
+from serbench.scenarios.ipc import Settings, measure
 from serializers import get_serializer
 from workloads import get_workload
 
@@ -70,3 +73,11 @@ def test_a_workload_declared_unsupported_by_id_or_glob() -> None:
     serializer.unsupported = {"workload-images-*": "no images"}
     assert conformance.case_unsupported(serializer, SMALL) == "no images"
     assert conformance.case_unsupported(serializer, "text-sonnet") is None
+
+
+def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) -> None:
+    """A decoder that reuses its buffer passes the one-message check, then corrupts request 0
+    when request 1 is decoded: the engine finds request 0's frames intact and says codec bug."""
+    cfg = Settings(num_prompts=2, rate=math.inf, max_concurrency=1, floor=5, step_s=0.0)
+    with pytest.raises(EngineError, match=r"llava-0-0'.*codec bug: the frames arrived intact"):
+        measure("mutants:mutant:bug=reuse-decode-buffer", "images-2:profile=llava", cfg)

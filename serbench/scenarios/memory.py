@@ -39,6 +39,7 @@ import torch
 import zmq
 
 from serbench import conformance, transport
+from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, status_bytes
@@ -101,19 +102,25 @@ def stamp() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class Sent:
-    """A message and the checksum its receiver must find."""
+    """A message, the checksum its receiver must find, and the CRC of its frames as encoded."""
 
     message: Any
     checksum: int
+    encoded: int
 
     @classmethod
-    def of(cls, message: Any) -> Sent:
-        return cls(message, payload_checksum(message))
+    def of(cls, message: Any, backend: str) -> Sent:
+        frames = get_serializer(backend).encode(message)
+        return cls(message, payload_checksum(message), frames_checksum(frames))
 
-    def check(self, decoded: Any) -> None:
-        """Use the decoded message: read every tensor byte, compare with what was sent."""
+    def check(self, decoded: Any, frames: list) -> None:
+        """Use the decoded message: read every tensor byte, compare with what was sent; on a
+        difference, say from the received ``frames`` whether the bytes or the decoder changed."""
         if decoded.request_id != self.message.request_id or payload_checksum(decoded) != self.checksum:
-            raise ValueError("decoded request differs from the one sent (checksum mismatch)")
+            raise ValueError(
+                f"decoded request differs from the one sent (checksum mismatch): "
+                f"{integrity_fault(frames, self.encoded)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,8 @@ class Route:
 def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
     """The serializer, warmed up on the miniature through decode and use; sockets bound."""
     serializer = get_serializer(route.backend)
-    route.warmup.check(serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message)))
+    frames = serializer.encode(route.warmup.message)
+    route.warmup.check(serializer.decode(frames, type(route.warmup.message)), frames)
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
     return serializer, pull, push
 
@@ -141,7 +149,7 @@ def engine_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[
     received = stamp()
     decoded = serializer.decode(frames, type(route.request.message))
     decoded_at = stamp()
-    route.request.check(decoded)
+    route.request.check(decoded, frames)
     used = stamp()
     transport.send(push, [transport.PING])
     return {"received": received, "decoded": decoded_at, "used": used}
@@ -207,7 +215,7 @@ def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measur
     cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
     verification = conformance.verify(get_serializer(case.backend), [message], "request")
-    request, warmup = Sent.of(message), Sent.of(miniature(message))
+    request, warmup = Sent.of(message, case.backend), Sent.of(miniature(message), case.backend)
     runs: list[Measurement] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
