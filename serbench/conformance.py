@@ -226,6 +226,11 @@ def specimens(threshold: float = 256) -> list[Specimen]:
             EngineCoreRequest,
         ),
         Specimen(
+            "workload-images-qwen2-vl-vllm-layout",
+            lambda: get_workload("images-2:profile=qwen2-vl,dtype=bfloat16,layout=vllm").request(0),
+            EngineCoreRequest,
+        ),
+        Specimen(
             "workload-images-qwen2-vl-bf16",
             lambda: get_workload("images-4:profile=qwen2-vl,dtype=bfloat16").request(0),
             EngineCoreRequest,

@@ -73,14 +73,16 @@ def test_the_specimens_are_what_their_names_say() -> None:
 
 def test_backends_declare_exactly_the_dtypes_they_cannot_carry() -> None:
     """Byte-carrying backends carry every dtype but the quantized and placeholder ones."""
+    chosen = [
+        s for s in conformance.specimens() if s.id.startswith("dtype-") or s.id.endswith(("-view", "-grad"))
+    ]
+    placeholders = {f"{sign}int{n}" for sign in ("", "u") for n in range(1, 8)}
+    quantized = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
     for spec in ("msgspec-frombuffer", "numpy-intermediate", "flat-mmk", "pickle-oob"):
-        results = {r.id: r.status for r in conformance.check(get_serializer(spec))}
-        dtypes = {i.removeprefix("dtype-"): status for i, status in results.items() if i.startswith("dtype-")}
-        lacking = {name for name, status in dtypes.items() if status != "pass"}
-        placeholders = {f"{sign}int{n}" for sign in ("", "u") for n in range(1, 8)}
-        quantized = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
+        serializer = get_serializer(spec)
+        results = {s.id: conformance.check_specimen(serializer, s).status for s in chosen}
+        lacking = {i.removeprefix("dtype-") for i, status in results.items() if status != "pass"}
         assert lacking == (placeholders if spec == "pickle-oob" else placeholders | quantized), spec
-        assert results["conj-view"] == results["neg-view"] == results["requires-grad"] == "pass", spec
 
 
 def test_the_reverted_flatten_view_backend_fails_conformance() -> None:
