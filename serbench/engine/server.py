@@ -52,6 +52,7 @@ from serbench.engine.protocol import (
     MAX_STEP_S,
     Control,
     control,
+    integrity_fault,
     parse_control,
     request_checksum,
 )
@@ -72,6 +73,19 @@ VERIFY_BACKLOG_BYTES = 2 << 30  # decoded payload kept for checking at the end; 
 PR_SET_PDEATHSIG = 1
 
 
+@dataclass(frozen=True)
+class Unverified:
+    """A decoded request waiting for its check, with what the frontend sent to check it by.
+
+    The frames are kept only when the frontend sent their encoded checksum: on
+    a mismatch they tell a transport fault from a codec bug."""
+
+    request: EngineCoreRequest
+    checksum: Any
+    frames: list | None
+    frames_checksum: int | None
+
+
 @dataclass
 class Session:
     """One frontend's run: its backend (one instance per thread), its device stage, and what it sent."""
@@ -82,7 +96,7 @@ class Session:
     encoder: Serializer
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
-    unverified: list[tuple[EngineCoreRequest, Any]] = field(default_factory=list)
+    unverified: list[Unverified] = field(default_factory=list)
     unverified_bytes: int = 0
 
 
@@ -218,19 +232,22 @@ class Engine:
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid, ready))
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
-        session.unverified.append((request, ctrl.data.get("checksum")))
-        session.unverified_bytes += payload_bytes(request)
+        encoded = ctrl.data.get("encoded")
+        kept = frames if encoded is not None else None
+        session.unverified.append(Unverified(request, ctrl.data.get("checksum"), kept, encoded))
+        session.unverified_bytes += payload_bytes(request) + sum(memoryview(f).nbytes for f in kept or ())
         if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
             self._verify(session)
 
     def _verify(self, session: Session) -> None:
         """Check every request received but not yet checked against its checksum."""
-        for request, expected in session.unverified:
-            actual = request_checksum(request)
-            if actual != expected:
+        for entry in session.unverified:
+            actual = request_checksum(entry.request)
+            if actual != entry.checksum:
                 message = (
-                    f"request {request.request_id!r} arrived corrupted: payload checksum {actual:#010x}, "
-                    f"sent {expected!r} (the sender changed a buffer before zmq sent it?)"
+                    f"request {entry.request.request_id!r} decoded differs from the one sent: payload "
+                    f"checksum {actual:#010x}, sent {entry.checksum!r}; "
+                    f"{integrity_fault(entry.frames or (), entry.frames_checksum)}"
                 )
                 self.events.put(("error", session.id, message))
         session.unverified, session.unverified_bytes = [], 0

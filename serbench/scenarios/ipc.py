@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from serbench import metrics, transport
+from serbench import conformance, metrics, transport
 from serbench.engine.client import Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
@@ -114,6 +114,7 @@ def measure(
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
     pool = RequestPool(workload, cfg.num_prompts)
+    verification = conformance.verify(serializer, pool.requests, "request")
     offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     payload = workload.payload_bytes()
     unix: list[float] = []
@@ -130,7 +131,9 @@ def measure(
             unix.append(stream.sample())
     measured, info = load_metrics(tracked, duration, payload)
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
-    info.update(settings=_settings_info(cfg), payload_bytes=payload, local_engine=local)
+    info.update(
+        settings=_settings_info(cfg), payload_bytes=payload, local_engine=local, verification=verification
+    )
     info["ttft_over_floor"] = measured["ttft_s"]["median"] / measured["floor_rtt_s"]["median"]
     if unix:
         measured["unix_gb_per_s"] = metrics.measured("unix_gb_per_s", [payload / s / 1e9 for s in unix])

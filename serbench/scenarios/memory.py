@@ -45,7 +45,8 @@ import numpy as np
 import torch
 import zmq
 
-from serbench import transport
+from serbench import conformance, transport
+from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.metrics import measured
 from serbench.profiles import Profile
@@ -110,19 +111,25 @@ def stamp() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class Sent:
-    """A message and the checksum its receiver must find."""
+    """A message, the checksum its receiver must find, and the CRC of its frames as encoded."""
 
     message: Any
     checksum: int
+    encoded: int
 
     @classmethod
-    def of(cls, message: Any) -> Sent:
-        return cls(message, payload_checksum(message))
+    def of(cls, message: Any, backend: str) -> Sent:
+        frames = get_serializer(backend).encode(message)
+        return cls(message, payload_checksum(message), frames_checksum(frames))
 
-    def check(self, decoded: Any) -> None:
-        """Use the decoded message: read every tensor byte, compare with what was sent."""
+    def check(self, decoded: Any, frames: list) -> None:
+        """Use the decoded message: read every tensor byte, compare with what was sent; on a
+        difference, say from the received ``frames`` whether the bytes or the decoder changed."""
         if decoded.request_id != self.message.request_id or payload_checksum(decoded) != self.checksum:
-            raise ValueError("decoded request differs from the one sent (checksum mismatch)")
+            raise ValueError(
+                f"decoded request differs from the one sent (checksum mismatch): "
+                f"{integrity_fault(frames, self.encoded)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -152,8 +159,9 @@ def engine_setup(route: Route) -> EngineSide:
     through decode, stage and use; sockets bound."""
     serializer = get_serializer(route.backend)
     stager = Stager(route.staging) if route.staging else None
-    decoded = serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message))
-    route.warmup.check(stager.stage(decoded).request if stager else decoded)
+    frames = serializer.encode(route.warmup.message)
+    decoded = serializer.decode(frames, type(route.warmup.message))
+    route.warmup.check(stager.stage(decoded).request if stager else decoded, frames)
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
     return EngineSide(serializer, stager, pull, push)
 
@@ -180,7 +188,7 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
         staged = engine.stager.stage(decoded)
         decoded, pinned = staged.request, pinned + staged.pinned_bytes
         steps["staged"] = stamp()
-    route.request.check(decoded)
+    route.request.check(decoded, frames)
     steps["used"] = stamp()
     transport.send(engine.push, [transport.PING])
     return {**steps, "pinned_bytes": pinned} if engine.stager else steps
@@ -256,10 +264,12 @@ def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int
 
 def repeat(
     case: Case, plan: Repetitions, timeout_s: float, staging: Staging | None = None
-) -> tuple[list[Measurement], int]:
-    """The case's measurements (fresh sides and ipc folder each) and its payload bytes."""
+) -> tuple[list[Measurement], int, dict]:
+    """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
+    cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
-    request, warmup = Sent.of(message), Sent.of(miniature(message))
+    verification = conformance.verify(get_serializer(case.backend), [message], "request")
+    request, warmup = Sent.of(message, case.backend), Sent.of(miniature(message), case.backend)
     sizes = frame_sizes(case.backend, message, staging)
     runs: list[Measurement] = []
     start = time.monotonic()
@@ -267,7 +277,7 @@ def repeat(
         with transport.ipc_dir() as folder:
             route = Route(case.backend, request, warmup, transport.ipc_addresses(folder), staging, sizes)
             runs.append(measure(sides(route), timeout_s))
-    return runs, payload_bytes(message)
+    return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
@@ -294,7 +304,7 @@ class Memory(Scenario):
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         staging = device.staging(profile)
-        runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
+        runs, payload, verification = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
         first = runs[0]
         info = {
             "payload_bytes": payload,
@@ -303,5 +313,6 @@ class Memory(Scenario):
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
             "phases": phases(first),
             "timeline": first.timeline,
+            "verification": verification,
         }
         return {"metrics": summarize_runs(runs, payload), "info": info}
