@@ -138,13 +138,18 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
 
 @contextlib.contextmanager
 def open_link(
-    backend: str, step_s: float, engine_url: str | None = None, local_transport: str = "ipc"
+    backend: str,
+    step_s: float,
+    engine_url: str | None = None,
+    local_transport: str = "ipc",
+    workload: str | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
     With ``engine_url`` (tcp://HOST:PORT) the engine is one started with
     ``serbench engine``; without, one is forked for this session, linked by
-    ``local_transport`` ("ipc" or "tcp").
+    ``local_transport`` ("ipc" or "tcp"). ``workload`` names the workload
+    whose steps the engine streams (an output workload's logprobs and layout).
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -158,7 +163,8 @@ def open_link(
         stack.callback(pull.close)
         stack.callback(push.close)
         link = EngineLink(push, pull, addrs.requests, proc)
-        link.send("start", backend=backend, step_s=step_s)
+        extra = {"workload": workload} if workload else {}
+        link.send("start", backend=backend, step_s=step_s, **extra)
         link.expect("ready", STARTUP_TIMEOUT_S)
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
