@@ -90,6 +90,10 @@ class Outputs(Workload):
     def payload_bytes(self) -> int:
         return 0
 
+    def request_id(self, index: int) -> str:
+        """The same ids whatever the layout and logprobs, so two layouts carry the same step."""
+        return f"req-{self.seed}-{index}"
+
     def request(self, index: int) -> EngineCoreRequest:
         return EngineCoreRequest(
             request_id=self.request_id(index),
