@@ -54,6 +54,7 @@ METRICS: dict[str, Metric] = {
         Metric("encode_s", "s", "encode time", summary=True),
         Metric("decode_s", "s", "decode time", summary=True),
         Metric("roundtrip_s", "s", "encode + decode", summary=True),
+        Metric("decode_cpu_s", "s", "decode CPU time (thread)", summary=True),
         Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
         Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
         Metric("frames", "count", "frames", resolution=0.0, log_axis=False),

@@ -6,7 +6,7 @@ threshold (smaller arrays travel inside the header, larger ones as their own
 zero-copy frame) and pyzmq's 64 KiB ``zmq.COPY_THRESHOLD`` (smaller frames are
 copied even with ``copy=False``). ``SIZES`` are the default sweep, one byte
 either side of each threshold. The tensor is seeded random uint8, inside a
-one-item ``MultiModalKwargs`` as an image's pixels would be, beside a 16-token
+one-item ``MultiModalKwargs`` as an image's ``pixel_values``, beside a 16-token
 prompt.
 """
 
@@ -48,12 +48,12 @@ class TensorSize(Workload):
     def request(self, index: int) -> EngineCoreRequest:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         data = torch.randint(0, 256, (self.size,), dtype=torch.uint8, generator=gen)
-        item = MultiModalKwargsItem({"data": MultiModalFieldElem("tensor", "data", data)})
+        item = MultiModalKwargsItem({"pixel_values": MultiModalFieldElem("image", "pixel_values", data)})
         return EngineCoreRequest(
             request_id=self.request_id(index),
             prompt_token_ids=[1 + (index + i) % 1000 for i in range(PROMPT_TOKENS)],
             sampling_params=SamplingParams(temperature=0.0, max_tokens=self.output_len, ignore_eos=True),
             arrival_time=0.0,
-            mm_inputs=MultiModalKwargs({"tensor": [item]}),
+            mm_inputs=MultiModalKwargs({"image": [item]}),
             eos_token_id=2,
         )

@@ -73,7 +73,7 @@ SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
         FigureSpec(
             "batch",
             "One engine step's encode and decode against batch (outputs-B)",
-            (("encode_s", MEDIAN), ("decode_s", MEDIAN)),
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("decode_cpu_s", MEDIAN)),
             table=False,
         ),
         FigureSpec(
