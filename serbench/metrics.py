@@ -74,6 +74,8 @@ METRICS: dict[str, Metric] = {
         Metric("output_tokens_per_s", "tokens/s", "output tokens", higher_is_better=True, log_axis=False),
         Metric("floor_rtt_s", "s", "empty-message round trip (floor)", yardstick=True),
         Metric("unix_gb_per_s", "GB/s", "raw unix socket (reference)", higher_is_better=True, yardstick=True),
+        # the engine's stage after decode (--engine-device): decoded → on the device, synchronized
+        Metric("to_device_s", "s", "device stage (decoded → on device)", summary=True),
         # memory (``copies`` is a ratio of page-granular RSS readings: a
         # hundredth of the payload is below its resolution)
         Metric(
@@ -102,6 +104,7 @@ METRICS: dict[str, Metric] = {
             summary=True,
         ),
         Metric("encode_to_use_s", "s", "encode → engine used", summary=True),
+        Metric("pinned_bytes", "bytes", "engine pinned host memory", resolution=0.0, log_axis=False),
     )
 }
 

@@ -42,6 +42,7 @@ class EngineLink:
         self.where = where
         self.proc = proc
         self.session = uuid.uuid4().hex
+        self.frame_sizes = False  # the engine asked for each message's frame sizes in its header
         self.poller = zmq.Poller()
         self.poller.register(pull, zmq.POLLIN)
         if proc is not None:
@@ -50,6 +51,8 @@ class EngineLink:
     def send(
         self, kind: str, frames: Sequence[Any] = (), sender: Sender = transport.send, **data: Any
     ) -> None:
+        if self.frame_sizes and frames:
+            data["sizes"] = [memoryview(frame).nbytes for frame in frames]
         sender(self.push, [control(kind, self.session, **data), *frames])
 
     def recv(self, timeout_s: float) -> tuple[Control | None, list] | None:
@@ -142,14 +145,18 @@ def open_link(
     step_s: float,
     engine_url: str | None = None,
     local_transport: str = "ipc",
+    staging: dict[str, str] | None = None,
     workload: str | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
     With ``engine_url`` (tcp://HOST:PORT) the engine is one started with
     ``serbench engine``; without, one is forked for this session, linked by
-    ``local_transport`` ("ipc" or "tcp"). ``workload`` names the workload
-    whose steps the engine streams (an output workload's logprobs and layout).
+    ``local_transport`` ("ipc" or "tcp"). ``staging`` (``device``, ``pin``)
+    asks the engine to stage each request on a device after decode
+    (``serbench.engine.staging``); the engine refuses a session it cannot stage.
+    ``workload`` names the workload whose steps the engine streams (an output
+    workload's logprobs and layout).
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -164,8 +171,8 @@ def open_link(
         stack.callback(push.close)
         link = EngineLink(push, pull, addrs.requests, proc)
         extra = {"workload": workload} if workload else {}
-        link.send("start", backend=backend, step_s=step_s, **extra)
-        link.expect("ready", STARTUP_TIMEOUT_S)
+        link.send("start", backend=backend, step_s=step_s, **(staging or {}), **extra)
+        link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
         yield link, proc is not None

@@ -64,6 +64,9 @@ class Scenario:
         """The cases this scenario measures for the chosen backends and workloads."""
         return [Case(self.name, b, w) for b, w in product(backends, workloads)]
 
+    def check(self, profile: Profile) -> None:
+        """Refuse, before any case runs, settings this machine cannot measure (UsageError)."""
+
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         """Measure one case; return ``{"metrics": {...}, "info": {...}}``."""
         raise NotImplementedError

@@ -21,6 +21,13 @@ machine-independent: a zero-copy regression moves them by whole units,
 noise by a few hundredths. ``info.phases`` says when, and at what peak,
 each step ended; ``info.timeline`` is the psutil RSS of both sides.
 
+With ``--engine-device`` (``serbench.scenarios.device``) the engine stages
+the decoded request on the device before it uses it (the use then reads the
+device's copy back, one tensor at a time), and ``pinned_bytes`` says how much
+page-locked host memory the stage filled: the decoded tensors' bytes with
+``--pin decode``, the received frames' with ``--pin receive``. Pinned pages
+are resident, so they count in the engine's peak RSS and its ``copies``.
+
 Variants (docs/architecture.md, "History": the flattened-MultiModalKwargs table): a msgpack
 backend whose spec leaves ``threshold`` at its default is measured twice,
 as given (zero-copy on) and with ``threshold=inf`` (zero-copy off). A spec
@@ -39,9 +46,11 @@ import torch
 import zmq
 
 from serbench import transport
+from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, status_bytes
+from serbench.scenarios import device
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
@@ -124,27 +133,57 @@ class Route:
     request: Sent
     warmup: Sent
     addresses: transport.Addresses
+    staging: Staging | None = None
+    sizes: list[int] | None = None  # the request's frame sizes, where the engine receives into pinned buffers
 
 
-def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
-    """The serializer, warmed up on the miniature through decode and use; sockets bound."""
+@dataclass
+class EngineSide:
+    """The engine side's state after setup."""
+
+    serializer: Any
+    stager: Stager | None
+    pull: zmq.Socket
+    push: zmq.Socket
+
+
+def engine_setup(route: Route) -> EngineSide:
+    """The serializer (and the device stage, its CUDA context made) warmed up on the miniature
+    through decode, stage and use; sockets bound."""
     serializer = get_serializer(route.backend)
-    route.warmup.check(serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message)))
+    stager = Stager(route.staging) if route.staging else None
+    decoded = serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message))
+    route.warmup.check(stager.stage(decoded).request if stager else decoded)
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
-    return serializer, pull, push
+    return EngineSide(serializer, stager, pull, push)
 
 
-def engine_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[str, Any]:
-    """Receive, decode, use (checksum every tensor), then tell the frontend it is done."""
-    serializer, pull, push = state
-    frames = transport.recv(pull, RECV_TIMEOUT_S)
-    received = stamp()
-    decoded = serializer.decode(frames, type(route.request.message))
-    decoded_at = stamp()
+def engine_receive(route: Route, engine: EngineSide) -> tuple[list[Any], int]:
+    """The request's frames, and how many of their bytes landed straight in pinned buffers."""
+    if engine.stager is None or not engine.stager.receives_pinned:
+        return transport.recv(engine.pull, RECV_TIMEOUT_S), 0
+    if not engine.pull.poll(int(RECV_TIMEOUT_S * 1000), zmq.POLLIN):
+        raise transport.TransportTimeout(f"nothing received within {RECV_TIMEOUT_S:g} s")
+    return recv_pinned(engine.pull, route.sizes), sum(route.sizes)
+
+
+def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
+    """Receive, decode, stage (with a device), use (checksum every tensor), then tell the frontend.
+
+    Returns each step's stamp and, with a device, the bytes the engine pinned.
+    """
+    frames, pinned = engine_receive(route, engine)
+    steps = {"received": stamp()}
+    decoded = engine.serializer.decode(frames, type(route.request.message))
+    steps["decoded"] = stamp()
+    if engine.stager is not None:
+        staged = engine.stager.stage(decoded)
+        decoded, pinned = staged.request, pinned + staged.pinned_bytes
+        steps["staged"] = stamp()
     route.request.check(decoded)
-    used = stamp()
-    transport.send(push, [transport.PING])
-    return {"received": received, "decoded": decoded_at, "used": used}
+    steps["used"] = stamp()
+    transport.send(engine.push, [transport.PING])
+    return {**steps, "pinned_bytes": pinned} if engine.stager else steps
 
 
 def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
@@ -178,9 +217,10 @@ def sides(route: Route) -> list[Side]:
 def phases(m: Measurement) -> dict[str, dict[str, float]]:
     """Each step's end: seconds on the timeline's clock, and the side's peak above baseline by then."""
     return {
-        step: {"t_s": round(at - m.started, 4), "peak_bytes": hwm - side.baseline_bytes}
+        step: {"t_s": round(value[0] - m.started, 4), "peak_bytes": value[1] - side.baseline_bytes}
         for side in m.sides.values()
-        for step, (at, hwm) in side.result.items()
+        for step, value in side.result.items()
+        if isinstance(value, tuple)  # a stamp; the engine's pinned_bytes is not one
     }
 
 
@@ -199,18 +239,33 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
     if payload:
         metrics["copies"] = measured("copies", [b / payload for b in engine])
         metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
+    staged = [m.sides["engine"].result for m in runs if "staged" in m.sides["engine"].result]
+    if staged:
+        metrics["to_device_s"] = measured("to_device_s", [r["staged"][0] - r["decoded"][0] for r in staged])
+        metrics["pinned_bytes"] = measured("pinned_bytes", [r["pinned_bytes"] for r in staged])
     return metrics
 
 
-def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measurement], int]:
+def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int] | None:
+    """The encoded message's frame sizes where the engine receives into pinned buffers (it must
+    size them before the bytes arrive; the encoding is deterministic), else None."""
+    if staging is None or staging.pin != "receive":
+        return None
+    return [memoryview(frame).nbytes for frame in get_serializer(backend).encode(message)]
+
+
+def repeat(
+    case: Case, plan: Repetitions, timeout_s: float, staging: Staging | None = None
+) -> tuple[list[Measurement], int]:
     """The case's measurements (fresh sides and ipc folder each) and its payload bytes."""
     message = get_workload(case.workload).request(0)
     request, warmup = Sent.of(message), Sent.of(miniature(message))
+    sizes = frame_sizes(case.backend, message, staging)
     runs: list[Measurement] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         with transport.ipc_dir() as folder:
-            route = Route(case.backend, request, warmup, transport.ipc_addresses(folder))
+            route = Route(case.backend, request, warmup, transport.ipc_addresses(folder), staging, sizes)
             runs.append(measure(sides(route), timeout_s))
     return runs, payload_bytes(message)
 
@@ -226,7 +281,11 @@ class Memory(Scenario):
             "fresh frontend/engine pairs per case (default: quick 1-3 within 0.3 s, full 3-10 in 30 s)",
             metavar="N",
         ),
+        *device.OPTIONS,
     )
+
+    def check(self, profile: Profile) -> None:
+        device.check(profile)
 
     def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""
@@ -234,11 +293,13 @@ class Memory(Scenario):
         return super().cases(variants, workloads)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s)
+        staging = device.staging(profile)
+        runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
         first = runs[0]
         info = {
             "payload_bytes": payload,
             "repetitions": len(runs),
+            "staging": staging.describe() if staging else None,
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
             "phases": phases(first),
             "timeline": first.timeline,
