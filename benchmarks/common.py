@@ -22,17 +22,21 @@ from serbench.profiles import PROFILES
 from serbench.runner import run_case
 from serbench.scenarios import SCENARIOS, Case
 from serializers import BUILTINS
-from workloads import available_workloads
+
+try:
+    from workloads import default_workloads
+except ImportError:  # a commit from before the workloads run by name: all of them were the default
+    from workloads import available_workloads as default_workloads
 
 PARAM_NAMES = ["backend", "workload"]
 
 
-def _grid(variable: str, default: list[str]) -> list[str]:
+def grid(variable: str, default: list[str]) -> list[str]:
     return os.environ.get(variable, "").split() or default
 
 
-BACKENDS = _grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
-WORKLOADS = _grid("SERBENCH_ASV_WORKLOADS", available_workloads())
+BACKENDS = grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
+WORKLOADS = grid("SERBENCH_ASV_WORKLOADS", default_workloads())
 
 
 class Unsupported(str):
@@ -40,6 +44,11 @@ class Unsupported(str):
 
 
 def measure(scenario: str) -> dict[tuple[str, str], Any]:
+    """``measure_grid`` over the default grid's workloads."""
+    return measure_grid(scenario, WORKLOADS)
+
+
+def measure_grid(scenario: str, workloads: list[str]) -> dict[tuple[str, str], Any]:
     """For ``setup_cache``: every case of ``scenario`` on the grid, as ``serbench run`` measures it.
 
     Each case runs in its own fresh process under the quick profile with the
@@ -56,7 +65,7 @@ def measure(scenario: str) -> dict[tuple[str, str], Any]:
     # in this commit and in older ones alike.
     profile = PROFILES["quick"]
     outcomes: dict[tuple[str, str], Any] = {}
-    for case in SCENARIOS[scenario].cases(BACKENDS, WORKLOADS):
+    for case in SCENARIOS[scenario].cases(BACKENDS, workloads):
         if case.backend not in BACKENDS:
             continue
         try:

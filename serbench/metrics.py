@@ -54,13 +54,20 @@ METRICS: dict[str, Metric] = {
         Metric("encode_s", "s", "encode time", summary=True),
         Metric("decode_s", "s", "decode time", summary=True),
         Metric("roundtrip_s", "s", "encode + decode", summary=True),
+        Metric("decode_cpu_s", "s", "decode CPU time (thread)", summary=True),
         Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
         Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
         Metric("frames", "count", "frames", resolution=0.0, log_axis=False),
+        # arrays of the message sent as their own frame / inside the header (the backend's threshold)
+        Metric("oob_frames", "count", "out-of-band frames", resolution=0.0, log_axis=False),
+        Metric("inline_arrays", "count", "arrays inline in the header", resolution=0.0, log_axis=False),
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
         # ipc
         Metric("ttft_s", "s", "TTFT", summary=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True),
+        Metric("egress_s", "s", "egress per output (engine encode → decoded)", summary=True),
+        # the output path (outputs-B): the frontend's share of each engine step
+        Metric("step_decode_s", "s", "frontend decode CPU per step", summary=True),
         Metric("itl_s", "s", "ITL", summary=True),
         Metric("e2e_s", "s", "end-to-end latency"),
         Metric("req_per_s", "req/s", "requests", higher_is_better=True, log_axis=False),

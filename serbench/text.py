@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
 from serbench.metrics import METRICS, metric
 from serbench.results import ok_records
+from serbench.scenarios.stream import fitting_batches
 from serbench.units import UNITLESS, format_value, scale_for
 
 
@@ -69,6 +70,14 @@ def render(data: dict) -> str:
             out.append(
                 f"{scenario}: {metric(name).label} ({shown}median)\n{table(['backend', *workloads], rows)}"
             )
+    fitting = fitting_batches(data["records"])
+    if fitting:
+        rows = [
+            [backend, family, str(cell["fits"] or "none"), str(cell["over"] or "-")]
+            for (backend, family), cell in fitting.items()
+        ]
+        headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
+        out.append(f"ipc: largest batch whose decode fits the step\n{table(headers, rows)}")
     failed = [r for r in data["records"] if r.get("error")]
     if failed:
         out.append(

@@ -146,6 +146,7 @@ def open_link(
     engine_url: str | None = None,
     local_transport: str = "ipc",
     staging: dict[str, str] | None = None,
+    workload: str | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
@@ -154,6 +155,8 @@ def open_link(
     ``local_transport`` ("ipc" or "tcp"). ``staging`` (``device``, ``pin``)
     asks the engine to stage each request on a device after decode
     (``serbench.engine.staging``); the engine refuses a session it cannot stage.
+    ``workload`` names the workload whose steps the engine streams (an output
+    workload's logprobs and layout).
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -167,7 +170,8 @@ def open_link(
         stack.callback(pull.close)
         stack.callback(push.close)
         link = EngineLink(push, pull, addrs.requests, proc)
-        link.send("start", backend=backend, step_s=step_s, **(staging or {}))
+        extra = {"workload": workload} if workload else {}
+        link.send("start", backend=backend, step_s=step_s, **(staging or {}), **extra)
         link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed

@@ -60,8 +60,9 @@ from serbench.engine.staging import Stager, Staging
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
-from workloads.base import output_token
-from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from workloads import Running as Scheduled
+from workloads import Workload, get_workload
+from workloads.messages import EngineCoreRequest
 from workloads.tree import payload_bytes
 
 log = logging.getLogger("serbench.engine")
@@ -88,12 +89,15 @@ class Unverified:
 
 @dataclass
 class Session:
-    """One frontend's run: its backend (one instance per thread), its device stage, and what it sent."""
+    """One frontend's run: its backend (one instance per thread), its device stage, the workload
+    whose steps it streams (``start``'s ``workload``; one token per request when none is named)
+    and what it sent."""
 
     id: str
     step_s: float
     decoder: Serializer
     encoder: Serializer
+    workload: Workload = field(default_factory=Workload)
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
     unverified: list[Unverified] = field(default_factory=list)
@@ -127,7 +131,9 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
             f"refusing unsafe backend {spec!r} (it can run code from its input) on non-loopback "
             f"{bind_address}; start the engine with --allow-unsafe-deserialization to accept it"
         )
-    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), stager)
+    workload = ctrl.data.get("workload")
+    steps = get_workload(workload) if isinstance(workload, str) else Workload()
+    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), steps, stager)
 
 
 class Engine:
@@ -308,25 +314,28 @@ class Engine:
         return 0
 
     def _step(self) -> None:
-        """One simulated forward pass, then one token for every running request."""
+        """One simulated forward pass, then the workload's step for every running request
+        (``Workload.step``: one token each, and logprobs for an output workload). The header
+        carries ``sent``, ``perf_counter()`` just before encoding: the start of the step's egress."""
         session = self.session
         time.sleep(session.step_s)
-        outputs = []
+        scheduled = []
         for rid, state in list(self.running.items()):
             last = state.position + 1 >= state.max_tokens
-            outputs.append(
-                EngineCoreOutput(rid, [output_token(rid, state.position)], "length" if last else None)
-            )
+            scheduled.append(Scheduled(rid, state.position, last))
             state.position += 1
             if last:
                 del self.running[rid]
+        message = session.workload.step(scheduled)
+        message.timestamp = time.time()
+        sent = time.perf_counter()
         try:
-            frames = session.encoder.encode(EngineCoreOutputs(outputs=outputs, timestamp=time.time()))
+            frames = session.encoder.encode(message)
         except Exception as exc:
             self._send([control("error", session.id, message=f"engine could not encode outputs: {exc}")])
             self.running = {}
             return
-        self._send([control("outputs", session.id), *frames])
+        self._send([control("outputs", session.id, sent=sent), *frames])
 
     def _send(self, frames: list) -> None:
         """Send on the outputs socket; a frontend that stopped taking them loses its session."""

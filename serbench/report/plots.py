@@ -29,20 +29,48 @@ DPI = 100
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
-_IMAGES = re.compile(r"images-(\d+)")
 
 Cell = tuple[str, str]  # (backend, workload): one slot of a figure
 
 
+@dataclass(frozen=True)
+class XAxis:
+    """The x of a figure against a workload parameter: images per request, batch, tensor bytes.
+
+    ``pattern`` finds the number in a workload spec (group 1); specs that
+    differ only in it are one family, one line style. ``marks`` are vertical
+    lines (x, label) such as the 256 B and 64 KiB thresholds; ``budget`` a
+    horizontal line in seconds (the step budget) on panels whose unit is s.
+    """
+
+    label: str
+    pattern: str
+    base: int = 2
+    marks: tuple[tuple[float, str], ...] = ()
+    budget: float | None = None
+
+    def value(self, workload: str) -> int | None:
+        match = re.match(self.pattern, workload)
+        return int(match.group(1)) if match else None
+
+    def family(self, workload: str) -> str:
+        """The workload spec without its number: one line per family."""
+        return re.sub(self.pattern, lambda m: m.group(0).replace(m.group(1), "N"), workload, count=1)
+
+
+IMAGES = XAxis("images per request", r"images-(\d+)")
+BATCH = XAxis("requests in the step (batch)", r"outputs-(\d+)")
+SIZE = XAxis(
+    "tensor bytes",
+    r"tensor-(\d+)",
+    base=10,
+    marks=((256, "256 B: inline → own frame"), (65536, "64 KiB: zmq copies below")),
+)
+
+
 def image_count(workload: str) -> int | None:
     """Images per request of an ``images-N`` workload spec, None for others."""
-    match = _IMAGES.match(workload)
-    return int(match.group(1)) if match else None
-
-
-def family(workload: str) -> str:
-    """The workload spec without its image count: one line per family in plots against N."""
-    return _IMAGES.sub("images-N", workload, count=1)
+    return IMAGES.value(workload)
 
 
 def stat_value(metric: dict, stat: str) -> float:
@@ -198,16 +226,20 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
     return _png(fig)
 
 
-def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> list[str]:
-    """Plot ``panel`` against image count; returns the workload families drawn."""
-    factor, _ = panel.scale()
-    images = {cell: m for cell, m in panel.cells.items() if image_count(cell[1]) is not None}
-    families = sorted({family(w) for _, w in images})
-    counts, ys = set(), []
+def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict, x_axis: XAxis) -> list[str]:
+    """Plot ``panel`` against ``x_axis``; returns the workload families drawn."""
+    factor, unit = panel.scale()
+    cells = {cell: m for cell, m in panel.cells.items() if x_axis.value(cell[1]) is not None}
+    families = sorted({x_axis.family(w) for _, w in cells})
+    xs_seen, ys = set(), []
     for backend in backends:
         for k, fam in enumerate(families):
             points = sorted(
-                ((image_count(w), m) for (b, w), m in images.items() if b == backend and family(w) == fam),
+                (
+                    (x_axis.value(w), m)
+                    for (b, w), m in cells.items()
+                    if b == backend and x_axis.family(w) == fam
+                ),
                 key=lambda point: point[0],
             )
             if not points:
@@ -217,26 +249,38 @@ def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> lis
             err = np.array([_error(m, panel.stat, factor) for _, m in points]).T
             style = LINESTYLES[k % len(LINESTYLES)]
             ax.errorbar(x, y, yerr=err, color=colours[backend], linestyle=style, marker="o", capsize=3)
-            counts.update(x)
+            xs_seen.update(x)
             ys += y
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(counts), [str(n) for n in sorted(counts)])
-    ax.minorticks_off()
+    positive = sorted(x for x in xs_seen if x > 0)
+    ax.set_xscale("log", base=x_axis.base)
+    if x_axis.base == 2:
+        ax.set_xticks(positive, [str(n) for n in positive])
+        ax.minorticks_off()
+    for x, label in x_axis.marks:
+        ax.axvline(x, color="#777", linestyle=":", linewidth=1)
+        ax.annotate(label, (x, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                    ha="right", fontsize="x-small", color="#555")  # fmt: skip
+    if x_axis.budget is not None and panel.unit == "s":
+        ax.axhline(x_axis.budget / factor, color=FAILED_COLOUR, linestyle="--", linewidth=1)
+        ax.annotate(f"step budget {x_axis.budget / factor:g} {unit}", (0.01, x_axis.budget / factor),
+                    xycoords=("axes fraction", "data"), va="bottom", fontsize="x-small",
+                    color=FAILED_COLOUR)  # fmt: skip
+        ys.append(x_axis.budget / factor)
     _use_log(ax, panel, ys)
     if not panel.log:
         ax.set_ylim(bottom=0)
-    ax.set(xlabel="images per request", ylabel=panel.axis_label())
+    ax.set(xlabel=x_axis.label, ylabel=panel.axis_label())
     ax.grid(alpha=0.3)
     return families
 
 
-def against_images(panels: Sequence[Panel], backends: Sequence[str], colours: dict) -> bytes:
-    """Each panel as lines against images per request (log2 x), a line per backend and workload family."""
+def against(panels: Sequence[Panel], backends: Sequence[str], colours: dict, x_axis: XAxis = IMAGES) -> bytes:
+    """Each panel as lines against ``x_axis`` (log x), a line per backend and workload family."""
     cols = min(2, len(panels))
     fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
     families: set[str] = set()
     for ax, panel in zip(axes, panels, strict=False):
-        families.update(_line_panel(ax, panel, backends, colours))
+        families.update(_line_panel(ax, panel, backends, colours, x_axis))
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     if len(families) > 1:

@@ -21,6 +21,10 @@ tcp://HOST:PORT``), through ``serbench.engine.client``. In one run it measures
 3. for payload workloads, the same payload bytes streamed over a plain unix
    socket between two processes: the reference for that GB/s.
 
+An output workload (``outputs-B``) measures the way back instead: the
+engine streams its steps to a frontend holding B requests, and the frontend's
+decode time per step meets the step budget (``serbench.scenarios.stream``).
+
 Payload workloads default to one request at a time, so their TTFT and GB/s
 are those of one request, not of a queue.
 
@@ -44,7 +48,7 @@ from serbench.engine.client import Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
-from serbench.scenarios import device
+from serbench.scenarios import device, stream
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serbench.scenarios.load import RequestPool, arrival_offsets, load_metrics, run_load
 from serializers import get_serializer
@@ -211,4 +215,8 @@ class Ipc(Scenario):
             device.check(profile)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        return measure(case.backend, case.workload, settings_for(profile, get_workload(case.workload)))
+        workload = get_workload(case.workload)
+        cfg = settings_for(profile, workload)
+        if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
+            return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
+        return measure(case.backend, case.workload, cfg)

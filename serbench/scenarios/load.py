@@ -26,7 +26,7 @@ from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, frames_checksum, request_checksum
 from serializers import Serializer
 from workloads import Workload, output_token
-from workloads.messages import EngineCoreOutputs, EngineCoreRequest
+from workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
 
 clock = time.perf_counter
 
@@ -93,27 +93,27 @@ class Tracked:
         return len(self.times) >= self.max_tokens
 
 
-def account(outputs: EngineCoreOutputs, tracked: dict[str, Tracked], at: float) -> int:
-    """Check one outputs message token by token; returns how many requests it finished."""
+def account(
+    outputs: EngineCoreOutputs | FlatEngineCoreOutputs, tracked: dict[str, Tracked], at: float
+) -> int:
+    """Check one outputs message token by token (either layout); returns how many requests it finished."""
     finished = 0
-    for out in outputs.outputs:
-        state = tracked.get(out.request_id)
+    for rid, new_token_ids, finish_reason in outputs.entries():
+        state = tracked.get(rid)
         if state is None:
-            raise IntegrityError(f"output for a request never sent: {out.request_id!r}")
+            raise IntegrityError(f"output for a request never sent: {rid!r}")
         if state.finished:
-            raise IntegrityError(f"output after the end of request {out.request_id!r} (duplicated message?)")
+            raise IntegrityError(f"output after the end of request {rid!r} (duplicated message?)")
         position = len(state.times)
-        expected = output_token(out.request_id, position)
-        if out.new_token_ids != [expected]:
+        expected = output_token(rid, position)
+        if new_token_ids != [expected]:
             raise IntegrityError(
-                f"request {out.request_id!r} token {position}: got {out.new_token_ids}, expected [{expected}]"
+                f"request {rid!r} token {position}: got {new_token_ids}, expected [{expected}]"
             )
         state.times.append(at)
         last = state.finished
-        if (out.finish_reason is not None) != last:
-            raise IntegrityError(
-                f"request {out.request_id!r}: finish_reason {out.finish_reason!r} at token {position}"
-            )
+        if (finish_reason is not None) != last:
+            raise IntegrityError(f"request {rid!r}: finish_reason {finish_reason!r} at token {position}")
         finished += last
     return finished
 
