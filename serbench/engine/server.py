@@ -25,6 +25,7 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import queue
@@ -44,6 +45,7 @@ from serbench.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
     Control,
+    clock,
     control,
     parse_control,
     request_checksum,
@@ -79,9 +81,11 @@ class Session:
 
 @dataclass
 class Running:
-    """A request being generated: how many tokens it gets, and the next one's position."""
+    """A request being generated: how many tokens it gets, the next one's position, and when
+    the receive thread had it decoded (``clock()``; the frontend's ingress ends there)."""
 
     max_tokens: int
+    decoded: float
     position: int = 0
 
 
@@ -176,6 +180,7 @@ class Engine:
         """Decode, hand over to the scheduler (acknowledged if asked), then check integrity."""
         try:
             request = session.decoder.decode(frames, EngineCoreRequest)
+            decoded = clock()
         except Exception as exc:
             self.events.put(
                 ("error", session.id, f"engine could not decode a request: {type(exc).__name__}: {exc}")
@@ -193,7 +198,7 @@ class Engine:
         session.seen.add(rid)
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid))
-        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
+        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
         session.unverified.append((request, ctrl.data.get("checksum")))
         session.unverified_bytes += payload_bytes(request)
         if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
@@ -214,7 +219,13 @@ class Engine:
     # ---- main thread: scheduler ----------------------------------------
 
     def serve(self, sessions: int | None = None) -> None:
-        """Run until stopped, or until ``sessions`` sessions have ended."""
+        """Run until stopped, or until ``sessions`` sessions have ended.
+
+        What exists now is moved out of the cyclic collector's reach
+        (``gc.freeze``, as vLLM's engine does after start-up): with torch loaded
+        a full collection walks ~10^5 objects and stalls a request for ms.
+        """
+        gc.freeze()
         receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
         receiver.start()
         ended = 0
@@ -256,7 +267,7 @@ class Engine:
         elif rest[0] != current:
             return 0  # left over from a session that has been replaced
         elif kind == "request":
-            self.running[rest[1]] = Running(max(1, rest[2]))
+            self.running[rest[1]] = Running(max(1, rest[2]), rest[3])
         elif kind == "ack":
             self._send([control("ack", current, request_id=rest[1])])
         elif kind == "end":
@@ -266,11 +277,20 @@ class Engine:
         return 0
 
     def _step(self) -> None:
-        """One simulated forward pass, then one token for every running request."""
+        """One simulated forward pass, then one token for every running request.
+
+        The outputs header stamps when encoding began (``sent``) and, for each
+        request getting its first token, when it was decoded and when this step
+        (the first to schedule it) began (``first``).
+        """
         session = self.session
+        scheduled = clock()
         time.sleep(session.step_s)
         outputs = []
+        first = {}
         for rid, state in list(self.running.items()):
+            if state.position == 0:
+                first[rid] = [state.decoded, scheduled]
             last = state.position + 1 >= state.max_tokens
             outputs.append(
                 EngineCoreOutput(rid, [output_token(rid, state.position)], "length" if last else None)
@@ -278,13 +298,14 @@ class Engine:
             state.position += 1
             if last:
                 del self.running[rid]
+        sent = clock()
         try:
             frames = session.encoder.encode(EngineCoreOutputs(outputs=outputs, timestamp=time.time()))
         except Exception as exc:
             self._send([control("error", session.id, message=f"engine could not encode outputs: {exc}")])
             self.running = {}
             return
-        self._send([control("outputs", session.id), *frames])
+        self._send([control("outputs", session.id, sent=sent, first=first), *frames])
 
     def _send(self, frames: list) -> None:
         """Send on the outputs socket; a frontend that stopped taking them loses its session."""
