@@ -163,6 +163,35 @@ def _serving_rows(records: list[dict]) -> list[list[str]]:
     rows.append(row("Median ingress / round trip", lambda r: f"{r['info'].get(ratio, math.nan):.2f}"))
     rows.append(row("Payload GB/s (median)", median("payload_gb_per_s", 1)))
     rows.append(row("Unix-socket GB/s, same bytes", median("unix_gb_per_s", 1)))
+    if any("sweep" in r["info"] for r in records):
+        rows += _sweep_rows(records)
+    return rows
+
+
+def _points(record: dict) -> dict:
+    """A record's sweep points by rate (empty without a sweep)."""
+    return {p["rate"]: p for p in record["info"].get("sweep", {}).get("points", ())}
+
+
+def _per_second(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _sweep_rows(records: list[dict]) -> list[list[str]]:
+    """A rate sweep's lines: TTFT median and admitted/goodput per rate, then where it saturated."""
+    points = [_points(r) for r in records]
+    rows = []
+    for rate in dict.fromkeys(rate for by_rate in points for rate in by_rate):
+        ttft, rates = [f"Rate {rate}: median TTFT (ms)"], [f"Rate {rate}: admitted / goodput (req/s)"]
+        for by_rate in points:
+            p = by_rate.get(rate)
+            ttft.append("-" if p is None else f"{p['metrics']['ttft_s']['median'] * 1e3:.2f}")
+            admitted = None if p is None else _per_second(p["admitted_per_s"])
+            rates.append("-" if p is None else f"{admitted} / {p['goodput_per_s']:.1f}")
+        rows += [ttft, rates]
+    sweeps = [r["info"].get("sweep", {}) for r in records]
+    rows.append(["Saturated at (offered req/s)", *(str(s.get("saturated_at") or "-") for s in sweeps)])
+    rows.append(["Capacity, all at once (req/s)", *(_per_second(s.get("capacity_per_s")) for s in sweeps)])
     return rows
 
 

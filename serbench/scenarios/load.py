@@ -273,15 +273,14 @@ def sweep_point(
 
     ``offered_per_s`` is the schedule's own rate ((n-1) / last arrival; a Poisson
     draw of n requests is off its nominal rate by about 1/sqrt(n)), ``admitted_per_s``
-    the rate at which requests got their first token ((n-1) / (last first token -
-    first first token)): below the offered rate, the engine (or the frontend) no
+    the rate the requests got their first token at ((n-1) / (last first token - first
+    request created)): below the offered rate, the engine (or the frontend) no
     longer keeps up — saturated. ``goodput_per_s``: requests with TTFT within
     ``ttft_slo_s`` per second of the load (vLLM's goodput).
     """
     states = list(tracked.values())
-    firsts = sorted(t.times[0] for t in states)
-    span = firsts[-1] - firsts[0]
-    admitted = (len(firsts) - 1) / span if span > 0 else math.inf
+    span = max(t.times[0] for t in states) - min(t.created for t in states)
+    admitted = (len(states) - 1) / span if span > 0 else math.inf
     offered = (len(offsets) - 1) / offsets[-1] if offsets[-1] > 0 else math.inf
     good = sum(t.times[0] - t.created <= ttft_slo_s for t in states)
     return {
