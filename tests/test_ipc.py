@@ -247,3 +247,31 @@ def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["run", *argv])
     assert exit_info.value.code == 2
+
+
+def _record(ttft: list[float]) -> dict:
+    from serbench import metrics as m
+
+    measured = {"ttft_s": m.measured("ttft_s", ttft)}
+    if len(ttft) >= MIN_DISTRIBUTION:
+        measured["ttft_p99_s"] = m.measured("ttft_p99_s", [max(ttft)])
+    return {"scenario": "ipc", "backend": "b", "workload": "images-4", "metrics": measured, "info": {}}
+
+
+def test_fewer_than_five_samples_say_n_in_the_terminal_and_the_report() -> None:
+    from serbench.report.page import metric_cell
+    from serbench.text import render
+
+    few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5])
+    enough["workload"] = "text-sonnet"
+    text = render({"backends": {}, "records": [few, enough]})
+    median, p99 = text.split("\n\n")
+    assert median.splitlines()[3].split() == ["b", "200", "(n=3)", "300"]  # images-4 with its n, then text
+    assert p99.startswith("ipc: TTFT p99 (ms, per case)")
+    assert p99.splitlines()[3].split() == ["b", "(n=3)", "500"]  # no p99 of three samples
+    assert "(n=" not in render({"backends": {}, "records": [enough]})
+    cell = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "p99", "")
+    assert ">n=3<" in cell and "too few for a p99" in cell
+    median = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "median", "")
+    assert "(n=3)" in median and "95% CI" not in median
+    assert "95% CI" in metric_cell(enough["metrics"]["ttft_s"], "ttft_s", "median", "")

@@ -276,9 +276,13 @@ def rate_sweep(
                 ax.set_xscale("log")
                 ax.set_xticks(xs, labels)
                 ax.minorticks_off()
-        for ax, (_, label, _) in zip(row_axes, SWEEP_PANELS, strict=True):
+        for ax, (name, label, _) in zip(row_axes, SWEEP_PANELS, strict=True):
             ax.set(title=workload, xlabel="offered load (req/s)", ylabel=label)
-            ax.set_ylim(bottom=0)
+            if name == "goodput_per_s":  # rates span decades; the diagonal is "keeps up"
+                ax.set_yscale("log")
+                ax.axline((1, 1), slope=1, color="#999", linewidth=0.8, linestyle=":")
+            else:
+                ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
     _backend_legend(fig, [b for b in backends if any((b, w) in sweeps for w in workloads)], colours)
     return _png(fig)
