@@ -32,6 +32,7 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import queue
@@ -51,6 +52,7 @@ from serbench.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
     Control,
+    clock,
     control,
     integrity_fault,
     parse_control,
@@ -106,9 +108,11 @@ class Session:
 
 @dataclass
 class Running:
-    """A request being generated: how many tokens it gets, and the next one's position."""
+    """A request being generated: how many tokens it gets, the next one's position, and when
+    the receive thread had it decoded (``clock()``; the frontend's ingress ends there)."""
 
     max_tokens: int
+    decoded: float
     position: int = 0
 
 
@@ -212,6 +216,7 @@ class Engine:
         (acknowledged if asked, with the stage's seconds), then check integrity."""
         try:
             request = session.decoder.decode(frames, EngineCoreRequest)
+            decoded = clock()
         except Exception as exc:
             self.events.put(
                 ("error", session.id, f"engine could not decode a request: {type(exc).__name__}: {exc}")
@@ -235,9 +240,10 @@ class Engine:
                 self.events.put(("error", session.id, f"engine could not stage {rid!r}: {exc}"))
                 return
             request, ready["to_device_s"] = staged.request, staged.seconds
+            decoded = clock()  # with a device, the request is held once it is there
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid, ready))
-        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
+        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
         encoded = ctrl.data.get("encoded")
         kept = frames if encoded is not None else None
         session.unverified.append(Unverified(request, ctrl.data.get("checksum"), kept, encoded))
@@ -261,7 +267,13 @@ class Engine:
     # ---- main thread: scheduler ----------------------------------------
 
     def serve(self, sessions: int | None = None) -> None:
-        """Run until stopped, or until ``sessions`` sessions have ended."""
+        """Run until stopped, or until ``sessions`` sessions have ended.
+
+        What exists now is moved out of the cyclic collector's reach
+        (``gc.freeze``, as vLLM's engine does after start-up): with torch loaded
+        a full collection walks ~10^5 objects and stalls a request for ms.
+        """
+        gc.freeze()
         receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
         receiver.start()
         ended = 0
@@ -304,7 +316,7 @@ class Engine:
         elif rest[0] != current:
             return 0  # left over from a session that has been replaced
         elif kind == "request":
-            self.running[rest[1]] = Running(max(1, rest[2]))
+            self.running[rest[1]] = Running(max(1, rest[2]), rest[3])
         elif kind == "ack":
             self._send([control("ack", current, request_id=rest[1], **rest[2])])
         elif kind == "end":
@@ -315,12 +327,20 @@ class Engine:
 
     def _step(self) -> None:
         """One simulated forward pass, then the workload's step for every running request
-        (``Workload.step``: one token each, and logprobs for an output workload). The header
-        carries ``sent``, ``perf_counter()`` just before encoding: the start of the step's egress."""
+        (``Workload.step``: one token each, and logprobs for an output workload).
+
+        The outputs header stamps when encoding began (``sent``) and, for each
+        request getting its first token, when it was decoded and when this step
+        (the first to schedule it) began (``first``).
+        """
         session = self.session
+        began = clock()
         time.sleep(session.step_s)
         scheduled = []
+        first = {}
         for rid, state in list(self.running.items()):
+            if state.position == 0:
+                first[rid] = [state.decoded, began]
             last = state.position + 1 >= state.max_tokens
             scheduled.append(Scheduled(rid, state.position, last))
             state.position += 1
@@ -328,14 +348,14 @@ class Engine:
                 del self.running[rid]
         message = session.workload.step(scheduled)
         message.timestamp = time.time()
-        sent = time.perf_counter()
+        sent = clock()
         try:
             frames = session.encoder.encode(message)
         except Exception as exc:
             self._send([control("error", session.id, message=f"engine could not encode outputs: {exc}")])
             self.running = {}
             return
-        self._send([control("outputs", session.id, sent=sent), *frames])
+        self._send([control("outputs", session.id, sent=sent, first=first), *frames])
 
     def _send(self, frames: list) -> None:
         """Send on the outputs socket; a frontend that stopped taking them loses its session."""

@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, scale_for
 
 WIDTH_IN = 11.0
@@ -148,8 +149,9 @@ def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None
 
 
 def _error(metric: dict, stat: str, factor: float) -> tuple[float, float]:
-    """Error bar extents of a median (its CI); none for a percentile."""
-    if stat != "median":
+    """Error bar extents of a median (its CI); none for a percentile, nor under
+    ``MIN_DISTRIBUTION`` samples (their range is not a confidence interval)."""
+    if stat != "median" or len(metric["values"]) < MIN_DISTRIBUTION:
         return 0.0, 0.0
     median = metric["median"]
     return (median - metric["ci_low"]) / factor, (metric["ci_high"] - median) / factor
@@ -200,29 +202,117 @@ def bars(panels: Sequence[Panel], backends: Sequence[str], workloads: Sequence[s
 
 
 def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
-    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend."""
+    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend.
+
+    Each axes' title says n (samples per backend); a backend with fewer than
+    ``MIN_DISTRIBUTION`` samples gets its points only, no line, since they are
+    not a distribution.
+    """
     rows = math.ceil(len(workloads) / 4)
     cols = math.ceil(len(workloads) / rows)  # 4 workloads: one row of 4; 5: two rows of 3
     fig, axes = _figure(rows, cols, 2.8)
     factor, _ = panel.scale()
     for ax, workload in zip(axes, workloads, strict=False):
-        samples = []
+        samples, counts = [], []
         for backend in backends:
             metric = panel.cells.get((backend, workload))
             if metric is None or not metric["values"]:
                 continue
             xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
-            marker = "o" if len(xs) < FEW_SAMPLES else ""  # a CDF of one sample is a point, not a line
-            ax.step(
-                xs, np.arange(1, len(xs) + 1) / len(xs), where="post", color=colours[backend], marker=marker
-            )
+            ys = np.arange(1, len(xs) + 1) / len(xs)
+            if len(xs) < MIN_DISTRIBUTION:
+                ax.plot(xs, ys, "o", color=colours[backend])
+            else:
+                marker = "o" if len(xs) < FEW_SAMPLES else ""
+                ax.step(xs, ys, where="post", color=colours[backend], marker=marker)
             samples += [xs[0], xs[-1]]
+            counts.append(len(xs))
         _use_log(ax, panel, samples, axis="x")
-        ax.set(title=workload, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
+        title = workload + (f", {_count_range(counts)}" if counts else "")
+        ax.set(title=title, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
     for ax in axes[len(workloads) :]:
         ax.set_visible(False)
     _backend_legend(fig, backends, colours)
+    return _png(fig)
+
+
+def _count_range(counts: Sequence[int]) -> str:
+    """``n=5`` or ``n=5–20``, and a warning under ``MIN_DISTRIBUTION``."""
+    low, high = min(counts), max(counts)
+    text = f"n={low}" + (f"\u2013{high}" if high > low else "")
+    return text + (" (too few for a distribution)" if low < MIN_DISTRIBUTION else "")
+
+
+def _rate_positions(rates: Sequence[float | str]) -> tuple[list[float], list[str]]:
+    """x positions of a sweep's rates on a log axis: ``inf`` two octaves right of the highest finite."""
+    finite = [float(r) for r in rates if r != "inf"]
+    top = max(finite, default=1.0) * 4
+    labels = ["inf" if r == "inf" else f"{float(r):g}" for r in rates]
+    return [top if r == "inf" else float(r) for r in rates], labels
+
+
+SWEEP_PANELS = (
+    ("ttft_s", "TTFT (ms), median — p99 dashed", 1e3),
+    ("ingress_s", "ingress (ms), median — p99 dashed", 1e3),
+    ("goodput_per_s", "req/s: admitted — goodput dashed", 1.0),
+)
+
+
+def _sweep_latency(ax, points: Sequence[dict], name: str, factor: float, xs: list[float], colour) -> None:
+    """Median (solid) and, from 5 samples on, p99 (dashed) of one metric against offered load."""
+    pairs = zip(xs, points, strict=True)
+    found = [(x, p["metrics"][name]["values"]) for x, p in pairs if name in p["metrics"]]
+    if not found:
+        return
+    x = [x for x, _ in found]
+    ax.plot(x, [float(np.median(v)) * factor for _, v in found], "o-", color=colour)
+    tail = [(x, float(np.percentile(v, 99)) * factor) for x, v in found if len(v) >= MIN_DISTRIBUTION]
+    if tail:
+        ax.plot([x for x, _ in tail], [y for _, y in tail], "--", color=colour)
+
+
+def _sweep_rates(ax, points: Sequence[dict], xs: list[float], colour: str) -> None:
+    """Admitted rate (solid) and goodput (dashed) against offered load."""
+    admitted = [(x, p["admitted_per_s"]) for x, p in zip(xs, points, strict=True) if p["admitted_per_s"]]
+    ax.plot([x for x, _ in admitted], [a for _, a in admitted], "o-", color=colour)
+    ax.plot(xs, [p["goodput_per_s"] for p in points], "--", color=colour)
+
+
+def rate_sweep(
+    sweeps: dict[Cell, dict], backends: Sequence[str], workloads: Sequence[str], colours: dict
+) -> bytes:
+    """Against offered load (requests/s, log x; ``inf`` = everything at once), as vLLM's serving
+    benchmark plots it: per workload (a row each) TTFT, ingress and throughput (admitted and
+    goodput), a line per backend; a vertical mark where a backend saturated."""
+    fig, axes = _figure(len(workloads), len(SWEEP_PANELS), 3.0)
+    for row, workload in enumerate(workloads):
+        row_axes = axes[row * len(SWEEP_PANELS) : (row + 1) * len(SWEEP_PANELS)]
+        for backend in backends:
+            sweep = sweeps.get((backend, workload))
+            if sweep is None:
+                continue
+            points, colour = sweep["points"], colours[backend]
+            xs, labels = _rate_positions([p["rate"] for p in points])
+            for ax, (name, _, factor) in zip(row_axes, SWEEP_PANELS, strict=True):
+                if name == "goodput_per_s":
+                    _sweep_rates(ax, points, xs, colour)
+                else:
+                    _sweep_latency(ax, points, name, factor, xs, colour)
+                if sweep.get("saturated_at") is not None:
+                    ax.axvline(float(sweep["saturated_at"]), color=colour, alpha=0.4, linestyle=":")
+                ax.set_xscale("log")
+                ax.set_xticks(xs, labels)
+                ax.minorticks_off()
+        for ax, (name, label, _) in zip(row_axes, SWEEP_PANELS, strict=True):
+            ax.set(title=workload, xlabel="offered load (req/s)", ylabel=label)
+            if name == "goodput_per_s":  # rates span decades; the diagonal is "keeps up"
+                ax.set_yscale("log")
+                ax.axline((1, 1), slope=1, color="#999", linewidth=0.8, linestyle=":")
+            else:
+                ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+    _backend_legend(fig, [b for b in backends if any((b, w) in sweeps for w in workloads)], colours)
     return _png(fig)
 
 

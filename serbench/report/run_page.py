@@ -20,6 +20,7 @@ from pathlib import Path
 from serbench import compare
 from serbench.metrics import metric
 from serbench.report.page import (
+    DASH,
     MEDIAN,
     P99,
     TIMES,
@@ -37,6 +38,7 @@ from serbench.report.page import (
 )
 from serbench.scenarios import SCENARIOS
 from serbench.scenarios.stream import fitting_batches
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_value
 
 Column = tuple[str, str]  # (metric name, statistic)
@@ -52,9 +54,10 @@ class FigureSpec:
     "batch" (lines against the batch of ``outputs-B`` workloads, the step
     budget dashed) and "size" (log-log lines against the bytes of ``tensor-N``
     workloads, the 256 B and 64 KiB thresholds marked): both left out when
-    the file has fewer than two such workloads; or "timeline" (the memory
-    scenario's psutil timeline in ``info``, drawn when the file has one; its
-    columns only say which metric must exist).
+    the file has fewer than two such workloads; "sweep" (the ipc rate sweep in
+    ``info["sweep"]``, drawn when a case has one); or "timeline" (the memory
+    scenario's psutil timeline in ``info``, drawn when the file has one; the
+    columns of these two only say which metric must exist).
     """
 
     kind: str
@@ -91,6 +94,11 @@ SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
             "TTFT and ITL against images per request: median and p99",
             (("ttft_s", MEDIAN), ("ttft_s", P99), ("itl_s", MEDIAN), ("itl_s", P99)),
         ),
+        FigureSpec(
+            "bars",
+            "TTFT's parts, per request: ingress (encode → engine decoded), queue, first step; egress",
+            (("ingress_s", MEDIAN), ("ingress_s", P99), ("queue_s", MEDIAN), ("egress_s", MEDIAN)),
+        ),
         FigureSpec("bars", "Throughput", (("req_per_s", MEDIAN), ("payload_gb_per_s", MEDIAN))),
         FigureSpec(
             "batch",
@@ -101,6 +109,12 @@ SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
             "size",
             "Ingress against tensor size (tensor-N): p50 and p99, thresholds marked",
             (("ingress_s", MEDIAN), ("ingress_s", P99)),
+            table=False,
+        ),
+        FigureSpec(
+            "sweep",
+            "Against offered load (--rate sweep): TTFT, ingress, admitted rate and goodput",
+            (("ttft_s", MEDIAN),),
             table=False,
         ),
     ),
@@ -148,9 +162,15 @@ def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> s
     for backend in look.backends(records):
         cells = "".join(case_cell(by_cell.get((backend, w)), name, stat) for w in workloads)
         rows.append(f"<tr><th>{look.backend(backend)}</th>{cells}</tr>")
-    repeated = any(len(r["metrics"].get(name, {}).get("values", ())) > 1 for r in records)
+    counts = [len(r["metrics"][name]["values"]) for r in _ok(records) if name in r["metrics"]]
+    repeated = any(n > 1 for n in counts)
     what = "median [95% CI of the median]" if repeated else "one value per case"
     caption = f"{metric(name).label}: {what if stat == MEDIAN else stat}"
+    if repeated and counts:
+        low, high = min(counts), max(counts)
+        caption += f"; n = {low}" + (f"{DASH}{high}" if high > low else "") + " per case"
+        if low < MIN_DISTRIBUTION:
+            caption += f"; (n=K): fewer than {MIN_DISTRIBUTION} samples, a value without CI or p99"
     return table(["backend", *map(e, workloads)], rows, "numbers", caption)
 
 
@@ -186,12 +206,27 @@ def _timeline(records: Sequence[dict], look: Look) -> bytes | None:
     return plots.timelines(workload, timelines, look.backends(ok), look.colours)
 
 
+def _sweep(records: Sequence[dict], look: Look) -> bytes | None:
+    """The rate sweeps of ``records`` (None: no case swept)."""
+    # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+    from serbench.report import plots
+
+    swept = [r for r in _ok(records) if "sweep" in r.get("info", {})]
+    sweeps = {(r["backend"], r["workload"]): r["info"]["sweep"] for r in swept}
+    if not sweeps:
+        return None
+    workloads = unique(w for _, w in sweeps)
+    return plots.rate_sweep(sweeps, look.backends(_ok(records)), workloads, look.colours)
+
+
 def _draw(spec: FigureSpec, columns: Sequence[Column], records: Sequence[dict], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
     if spec.kind == "timeline":
         return _timeline(records, look)
+    if spec.kind == "sweep":
+        return _sweep(records, look)
     panels = [_panel(records, name, stat) for name, stat in columns]
     backends = look.backends(records)
     workloads = unique(r["workload"] for r in records)
