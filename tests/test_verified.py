@@ -47,7 +47,8 @@ def test_wrong_or_unsupported_backends_are_never_timed(tmp_path: Path, ipc_sandb
         assert stub["info"] == {"unsupported": "a stub: decodes everything as None"}
         good = records[scenario, "msgspec-frombuffer"]
         assert good["error"] is None and good["metrics"]
-        assert good["info"]["verification"]["messages"] == 1
+        checked = good["info"]["verification"]
+        assert checked["messages"] == checked["of"] >= 1  # every message it timed (few here)
     # Both passed conformance: what kept them untimed is the per-case check.
     for spec in (WRONG, STUB):
         assert not run.data["backends"][spec]["conformance"]["failed"]
