@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,14 +35,19 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def output_folder(out: str | None, prefix: str = "") -> Path:
+def output_folder(out: str | None, prefix: str = "", must_be_empty: bool = False) -> Path:
     """``out``, or ``reports/<prefix><UTC time>``, created and checked writable.
 
     A folder that cannot be used is a ResultsError (one line, exit 2), raised
-    before anything is measured.
+    before anything is measured; so is a given ``out`` that already holds
+    files when ``must_be_empty`` (``serbench run`` without ``--force``): a
+    second run would silently replace the first one's results.
     """
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = Path(out) if out else Path("reports") / f"{prefix}{stamp}"
+    if must_be_empty and folder.is_dir() and any(folder.iterdir()):
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:3])
+        raise ResultsError(f"output folder {folder} is not empty ({held}...); --force writes into it anyway")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -52,19 +57,30 @@ def output_folder(out: str | None, prefix: str = "") -> Path:
     return folder
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to ``path`` and rename it into place: never half-written."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` next to ``path``, fsync, and rename it into place: never half-written.
+
+    The temporary file is created as ``open`` would create it (0666 less the
+    umask, so 0644 usually), not 0600 as ``tempfile`` makes it: results and
+    reports are for reading by others.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, allow_nan=False)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as JSON, written with ``write_text_atomic``."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False))
 
 
 def record(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from serbench import conformance, environment
+from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
@@ -87,7 +88,9 @@ def _conformance_error(info: dict) -> str | None:
 def sigterm_as_interrupt() -> Iterator[None]:
     """While running, SIGTERM ends the run as Ctrl-C does: partial file kept, children killed.
 
-    Forked children inherit the handler; in them SIGTERM keeps its default meaning.
+    It raises ``errors.Terminated``, a KeyboardInterrupt, so that the command can
+    exit 143 rather than Ctrl-C's 130. Forked children inherit the handler; in
+    them SIGTERM keeps its default meaning.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread
@@ -98,7 +101,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         if os.getpid() != owner:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -31,7 +31,8 @@ def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Load both files and conclude."""
+    """Check the options, load both files and conclude."""
+    tolerances(args)  # a malformed option is named before a file is read
     return conclude(args, results.load(args.base), results.load(args.head))
 
 

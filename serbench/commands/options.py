@@ -87,7 +87,7 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
     for scenario in SCENARIOS.values():
         if not scenario.options:
             continue
-        group = parser.add_argument_group(f"{scenario.name} scenario")
+        group = parser.add_argument_group(f"{scenario.name} scenario", scenario.description)
         for option in scenario.options:
             group.add_argument(
                 option.flag,

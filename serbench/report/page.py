@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -186,9 +185,6 @@ def page(title: str, subtitle: str, sections: Sequence[str]) -> str:
 
 def write_page(text: str, out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` atomically (temp file + rename); returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
-    tmp = out_dir / ".index.html.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    results.write_text_atomic(path, text)
     return path
