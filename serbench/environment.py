@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 
+from serbench import system
+
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench")
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")
 
@@ -52,7 +54,7 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 
 def collect(argv: list[str]) -> dict:
-    """Versions, CPU, memory, commit, command line and allocator settings."""
+    """Versions, CPU, memory, commit, command line, allocator settings and the system check."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -65,6 +67,7 @@ def collect(argv: list[str]) -> dict:
         "git_commit": git_commit(),
         "command": [Path(sys.argv[0]).name, *argv],
         "allocator_env": {k: v for k, v in os.environ.items() if k.startswith(MALLOC_PREFIXES)},
+        "system": system.as_record(system.check()),
     }
 
 

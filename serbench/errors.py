@@ -10,6 +10,7 @@ from __future__ import annotations
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # compare / gate: a real regression
+EXIT_CHECK_FAILED = 1  # conformance: a backend failed a specimen
 EXIT_USAGE = 2  # bad input: the command could not do what was asked
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): partial results kept
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): partial results kept

@@ -25,6 +25,7 @@ from typing import Any
 
 from serbench.errors import ResultsError
 from serbench.stats import summarize
+from specs import Spec, SpecError, format_spec, parse_spec
 
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
@@ -187,6 +188,26 @@ def load(path: str | Path) -> dict:
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None
     return data
+
+
+def backend_label(data: dict, spec: str) -> str:
+    """How tables and legends name a backend: its spec, except that a factory named by
+    dotted path (``mypkg.myser:factory``) shows as the backend's own ``name`` (options kept)."""
+    name = (data["backends"].get(spec) or {}).get("name")
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return spec
+    if not name or not parsed.is_dotted_path:
+        return spec
+    return format_spec(Spec(str(name), parsed.options))
+
+
+def safety_mark(data: dict, spec: str) -> str:
+    """`` (unsafe)`` for a backend declared unsafe, `` (safety undeclared)`` for one that made no
+    claim (treated as unsafe all the same), nothing for a safe one."""
+    safe = (data["backends"].get(spec) or {}).get("safe", True)
+    return "" if safe else " (unsafe)" if safe is False else " (safety undeclared)"
 
 
 def ok_records(data: dict, scenario: str | None = None) -> Iterable[dict]:

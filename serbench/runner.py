@@ -26,7 +26,7 @@ from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
-from serializers import describe, get_serializer, is_safe
+from serializers import declared_safety, describe, get_serializer
 
 CONFORMANCE_TIMEOUT_S = 120
 
@@ -52,7 +52,7 @@ def check_backend(spec: str) -> dict:
     return {
         "name": serializer.name,
         "description": describe(serializer),
-        "safe": is_safe(serializer),
+        "safe": declared_safety(serializer),  # None: undeclared
         "conformance": {
             "passed": sum(r.status == "pass" for r in results),
             "unsupported": {r.id: r.detail for r in results if r.status == "unsupported"},

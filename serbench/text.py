@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
 from serbench.metrics import METRICS, metric
-from serbench.results import ok_records
+from serbench.results import backend_label, ok_records, safety_mark
 from serbench.units import UNITLESS, format_value, scale_for
 
 
@@ -49,7 +49,6 @@ def _cell(rec: dict | None, name: str, factor: float) -> str:
 def render(data: dict) -> str:
     """Per scenario, a table for each summary metric (``metrics.Metric.summary``), then the failed cases."""
     out = []
-    unsafe = {spec for spec, info in data["backends"].items() if not info.get("safe")}
     for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
         records = [r for r in data["records"] if r["scenario"] == scenario]
         workloads = list(dict.fromkeys(r["workload"] for r in records))
@@ -60,7 +59,7 @@ def render(data: dict) -> str:
             factor, unit = _column(records, name)
             rows = [
                 [
-                    b + (" (unsafe)" if b in unsafe else ""),
+                    backend_label(data, b) + safety_mark(data, b),
                     *(_cell(by_case.get((b, w)), name, factor) for w in workloads),
                 ]
                 for b in backends
@@ -148,11 +147,18 @@ def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
 
 
 def _headline(comparison: Comparison) -> str:
-    bad = comparison.regressions
-    if not bad:
-        return f"no regression in {len(comparison.rows)} comparison(s)"
-    cases = len({r.case for r in bad})
-    return f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+    bad, hinted = comparison.regressions, comparison.indicative
+    if bad:
+        cases = len({r.case for r in bad})
+        text = f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+    else:
+        text = f"no regression in {len(comparison.rows)} comparison(s)"
+    if hinted:
+        text += (
+            f"; {len(hinted)} indicative change(s) beyond tolerance: plain runs, one process a side, "
+            "cannot tell them from run-to-run variation (serbench gate pairs runs; --strict fails on them)"
+        )
+    return text
 
 
 def _cells(row: MetricComparison) -> list[str]:
@@ -188,9 +194,13 @@ def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[
     return [f"{bullet}{line}" for line in lines]
 
 
-def comparison_table(comparison: Comparison, base: dict, head: dict) -> str:
-    """The terminal report: every row worst first, then how to reproduce each regression."""
-    out = [table(HEADERS, [_cells(r) for r in comparison.rows])] if comparison.rows else []
+def comparison_table(comparison: Comparison, base: dict, head: dict, changes_only: bool = False) -> str:
+    """The terminal report: every row (or every change) worst first, then how to reproduce
+    each regression."""
+    shown = comparison.changes if changes_only else comparison.rows
+    out = [table(HEADERS, [_cells(r) for r in shown])] if shown else []
+    if changes_only:
+        out.append(f"({len(comparison.rows) - len(shown)} row(s) without change not shown)")
     out += _notes(comparison, base, head, "")
     if comparison.regressions:
         out.append("reproduce:")
@@ -209,7 +219,7 @@ def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
     bad = comparison.regressions
     mark = "❌" if bad else "✅"
     out = [f"## {mark} serbench: {_headline(comparison)}", ""]
-    changed = bad + comparison.improvements
+    changed = comparison.changes
     if changed:
         out += [*_markdown_table(changed), ""]
     out += _notes(comparison, base, head, "- ")

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serbench import compare
+from serbench import compare, system
 from serbench.metrics import metric
 from serbench.report.page import (
     MEDIAN,
@@ -234,6 +234,7 @@ def _environment_rows(run: Run) -> dict[str, str]:
         "memory": format_value(memory, "bytes") if memory else "?",
         "allocator settings": " ".join(f"{k}={v}" for k, v in (env.get("allocator_env") or {}).items())
         or "(defaults)",
+        "system check": "; ".join(system.warnings(env.get("system") or [])) or "no warning",
     }
 
 
@@ -244,7 +245,8 @@ def environment_section(runs: Sequence[Run]) -> str:
     for key in tables[0]:
         values = [t[key] for t in tables]
         differs = len(set(values)) > 1 and key not in ("results", "started → finished")
-        cls = ' class="differs"' if differs or any(v.startswith("NO") for v in values) else ""
+        warned = key == "system check" and any(v != "no warning" for v in values)
+        cls = ' class="differs"' if differs or warned or any(v.startswith("NO") for v in values) else ""
         rows.append(f"<tr{cls}><th>{e(key)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
     headers = ["", *(e(run.label) for run in runs)]
     return section("environment", "Environment", table(headers, rows, "env"))
