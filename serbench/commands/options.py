@@ -41,6 +41,13 @@ def add_comparison_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="compare runs from different environments")
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on indicative changes too: slowdowns beyond tolerance between plain runs "
+        "(one process a side), which run-to-run variation alone can produce",
+    )
+    parser.add_argument("--changes-only", action="store_true", help="print only the rows with a change")
+    parser.add_argument(
         "--markdown", metavar="FILE", help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
     )
     parser.add_argument("--export", metavar="FILE", help="write head's results for another dashboard")

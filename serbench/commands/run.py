@@ -99,6 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", help="folder for results.json and index.html (default: reports/<UTC time>/); must be empty"
     )
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
-    # `serbench gate`'s worker (serbench.runner.work): internal, so not in --help.
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    # `serbench gate` looks for --worker in this help to tell whether a revision has it.
+    parser.add_argument(
+        "--worker", action="store_true", help="used by `serbench gate`: measure cases on request (internal)"
+    )
     add_scenario_options(parser)
