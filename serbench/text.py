@@ -131,19 +131,20 @@ def format_ratio(row: MetricComparison) -> tuple[str, str]:
     return f"{row.ratio:.3f}", interval
 
 
-def reproduce_command(row: MetricComparison, base: dict) -> str:
-    """A command that measures this case again locally, base against the working tree."""
+def reproduce_command(row: MetricComparison, base: dict, head: dict) -> str:
+    """A command that measures this case again locally: a gate of base against the working
+    tree, or a plain run when there is no base commit or head is the same commit (a gate of
+    a commit against itself says nothing about the change)."""
     selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
-    commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
-    command = (
-        ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]
-    )
-    return shlex.join(command)
+    commit = base["environment"].get("git_commit") or ""
+    if commit and commit != head["environment"].get("git_commit"):
+        return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])
+    return shlex.join(["serbench", "run", *selection])
 
 
-def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
+def _reproduce_commands(comparison: Comparison, base: dict, head: dict) -> list[str]:
     """One command per regressed case, worst first."""
-    return list(dict.fromkeys(reproduce_command(r, base) for r in comparison.regressions))
+    return list(dict.fromkeys(reproduce_command(r, base, head) for r in comparison.regressions))
 
 
 def _headline(comparison: Comparison) -> str:
@@ -204,7 +205,7 @@ def comparison_table(comparison: Comparison, base: dict, head: dict, changes_onl
     out += _notes(comparison, base, head, "")
     if comparison.regressions:
         out.append("reproduce:")
-        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base)]
+        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base, head)]
     out.append(_headline(comparison))
     return "\n".join(out)
 
@@ -225,7 +226,7 @@ def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
     out += _notes(comparison, base, head, "- ")
     if bad:
         out += ["", "Reproduce locally:", "", "```"]
-        out += _reproduce_commands(comparison, base)
+        out += _reproduce_commands(comparison, base, head)
         out += ["```"]
     if comparison.rows:
         out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]
