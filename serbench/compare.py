@@ -365,3 +365,54 @@ def noise(data: dict) -> float | None:
     """The typical (median) relative CI half-width over every metric ``spreads`` counts."""
     values = [v for per_scenario in spreads(data).values() for v in per_scenario.values()]
     return statistics.median(values) if values else None
+
+
+# ---------------------------------------------------------------- a ranking within one run
+
+DEFAULT_BASELINE = "pickle"
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One backend's speed-up against the baseline in one scenario's headline metric.
+
+    ``speedups`` maps a workload to baseline / backend (of the medians; for a
+    higher-is-better metric backend / baseline), so above 1 is better;
+    ``geomean`` is their geometric mean over the ``n`` workloads both measured.
+    """
+
+    backend: str
+    speedups: dict[str, float]
+    geomean: float | None
+
+    @property
+    def n(self) -> int:
+        return len(self.speedups)
+
+
+def headline_metric(data: dict, scenario: str) -> str | None:
+    """The scenario's ranking metric (``metrics.Metric.headline``) present in ``data``."""
+    present = {n for r in results.ok_records(data, scenario) for n in r["metrics"]}
+    return next((n for n in present if metric(n).headline), None)
+
+
+def ranking(data: dict, scenario: str, baseline: str = DEFAULT_BASELINE) -> list[Ranked]:
+    """Backends best first by the geometric mean of their speed-ups over the baseline backend
+    across workloads, in the scenario's headline metric; [] without the baseline or metric."""
+    name = headline_metric(data, scenario)
+    if name is None:
+        return []
+    medians: dict[str, dict[str, float]] = {}
+    for rec in results.ok_records(data, scenario):
+        if name in rec["metrics"] and rec["metrics"][name]["median"] > 0:
+            medians.setdefault(rec["backend"], {})[rec["workload"]] = rec["metrics"][name]["median"]
+    base = medians.get(baseline)
+    if not base:
+        return []
+    flip = metric(name).higher_is_better
+    rows = []
+    for backend, per_workload in medians.items():
+        speedups = {w: (v / base[w] if flip else base[w] / v) for w, v in per_workload.items() if w in base}
+        geomean = math.exp(statistics.fmean(map(math.log, speedups.values()))) if speedups else None
+        rows.append(Ranked(backend, speedups, geomean))
+    return sorted(rows, key=lambda r: -(r.geomean or 0))

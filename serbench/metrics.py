@@ -33,6 +33,7 @@ class Metric:
       across workloads).
     * ``derived`` — computed from other metrics of the case (encode + decode):
       compare counts its regression only if they did not regress.
+    * ``headline`` — the scenario's ranking metric (speed-up against a baseline).
     """
 
     name: str
@@ -44,6 +45,7 @@ class Metric:
     summary: bool = False
     log_axis: bool = True
     derived: bool = False
+    headline: bool = False
 
     @property
     def exact(self) -> bool:
@@ -56,13 +58,13 @@ METRICS: dict[str, Metric] = {
         # micro
         Metric("encode_s", "s", "encode time", summary=True),
         Metric("decode_s", "s", "decode time", summary=True),
-        Metric("roundtrip_s", "s", "encode + decode", summary=True, derived=True),
+        Metric("roundtrip_s", "s", "encode + decode", summary=True, derived=True, headline=True),
         Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
         Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
         Metric("frames", "count", "frames", resolution=0.0, log_axis=False),
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
         # ipc
-        Metric("ttft_s", "s", "TTFT", summary=True),
+        Metric("ttft_s", "s", "TTFT", summary=True, headline=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True),
         Metric("itl_s", "s", "ITL", summary=True),
         Metric("e2e_s", "s", "end-to-end latency"),
@@ -73,7 +75,12 @@ METRICS: dict[str, Metric] = {
         # memory (``copies`` is a ratio of page-granular RSS readings: a
         # hundredth of the payload is below its resolution)
         Metric(
-            "peak_rss_engine_bytes", "bytes", "engine peak RSS above baseline", summary=True, log_axis=False
+            "peak_rss_engine_bytes",
+            "bytes",
+            "engine peak RSS above baseline",
+            summary=True,
+            log_axis=False,
+            headline=True,
         ),
         Metric(
             "peak_rss_frontend_bytes",

@@ -7,10 +7,22 @@ Presentation only: the numbers come from results documents and from
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
+from serbench.compare import (
+    BAD_VERDICTS,
+    DEFAULT_BASELINE,
+    Comparison,
+    MetricComparison,
+    headline_metric,
+    noise,
+    ranking,
+)
 from serbench.metrics import METRICS, metric
 from serbench.results import backend_label, ok_records, safety_mark
 from serbench.units import UNITLESS, format_value, scale_for
@@ -46,8 +58,18 @@ def _cell(rec: dict | None, name: str, factor: float) -> str:
     return "" if measured is None else f"{measured['median'] / factor:.3g}"
 
 
-def render(data: dict) -> str:
-    """Per scenario, a table for each summary metric (``metrics.Metric.summary``), then the failed cases."""
+@dataclass(frozen=True)
+class Table:
+    """One titled table of a run: the summary's and the ranking's, in the terminal or exported."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+def summary_tables(data: dict) -> list[Table]:
+    """Per scenario, a table for each summary metric (``metrics.Metric.summary``): rows backends
+    (by ``results.backend_label``, marked unsafe or undeclared), columns workloads, medians."""
     out = []
     for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
         records = [r for r in data["records"] if r["scenario"] == scenario]
@@ -66,8 +88,42 @@ def render(data: dict) -> str:
             ]
             shown = "" if unit in UNITLESS else f"{unit}, "
             out.append(
-                f"{scenario}: {metric(name).label} ({shown}median)\n{table(['backend', *workloads], rows)}"
+                Table(f"{scenario}: {metric(name).label} ({shown}median)", ["backend", *workloads], rows)
             )
+    return out
+
+
+def ranking_tables(data: dict, baseline: str = DEFAULT_BASELINE) -> list[Table]:
+    """Per scenario with a headline metric, the backends ranked by the geometric mean of their
+    speed-up over ``baseline`` across workloads (``compare.ranking``); n = workloads in the mean."""
+    out = []
+    for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
+        ranked = ranking(data, scenario, baseline)
+        if not ranked:
+            continue
+        workloads = list(dict.fromkeys(w for r in ranked for w in r.speedups))
+        rows = [
+            [
+                str(i),
+                backend_label(data, r.backend),
+                *(f"{r.speedups[w]:.3g}" if w in r.speedups else "" for w in workloads),
+                f"{r.geomean:.3g}" if r.geomean else "",
+                str(r.n),
+            ]
+            for i, r in enumerate(ranked, 1)
+        ]
+        label = metric(headline_metric(data, scenario) or "").label
+        title = f"{scenario}: ranking by {label}, speed-up (×) against {baseline}, higher is better"
+        out.append(Table(title, ["rank", "backend", *workloads, "geomean", "n"], rows))
+    return out
+
+
+def render(data: dict, baseline: str = DEFAULT_BASELINE) -> str:
+    """The summary tables, the rankings against ``baseline``, then the failed cases."""
+    out = [
+        f"{t.title}\n{table(t.headers, t.rows)}"
+        for t in summary_tables(data) + ranking_tables(data, baseline)
+    ]
     failed = [r for r in data["records"] if r.get("error")]
     if failed:
         out.append(
@@ -75,6 +131,36 @@ def render(data: dict) -> str:
             + "\n".join(f"  {r['scenario']} {r['backend']} × {r['workload']}: {r['error']}" for r in failed)
         )
     return "\n\n".join(out)
+
+
+def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table (pipes in cells escaped)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+
+
+SUMMARY_FORMATS = ("md", "csv", "json")
+
+
+def export_summary(data: dict, fmt: str, baseline: str = DEFAULT_BASELINE) -> str:
+    """The summary and ranking tables as Markdown, CSV (a ``table`` column first) or JSON."""
+    tables = summary_tables(data) + ranking_tables(data, baseline)
+    if fmt == "md":
+        return "\n".join(
+            line for t in tables for line in (f"### {t.title}", "", *_markdown(t.headers, t.rows), "")
+        )
+    if fmt == "json":
+        return json.dumps(
+            [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in tables], indent=1
+        )
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        for t in tables:
+            writer.writerow(["table", *t.headers])
+            writer.writerows([t.title, *row] for row in t.rows)
+        return buffer.getvalue()
+    raise ValueError(f"format {fmt!r}: one of {', '.join(SUMMARY_FORMATS)}")
 
 
 def _serving_rows(records: list[dict]) -> list[list[str]]:
@@ -211,8 +297,7 @@ def comparison_table(comparison: Comparison, base: dict, head: dict, changes_onl
 
 
 def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
+    return _markdown(HEADERS, [_cells(r) for r in rows])
 
 
 def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:

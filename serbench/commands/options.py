@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from serbench.compare import parse_tolerance
+from serbench.compare import DEFAULT_BASELINE, parse_tolerance
 from serbench.errors import UsageError
 from serbench.export import FORMATS
 from serbench.profiles import PROFILES, Profile
@@ -27,6 +27,16 @@ def split_specs(text: str) -> list[str]:
 def add_max_regression(parser: argparse.ArgumentParser) -> None:
     """``--max-regression``: the tolerated slowdown (compare, gate, report of two files)."""
     parser.add_argument("--max-regression", default="10%", help="tolerated slowdown (default 10%%)")
+
+
+def add_baseline(parser: argparse.ArgumentParser) -> None:
+    """``--baseline``: the backend the ranking's speed-ups are relative to (run, report)."""
+    parser.add_argument(
+        "--baseline",
+        default=DEFAULT_BASELINE,
+        metavar="SPEC",
+        help=f"backend the ranking's speed-ups are against (default {DEFAULT_BASELINE})",
+    )
 
 
 def add_comparison_options(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from serbench import report, results, runner, text
-from serbench.commands.options import add_scenario_options, profile, split_specs
+from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
@@ -79,9 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar.close()
     if not args.out:
         _point_latest(folder)
-    print(text.render(finished.data))
+    print(text.render(finished.data, args.baseline))
     print(f"\nresults: {path}")
-    print(f"report:  {report.write_report(finished.data, folder)}")
+    print(f"report:  {report.write_report(finished.data, folder, baseline=args.baseline)}")
     return 0
 
 
@@ -99,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", help="folder for results.json and index.html (default: reports/<UTC time>/); must be empty"
     )
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
+    add_baseline(parser)
     # `serbench gate` looks for --worker in this help to tell whether a revision has it.
     parser.add_argument(
         "--worker", action="store_true", help="used by `serbench gate`: measure cases on request (internal)"
