@@ -101,7 +101,7 @@ def ranking_tables(data: dict, baseline: str = DEFAULT_BASELINE) -> list[Table]:
         ranked = ranking(data, scenario, baseline)
         if not ranked:
             continue
-        workloads = list(dict.fromkeys(w for r in ranked for w in r.speedups))
+        workloads = list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
         rows = [
             [
                 str(i),

@@ -234,7 +234,9 @@ def _environment_rows(run: Run) -> dict[str, str]:
         "memory": format_value(memory, "bytes") if memory else "?",
         "allocator settings": " ".join(f"{k}={v}" for k, v in (env.get("allocator_env") or {}).items())
         or "(defaults)",
-        "system check": "; ".join(system.warnings(env.get("system") or [])) or "no warning",
+        "system check": (
+            "; ".join(system.warnings(env["system"])) or "no warning" if "system" in env else "not recorded"
+        ),
     }
 
 
@@ -245,7 +247,7 @@ def environment_section(runs: Sequence[Run]) -> str:
     for key in tables[0]:
         values = [t[key] for t in tables]
         differs = len(set(values)) > 1 and key not in ("results", "started → finished")
-        warned = key == "system check" and any(v != "no warning" for v in values)
+        warned = key == "system check" and any(v not in ("no warning", "not recorded") for v in values)
         cls = ' class="differs"' if differs or warned or any(v.startswith("NO") for v in values) else ""
         rows.append(f"<tr{cls}><th>{e(key)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
     headers = ["", *(e(run.label) for run in runs)]
@@ -364,6 +366,11 @@ def failed_section(data: dict, look: Look) -> str:
 # ---------------------------------------------------------------- the page
 
 
+def _workloads(data: dict, scenario: str) -> list[str]:
+    """A scenario's workloads in the order the run measured them."""
+    return list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
+
+
 def ranking_section(data: dict, baseline: str, look: Look) -> str:
     """Per scenario, backends ranked by the geometric mean of their speed-up over ``baseline``
     across workloads in its headline metric (``compare.ranking``), n workloads each."""
@@ -372,7 +379,7 @@ def ranking_section(data: dict, baseline: str, look: Look) -> str:
         ranked = compare.ranking(data, scenario, baseline)
         if not ranked:
             continue
-        workloads = list(dict.fromkeys(w for r in ranked for w in r.speedups))
+        workloads = _workloads(data, scenario)
         rows = [
             f"<tr><td>{i}</td><td>{look.backend(r.backend)}</td>"
             + "".join(f"<td>{r.speedups[w]:.3g}×</td>" if w in r.speedups else "<td></td>" for w in workloads)
