@@ -1,6 +1,7 @@
 # The two set-up commands of the README: `make run` and `make test`.
 # Each creates .venv (if missing), installs serbench with everything it
-# needs, then runs. torch is pinned in pyproject.toml to the CPU build.
+# needs, then runs. constraints.txt pins the exact versions (torch's CPU
+# build); pyproject.toml states only the range serbench works with.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 install: $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 
 # Headless Chromium for the report test (Debian package).
 system-deps:

@@ -52,6 +52,10 @@ from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, relative_spread
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
+SLOWER_TOLERATED = "slower, within tolerance"
+FASTER_TOLERATED = "faster, within tolerance"
+SLOWER_INDICATIVE = "slower (indicative)"
+FASTER_INDICATIVE = "faster (indicative)"
 NO_CHANGE = "no change"
 FAILED_IN_HEAD = "failed in head"
 FIXED_IN_HEAD = "fixed in head"
@@ -107,8 +111,21 @@ class Comparison:
 
     @property
     def regressions(self) -> list[MetricComparison]:
-        """Rows that fail the gate, worst first."""
-        return [r for r in worst_first(self.rows) if r.verdict in BAD_VERDICTS]
+        """Rows that fail the gate, worst first; a derived metric (``metrics.Metric.derived``)
+        only when nothing else of its case regressed, so that one slowdown counts once."""
+        bad = [r for r in worst_first(self.rows) if r.verdict in BAD_VERDICTS]
+        primary = {r.case for r in bad if not metric(r.metric).derived}
+        return [r for r in bad if not (metric(r.metric).derived and r.case in primary)]
+
+    @property
+    def changes(self) -> list[MetricComparison]:
+        """Rows with any verdict but "no change", worst first."""
+        return [r for r in self.rows if r.verdict != NO_CHANGE]
+
+    @property
+    def indicative(self) -> list[MetricComparison]:
+        """Rows flagged beyond tolerance by unpaired runs: shown, not failing (see ``compare``)."""
+        return [r for r in self.rows if r.verdict in (SLOWER_INDICATIVE, FASTER_INDICATIVE)]
 
     @property
     def improvements(self) -> list[MetricComparison]:
@@ -216,7 +233,9 @@ def statistical_verdict(
 ) -> str:
     """Regression: a significant slowdown (interval above 1), estimated at no less than half
     the threshold, and not shown to be within it (the interval reaches ``1 + threshold``).
-    Improvement: the mirror image. Anything else: no change.
+    A significant slowdown that is not a regression is "slower, within tolerance": seen, and
+    let through. Improvement and "faster, within tolerance": the mirror images. Anything
+    else: no change.
 
     The half-threshold floor keeps small but consistent shifts (a case measured
     after a different neighbour, a warmer page cache) from failing the gate when
@@ -228,11 +247,28 @@ def statistical_verdict(
     if higher_is_better:  # express as a slowdown: >1 is worse
         slowdown, low, high = 1 / ratio, (1 / high if high else math.inf), (1 / low if low else math.inf)
     limit = 1 + threshold
-    if low > 1 and slowdown >= 1 + threshold / 2 and high >= limit:
-        return REGRESSION
-    if high < 1 and slowdown <= 1 / (1 + threshold / 2) and low <= 1 / limit:
-        return IMPROVEMENT
+    if low > 1:
+        return REGRESSION if slowdown >= 1 + threshold / 2 and high >= limit else SLOWER_TOLERATED
+    if high < 1:
+        return IMPROVEMENT if slowdown <= 1 / (1 + threshold / 2) and low <= 1 / limit else FASTER_TOLERATED
     return NO_CHANGE
+
+
+def unpaired_verdict(verdict: str) -> str:
+    """A statistical verdict of two single-process runs: indicative at most.
+
+    Each side's interval comes from one process, so it says nothing of how
+    much a second run of the same code would differ (allocator history, CPU
+    placement, the machine's slow spells): two plain runs of one commit
+    differ "significantly" in a few cases out of every hundred. Beyond
+    tolerance is thus only indicative; within it is no change.
+    """
+    return {REGRESSION: SLOWER_INDICATIVE, IMPROVEMENT: FASTER_INDICATIVE}.get(verdict, NO_CHANGE)
+
+
+def unpaired(measured: dict) -> bool:
+    """Whether a metric's samples came from one process (a plain run, not merged rounds)."""
+    return len(measured.get("rounds") or [1]) < 2
 
 
 def exact_verdict(name: str, base: float, head: float) -> str:
@@ -246,9 +282,10 @@ def exact_verdict(name: str, base: float, head: float) -> str:
 
 
 def compare_metric(
-    case: tuple[str, str, str], name: str, base: dict, head: dict, threshold: float
+    case: tuple[str, str, str], name: str, base: dict, head: dict, threshold: float, strict: bool = False
 ) -> MetricComparison:
-    """One row: medians, ratio head/base with its interval, verdict."""
+    """One row: medians, ratio head/base with its interval, verdict (``unpaired_verdict``
+    when either side is one process, unless ``strict``)."""
     b, h = base["median"], head["median"]
     exact = metric(name).exact
     if exact:
@@ -257,6 +294,8 @@ def compare_metric(
     else:
         ratio, low, high = ratio_estimate(base, head)
         verdict = statistical_verdict(ratio, low, high, threshold, metric(name).higher_is_better)
+        if not strict and (unpaired(base) or unpaired(head)):
+            verdict = unpaired_verdict(verdict)
     unit = head.get("unit") or base.get("unit", "")
     return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
 
@@ -270,12 +309,18 @@ def _by_case(data: dict) -> dict[tuple[str, str, str], dict]:
 
 
 def compare(
-    base: dict, head: dict, max_regression: float = 0.10, overrides: dict[str, float] | None = None
+    base: dict,
+    head: dict,
+    max_regression: float = 0.10,
+    overrides: dict[str, float] | None = None,
+    strict: bool = False,
 ) -> Comparison:
     """Compare two loaded results documents (see ``results.load``).
 
     ``max_regression`` is the tolerated slowdown (0.10 = 10 %);
-    ``overrides`` maps a metric name to its own threshold.
+    ``overrides`` maps a metric name to its own threshold. Sampled metrics of
+    plain runs (one process a side) get indicative verdicts, which do not fail,
+    unless ``strict``; exact metrics and failures are judged the same either way.
     """
     overrides = overrides or {}
     base_cases, head_cases = _by_case(base), _by_case(head)
@@ -293,7 +338,7 @@ def compare(
             continue
         for name in filter(compared, b["metrics"].keys() & h["metrics"].keys()):
             threshold = overrides.get(name, max_regression)
-            rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold))
+            rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold, strict))
     return Comparison(
         rows=worst_first(sorted(rows, key=lambda r: (*r.case, r.metric))),
         added=sorted(head_cases.keys() - base_cases.keys()),
@@ -320,3 +365,54 @@ def noise(data: dict) -> float | None:
     """The typical (median) relative CI half-width over every metric ``spreads`` counts."""
     values = [v for per_scenario in spreads(data).values() for v in per_scenario.values()]
     return statistics.median(values) if values else None
+
+
+# ---------------------------------------------------------------- a ranking within one run
+
+DEFAULT_BASELINE = "pickle"
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One backend's speed-up against the baseline in one scenario's headline metric.
+
+    ``speedups`` maps a workload to baseline / backend (of the medians; for a
+    higher-is-better metric backend / baseline), so above 1 is better;
+    ``geomean`` is their geometric mean over the ``n`` workloads both measured.
+    """
+
+    backend: str
+    speedups: dict[str, float]
+    geomean: float | None
+
+    @property
+    def n(self) -> int:
+        return len(self.speedups)
+
+
+def headline_metric(data: dict, scenario: str) -> str | None:
+    """The scenario's ranking metric (``metrics.Metric.headline``) present in ``data``."""
+    present = {n for r in results.ok_records(data, scenario) for n in r["metrics"]}
+    return next((n for n in present if metric(n).headline), None)
+
+
+def ranking(data: dict, scenario: str, baseline: str = DEFAULT_BASELINE) -> list[Ranked]:
+    """Backends best first by the geometric mean of their speed-ups over the baseline backend
+    across workloads, in the scenario's headline metric; [] without the baseline or metric."""
+    name = headline_metric(data, scenario)
+    if name is None:
+        return []
+    medians: dict[str, dict[str, float]] = {}
+    for rec in results.ok_records(data, scenario):
+        if name in rec["metrics"] and rec["metrics"][name]["median"] > 0:
+            medians.setdefault(rec["backend"], {})[rec["workload"]] = rec["metrics"][name]["median"]
+    base = medians.get(baseline)
+    if not base:
+        return []
+    flip = metric(name).higher_is_better
+    rows = []
+    for backend, per_workload in medians.items():
+        speedups = {w: (v / base[w] if flip else base[w] / v) for w, v in per_workload.items() if w in base}
+        geomean = math.exp(statistics.fmean(map(math.log, speedups.values()))) if speedups else None
+        rows.append(Ranked(backend, speedups, geomean))
+    return sorted(rows, key=lambda r: -(r.geomean or 0))

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from serbench import system
 from serbench.isolation import CaseFailed, run_isolated
 
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench")
@@ -108,7 +109,7 @@ def accelerator() -> dict:
 
 
 def collect(argv: list[str]) -> dict:
-    """Versions, CPU, memory, accelerator, commit, command line and allocator settings."""
+    """Versions, CPU, memory, accelerator, commit, command line, allocator settings and the system check."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -122,6 +123,7 @@ def collect(argv: list[str]) -> dict:
         "git_commit": git_commit(),
         "command": [Path(sys.argv[0]).name, *argv],
         "allocator_env": {k: v for k, v in os.environ.items() if k.startswith(MALLOC_PREFIXES)},
+        "system": system.as_record(system.check()),
     }
 
 

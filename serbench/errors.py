@@ -10,8 +10,15 @@ from __future__ import annotations
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # compare / gate: a real regression
+EXIT_CHECK_FAILED = 1  # conformance: a backend failed a specimen
 EXIT_USAGE = 2  # bad input: the command could not do what was asked
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: partial results kept
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): partial results kept
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): partial results kept
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that one cleanup path
+    serves both while the exit code still follows the shell's convention (143, not 130)."""
 
 
 class SerbenchError(Exception):

@@ -34,6 +34,9 @@ class Metric:
     * ``statistic_of`` — a statistic of another metric's samples, one value
       per run (``ttft_p99_s`` of ``ttft_s``): how many samples it stands on
       is that metric's count.
+    * ``derived`` — computed from other metrics of the case (encode + decode):
+      compare counts its regression only if they did not regress.
+    * ``headline`` — the scenario's ranking metric (speed-up against a baseline).
     """
 
     name: str
@@ -45,6 +48,8 @@ class Metric:
     summary: bool = False
     log_axis: bool = True
     statistic_of: str | None = None
+    derived: bool = False
+    headline: bool = False
 
     @property
     def exact(self) -> bool:
@@ -57,7 +62,7 @@ METRICS: dict[str, Metric] = {
         # micro
         Metric("encode_s", "s", "encode time", summary=True),
         Metric("decode_s", "s", "decode time", summary=True),
-        Metric("roundtrip_s", "s", "encode + decode", summary=True),
+        Metric("roundtrip_s", "s", "encode + decode", summary=True, derived=True, headline=True),
         Metric("decode_cpu_s", "s", "decode CPU time (thread)", summary=True),
         Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
         Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
@@ -67,7 +72,7 @@ METRICS: dict[str, Metric] = {
         Metric("inline_arrays", "count", "arrays inline in the header", resolution=0.0, log_axis=False),
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
         # ipc
-        Metric("ttft_s", "s", "TTFT", summary=True),
+        Metric("ttft_s", "s", "TTFT", summary=True, headline=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),
         # TTFT's parts, per request (``encode_s`` above is the frontend's encode of it)
         Metric("ingress_s", "s", "ingress (encode → engine decoded)", summary=True),
@@ -87,7 +92,12 @@ METRICS: dict[str, Metric] = {
         # memory (``copies`` is a ratio of page-granular RSS readings: a
         # hundredth of the payload is below its resolution)
         Metric(
-            "peak_rss_engine_bytes", "bytes", "engine peak RSS above baseline", summary=True, log_axis=False
+            "peak_rss_engine_bytes",
+            "bytes",
+            "engine peak RSS above baseline",
+            summary=True,
+            log_axis=False,
+            headline=True,
         ),
         Metric(
             "peak_rss_frontend_bytes",

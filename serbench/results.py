@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 from serbench.errors import ResultsError
 from serbench.stats import summarize
+from specs import Spec, SpecError, format_spec, parse_spec
 
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
@@ -35,14 +36,19 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def output_folder(out: str | None, prefix: str = "") -> Path:
+def output_folder(out: str | None, prefix: str = "", must_be_empty: bool = False) -> Path:
     """``out``, or ``reports/<prefix><UTC time>``, created and checked writable.
 
     A folder that cannot be used is a ResultsError (one line, exit 2), raised
-    before anything is measured.
+    before anything is measured; so is a given ``out`` that already holds
+    files when ``must_be_empty`` (``serbench run`` without ``--force``): a
+    second run would silently replace the first one's results.
     """
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = Path(out) if out else Path("reports") / f"{prefix}{stamp}"
+    if must_be_empty and folder.is_dir() and any(folder.iterdir()):
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:3])
+        raise ResultsError(f"output folder {folder} is not empty ({held}...); --force writes into it anyway")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -52,19 +58,30 @@ def output_folder(out: str | None, prefix: str = "") -> Path:
     return folder
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to ``path`` and rename it into place: never half-written."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` next to ``path``, fsync, and rename it into place: never half-written.
+
+    The temporary file is created as ``open`` would create it (0666 less the
+    umask, so 0644 usually), not 0600 as ``tempfile`` makes it: results and
+    reports are for reading by others.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, allow_nan=False)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as JSON, written with ``write_text_atomic``."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False))
 
 
 def record(
@@ -171,6 +188,26 @@ def load(path: str | Path) -> dict:
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None
     return data
+
+
+def backend_label(data: dict, spec: str) -> str:
+    """How tables and legends name a backend: its spec, except that a factory named by
+    dotted path (``mypkg.myser:factory``) shows as the backend's own ``name`` (options kept)."""
+    name = (data["backends"].get(spec) or {}).get("name")
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return spec
+    if not name or not parsed.is_dotted_path:
+        return spec
+    return format_spec(Spec(str(name), parsed.options))
+
+
+def safety_mark(data: dict, spec: str) -> str:
+    """`` (unsafe)`` for a backend declared unsafe, `` (safety undeclared)`` for one that made no
+    claim (treated as unsafe all the same), nothing for a safe one."""
+    safe = (data["backends"].get(spec) or {}).get("safe", True)
+    return "" if safe else " (unsafe)" if safe is False else " (safety undeclared)"
 
 
 def ok_records(data: dict, scenario: str | None = None) -> Iterable[dict]:

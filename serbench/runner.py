@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import TextIO
 
 from serbench import conformance, environment
+from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
-from serializers import describe, get_serializer, is_safe
+from serializers import declared_safety, describe, get_serializer
 
 CONFORMANCE_TIMEOUT_S = 120
 
@@ -55,7 +56,7 @@ def check_backend(spec: str) -> dict:
     return {
         "name": serializer.name,
         "description": describe(serializer),
-        "safe": is_safe(serializer),
+        "safe": declared_safety(serializer),  # None: undeclared
         "conformance": {
             "passed": sum(r.status == "pass" for r in results),
             "unsupported": {r.id: r.detail for r in results if r.status == "unsupported"},
@@ -98,7 +99,9 @@ def _conformance_error(info: dict) -> str | None:
 def sigterm_as_interrupt() -> Iterator[None]:
     """While running, SIGTERM ends the run as Ctrl-C does: partial file kept, children killed.
 
-    Forked children inherit the handler; in them SIGTERM keeps its default meaning.
+    It raises ``errors.Terminated``, a KeyboardInterrupt, so that the command can
+    exit 143 rather than Ctrl-C's 130. Forked children inherit the handler; in
+    them SIGTERM keeps its default meaning.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread
@@ -109,7 +112,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         if os.getpid() != owner:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -7,15 +7,27 @@ Presentation only: the numbers come from results documents and from
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
+from serbench.compare import (
+    BAD_VERDICTS,
+    DEFAULT_BASELINE,
+    Comparison,
+    MetricComparison,
+    headline_metric,
+    noise,
+    ranking,
+)
 from serbench.metrics import METRICS, metric
-from serbench.results import ok_records
+from serbench.results import backend_label, ok_records, safety_mark
 from serbench.scenarios.stream import fitting_batches
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, format_value, scale_for
@@ -68,10 +80,20 @@ def _cell(rec: dict | None, name: str, factor: float) -> str:
     return f"{value} (n={n})" if few else value
 
 
-def render(data: dict) -> str:
-    """Per scenario, a table for each summary metric (``metrics.Metric.summary``), then the failed cases."""
+@dataclass(frozen=True)
+class Table:
+    """One titled table of a run: the summary's and the ranking's, in the terminal or exported."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""  # a line under the table (e.g. what "(n=K)" means)
+
+
+def summary_tables(data: dict) -> list[Table]:
+    """Per scenario, a table for each summary metric (``metrics.Metric.summary``): rows backends
+    (by ``results.backend_label``, marked unsafe or undeclared), columns workloads, medians."""
     out = []
-    unsafe = {spec for spec, info in data["backends"].items() if not info.get("safe")}
     for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
         records = [r for r in data["records"] if r["scenario"] == scenario]
         workloads = list(dict.fromkeys(r["workload"] for r in records))
@@ -82,17 +104,17 @@ def render(data: dict) -> str:
             factor, unit = _column(records, name)
             rows = [
                 [
-                    b + (" (unsafe)" if b in unsafe else ""),
+                    backend_label(data, b) + safety_mark(data, b),
                     *(_cell(by_case.get((b, w)), name, factor) for w in workloads),
                 ]
                 for b in backends
             ]
             shown = "" if unit in UNITLESS else f"{unit}, "
             stat = "per case" if metric(name).statistic_of else "median"
-            body = table(["backend", *workloads], rows)
-            if any("(n=" in cell for row in rows for cell in row):
-                body += f"\n(n=K): fewer than {MIN_DISTRIBUTION} samples, a value and not a distribution"
-            out.append(f"{scenario}: {metric(name).label} ({shown}{stat})\n{body}")
+            few = any("(n=" in cell for row in rows for cell in row)
+            note = f"(n=K): fewer than {MIN_DISTRIBUTION} samples, a value and not a distribution"
+            title = f"{scenario}: {metric(name).label} ({shown}{stat})"
+            out.append(Table(title, ["backend", *workloads], rows, note if few else ""))
     fitting = fitting_batches(data["records"])
     if fitting:
         rows = [
@@ -100,7 +122,41 @@ def render(data: dict) -> str:
             for (backend, family), cell in fitting.items()
         ]
         headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
-        out.append(f"ipc: largest batch whose decode fits the step\n{table(headers, rows)}")
+        out.append(Table("ipc: largest batch whose decode fits the step", headers, rows))
+    return out
+
+
+def ranking_tables(data: dict, baseline: str = DEFAULT_BASELINE) -> list[Table]:
+    """Per scenario with a headline metric, the backends ranked by the geometric mean of their
+    speed-up over ``baseline`` across workloads (``compare.ranking``); n = workloads in the mean."""
+    out = []
+    for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
+        ranked = ranking(data, scenario, baseline)
+        if not ranked:
+            continue
+        workloads = list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
+        rows = [
+            [
+                str(i),
+                backend_label(data, r.backend),
+                *(f"{r.speedups[w]:.3g}" if w in r.speedups else "" for w in workloads),
+                f"{r.geomean:.3g}" if r.geomean else "",
+                str(r.n),
+            ]
+            for i, r in enumerate(ranked, 1)
+        ]
+        label = metric(headline_metric(data, scenario) or "").label
+        title = f"{scenario}: ranking by {label}, speed-up (×) against {baseline}, higher is better"
+        out.append(Table(title, ["rank", "backend", *workloads, "geomean", "n"], rows))
+    return out
+
+
+def render(data: dict, baseline: str = DEFAULT_BASELINE) -> str:
+    """The summary tables, the rankings against ``baseline``, then the failed cases."""
+    out = [
+        f"{t.title}\n{table(t.headers, t.rows)}" + (f"\n{t.note}" if t.note else "")
+        for t in summary_tables(data) + ranking_tables(data, baseline)
+    ]
     failed = [r for r in data["records"] if r.get("error")]
     if failed:
         out.append(
@@ -108,6 +164,45 @@ def render(data: dict) -> str:
             + "\n".join(f"  {r['scenario']} {r['backend']} × {r['workload']}: {r['error']}" for r in failed)
         )
     return "\n\n".join(out)
+
+
+def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table (pipes in cells escaped)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+
+
+SUMMARY_FORMATS = ("md", "csv", "json")
+
+
+def export_summary(data: dict, fmt: str, baseline: str = DEFAULT_BASELINE) -> str:
+    """The summary and ranking tables as Markdown, CSV (a ``table`` column first) or JSON."""
+    tables = summary_tables(data) + ranking_tables(data, baseline)
+    if fmt == "md":
+        return "\n".join(
+            line
+            for t in tables
+            for line in (
+                f"### {t.title}",
+                "",
+                *_markdown(t.headers, t.rows),
+                *([t.note] if t.note else []),
+                "",
+            )
+        )
+    if fmt == "json":
+        return json.dumps(
+            [{"title": t.title, "headers": t.headers, "rows": t.rows, "note": t.note} for t in tables],
+            indent=1,
+        )
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        for t in tables:
+            writer.writerow(["table", *t.headers])
+            writer.writerows([t.title, *row] for row in t.rows)
+        return buffer.getvalue()
+    raise ValueError(f"format {fmt!r}: one of {', '.join(SUMMARY_FORMATS)}")
 
 
 SERVING_PARTS = (("ttft", "TTFT", "ttft_s"), ("itl", "ITL", "itl_s"), ("e2e", "E2E", "e2e_s"))
@@ -231,27 +326,35 @@ def format_ratio(row: MetricComparison) -> tuple[str, str]:
     return f"{row.ratio:.3f}", interval
 
 
-def reproduce_command(row: MetricComparison, base: dict) -> str:
-    """A command that measures this case again locally, base against the working tree."""
+def reproduce_command(row: MetricComparison, base: dict, head: dict) -> str:
+    """A command that measures this case again locally: a gate of base against the working
+    tree, or a plain run when there is no base commit or head is the same commit (a gate of
+    a commit against itself says nothing about the change)."""
     selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
-    commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
-    command = (
-        ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]
-    )
-    return shlex.join(command)
+    commit = base["environment"].get("git_commit") or ""
+    if commit and commit != head["environment"].get("git_commit"):
+        return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])
+    return shlex.join(["serbench", "run", *selection])
 
 
-def _reproduce_commands(comparison: Comparison, base: dict) -> list[str]:
+def _reproduce_commands(comparison: Comparison, base: dict, head: dict) -> list[str]:
     """One command per regressed case, worst first."""
-    return list(dict.fromkeys(reproduce_command(r, base) for r in comparison.regressions))
+    return list(dict.fromkeys(reproduce_command(r, base, head) for r in comparison.regressions))
 
 
 def _headline(comparison: Comparison) -> str:
-    bad = comparison.regressions
-    if not bad:
-        return f"no regression in {len(comparison.rows)} comparison(s)"
-    cases = len({r.case for r in bad})
-    return f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+    bad, hinted = comparison.regressions, comparison.indicative
+    if bad:
+        cases = len({r.case for r in bad})
+        text = f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
+    else:
+        text = f"no regression in {len(comparison.rows)} comparison(s)"
+    if hinted:
+        text += (
+            f"; {len(hinted)} indicative change(s) beyond tolerance: plain runs, one process a side, "
+            "cannot tell them from run-to-run variation (serbench gate pairs runs; --strict fails on them)"
+        )
+    return text
 
 
 def _cells(row: MetricComparison) -> list[str]:
@@ -287,20 +390,23 @@ def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[
     return [f"{bullet}{line}" for line in lines]
 
 
-def comparison_table(comparison: Comparison, base: dict, head: dict) -> str:
-    """The terminal report: every row worst first, then how to reproduce each regression."""
-    out = [table(HEADERS, [_cells(r) for r in comparison.rows])] if comparison.rows else []
+def comparison_table(comparison: Comparison, base: dict, head: dict, changes_only: bool = False) -> str:
+    """The terminal report: every row (or every change) worst first, then how to reproduce
+    each regression."""
+    shown = comparison.changes if changes_only else comparison.rows
+    out = [table(HEADERS, [_cells(r) for r in shown])] if shown else []
+    if changes_only:
+        out.append(f"({len(comparison.rows) - len(shown)} row(s) without change not shown)")
     out += _notes(comparison, base, head, "")
     if comparison.regressions:
         out.append("reproduce:")
-        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base)]
+        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base, head)]
     out.append(_headline(comparison))
     return "\n".join(out)
 
 
 def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
+    return _markdown(HEADERS, [_cells(r) for r in rows])
 
 
 def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
@@ -308,13 +414,13 @@ def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
     bad = comparison.regressions
     mark = "❌" if bad else "✅"
     out = [f"## {mark} serbench: {_headline(comparison)}", ""]
-    changed = bad + comparison.improvements
+    changed = comparison.changes
     if changed:
         out += [*_markdown_table(changed), ""]
     out += _notes(comparison, base, head, "- ")
     if bad:
         out += ["", "Reproduce locally:", "", "```"]
-        out += _reproduce_commands(comparison, base)
+        out += _reproduce_commands(comparison, base, head)
         out += ["```"]
     if comparison.rows:
         out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]

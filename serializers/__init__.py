@@ -14,7 +14,15 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from serializers.base import DecodeError, Serializer, describe, is_safe, unsupported_cases
+from serializers.base import (
+    DecodeError,
+    Serializer,
+    declared_safety,
+    describe,
+    is_safe,
+    safety_text,
+    unsupported_cases,
+)
 from serializers.cloudpickle_backend import CloudPickleSerializer
 from serializers.flat_mmk import FlatMMKSerializer
 from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
@@ -28,9 +36,11 @@ __all__ = [
     "DecodeError",
     "Serializer",
     "available_serializers",
+    "declared_safety",
     "describe",
     "get_serializer",
     "is_safe",
+    "safety_text",
     "unsupported_cases",
 ]
 

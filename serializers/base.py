@@ -48,6 +48,17 @@ def is_safe(serializer: Serializer) -> bool:
     return bool(getattr(serializer, "safe", False))
 
 
+def declared_safety(serializer: Serializer) -> bool | None:
+    """What the backend declares: True safe, False unsafe, None nothing (treated as unsafe)."""
+    safe = getattr(serializer, "safe", None)
+    return None if safe is None else bool(safe)
+
+
+def safety_text(safe: bool | None) -> str:
+    """``declared_safety`` in words, for tables: no claim is made for a backend that made none."""
+    return {True: "yes", False: "NO (runs code from input)", None: "undeclared (treated as unsafe)"}[safe]
+
+
 def describe(serializer: Serializer) -> str:
     return (
         str(getattr(serializer, "description", "") or type(serializer).__doc__ or "").strip().split("\n")[0]

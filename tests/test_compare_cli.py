@@ -38,7 +38,8 @@ def test_no_regression_exits_0(tmp_path, capsys) -> None:
 
 def test_a_regression_exits_1_with_table_markdown_and_reproduce_command(tmp_path, capsys) -> None:
     md = tmp_path / "summary.md"
-    assert commands.main(["compare", *files(tmp_path, 1.25), "--markdown", str(md)]) == 1
+    head_commit = files(tmp_path, 1.25, git_commit="b" * 40)
+    assert commands.main(["compare", *head_commit, "--markdown", str(md), "--strict"]) == 1
     out = capsys.readouterr().out
     first_row = out.splitlines()[2]
     assert first_row.startswith("REGRESSION")
@@ -51,11 +52,21 @@ def test_a_regression_exits_1_with_table_markdown_and_reproduce_command(tmp_path
 
 def test_a_threshold_above_the_slowdown_lets_it_pass(tmp_path) -> None:
     base, head = files(tmp_path, 1.25)
-    assert commands.main(["compare", base, head, "--max-regression", "50%"]) == 0
-    assert (
-        commands.main(["compare", base, head, "--max-regression", "50%", "--metric-threshold", "encode_s=5%"])
-        == 1
-    )
+    assert commands.main(["compare", base, head, "--max-regression", "50%", "--strict"]) == 0
+    tighter = ["--max-regression", "50%", "--metric-threshold", "encode_s=5%", "--strict"]
+    assert commands.main(["compare", base, head, *tighter]) == 1
+
+
+def test_plain_runs_are_indicative_exit_0_and_changes_only_hides_the_rest(tmp_path, capsys) -> None:
+    assert commands.main(["compare", *files(tmp_path, 1.25), "--changes-only"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].startswith("slower (indicative)")
+    assert "1 row(s) without change not shown" in out  # wire_bytes
+    assert "wire_bytes" not in out.split("not shown")[0]
+    assert "no regression in 3 comparison(s); 2 indicative change(s)" in out
+    assert commands.main(["compare", *files(tmp_path, 1.25), "--strict"]) == 1
+    # Both runs of one commit: a gate of it against itself would say nothing; a run again does.
+    assert "  serbench run --scenarios micro --backends msgspec-frombuffer" in capsys.readouterr().out
 
 
 def test_incomparable_environments_exit_2_unless_forced(tmp_path, capsys) -> None:

@@ -74,9 +74,10 @@ def _reap(sid: int) -> None:
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path, how: str) -> None:
-    path, log = tmp_path / "results.json", tmp_path / "stderr.txt"
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    path = out / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--out", str(tmp_path)]
+    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--out", str(out)]
     command += ["--backends", HANGING, "--workloads", "text-sonnet,images-8:profile=llava"]
     with log.open("w") as stderr:  # a file, not a pipe: an orphan holding a pipe would hang the test
         proc = subprocess.Popen(
@@ -90,8 +91,9 @@ def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path
     finally:
         _reap(proc.pid)
         proc.wait()
-    assert proc.returncode == 130, log.read_text()[-2000:]
+    assert proc.returncode == {"ctrl-c": 130, "sigterm": 143}[how], log.read_text()[-2000:]
     assert "interrupted: partial results (complete: false)" in log.read_text()
+    assert "text-sonnet" in (out / "index.html").read_text()  # the report of the cases so far
     data = results.load(path)
     assert data["complete"] is False and data["finished"] is None
     assert [(r["workload"], r["error"]) for r in data["records"]] == [("text-sonnet", None)]

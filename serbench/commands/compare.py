@@ -18,11 +18,11 @@ def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
     documents come from.
     """
     max_regression, overrides = tolerances(args)
-    comparison = compare(base, head, max_regression, overrides)
+    comparison = compare(base, head, max_regression, overrides, strict=args.strict)
     if comparison.environment_differences and not args.force:
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
-    print(text.comparison_table(comparison, base, head))
+    print(text.comparison_table(comparison, base, head, changes_only=args.changes_only))
     if args.markdown:
         Path(args.markdown).write_text(text.comparison_markdown(comparison, base, head))
     if args.export:
@@ -31,7 +31,8 @@ def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Load both files and conclude."""
+    """Check the options, load both files and conclude."""
+    tolerances(args)  # a malformed option is named before a file is read
     return conclude(args, results.load(args.base), results.load(args.head))
 
 
@@ -41,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="compare two results files; exit 1 on a regression",
         description="Ratio head/base with a bootstrap CI for every case and metric in both files. "
+        "Two plain runs (one process a side, as `serbench run` makes them) give indicative verdicts "
+        "only: they are shown and do not fail unless --strict; `serbench gate` measures both sides "
+        "in interleaved pairs and gives real verdicts. "
         "Exit 0: no regression; 1: regression; 2: unusable input or incomparable environments.",
     )
     parser.add_argument("base", help="results.json of the base revision")

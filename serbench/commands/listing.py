@@ -7,7 +7,7 @@ import argparse
 from serbench.scenarios import SCENARIOS
 from serbench.text import table
 from serbench.units import format_value
-from serializers import available_serializers, describe, get_serializer, is_safe
+from serializers import available_serializers, declared_safety, describe, get_serializer, safety_text
 from workloads import SWEEPS, available_workloads, default_workloads, get_workload
 
 
@@ -16,7 +16,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name in available_serializers():
         backend = get_serializer(name)
-        rows.append([name, "yes" if is_safe(backend) else "NO (runs code from input)", describe(backend)])
+        rows.append([name, safety_text(declared_safety(backend)), describe(backend)])
     print(table(["backend", "safe for untrusted input", "strategy"], rows))
     print()
     rows = []

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from serbench.compare import parse_tolerance
+from serbench.compare import DEFAULT_BASELINE, parse_tolerance
 from serbench.errors import UsageError
 from serbench.export import FORMATS
 from serbench.profiles import PROFILES, Profile
@@ -29,6 +29,16 @@ def add_max_regression(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-regression", default="10%", help="tolerated slowdown (default 10%%)")
 
 
+def add_baseline(parser: argparse.ArgumentParser) -> None:
+    """``--baseline``: the backend the ranking's speed-ups are relative to (run, report)."""
+    parser.add_argument(
+        "--baseline",
+        default=DEFAULT_BASELINE,
+        metavar="SPEC",
+        help=f"backend the ranking's speed-ups are against (default {DEFAULT_BASELINE})",
+    )
+
+
 def add_comparison_options(parser: argparse.ArgumentParser) -> None:
     """Options of ``compare`` and ``gate``: tolerances, --force, outputs."""
     add_max_regression(parser)
@@ -40,6 +50,13 @@ def add_comparison_options(parser: argparse.ArgumentParser) -> None:
         help="per-metric tolerated slowdown, e.g. ttft_s=5%% (repeatable)",
     )
     parser.add_argument("--force", action="store_true", help="compare runs from different environments")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on indicative changes too: slowdowns beyond tolerance between plain runs "
+        "(one process a side), which run-to-run variation alone can produce",
+    )
+    parser.add_argument("--changes-only", action="store_true", help="print only the rows with a change")
     parser.add_argument(
         "--markdown", metavar="FILE", help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
     )
@@ -90,7 +107,7 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
         new = [option for option in scenario.options if option.flag not in added]
         if not new:
             continue
-        group = parser.add_argument_group(f"{scenario.name} scenario")
+        group = parser.add_argument_group(f"{scenario.name} scenario", scenario.description)
         for option in new:
             added.add(option.flag)
             group.add_argument(

@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from serbench import report, results
-from serbench.commands.options import add_max_regression, max_regression
+from serbench import report, results, text
+from serbench.commands.options import add_baseline, add_max_regression, max_regression
 from serbench.errors import UsageError
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Render one results file, or base against head; print the page's path."""
+    """Render one results file, or base against head; print the page's path. With --format,
+    print the run's summary and ranking tables in that format instead."""
     tolerance = max_regression(args)
     base = results.load(args.results)
     head = None if args.head is None else results.load(args.head)
+    if args.format:
+        if head is not None:
+            raise UsageError("--format exports one run's tables; `serbench compare --markdown` compares two")
+        print(text.export_summary(base, args.format, args.baseline), end="")
+        return 0
     if args.out:
         out = Path(args.out)
         try:  # before rendering: a bad folder fails at once
@@ -26,7 +32,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         out = results.output_folder(None, "compare-")
     if head is None:
-        page = report.render(base, args.results)
+        page = report.render(base, args.results, args.baseline)
     else:
         page = report.render_comparison(base, head, (args.results, args.head), tolerance)
     print(f"report: {report.write_page(page, out)}")
@@ -47,4 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="folder for index.html (default: beside RESULTS.json; for two files reports/compare-<time>/)",
     )
     add_max_regression(parser)
+    add_baseline(parser)
+    parser.add_argument(
+        "--format",
+        choices=text.SUMMARY_FORMATS,
+        help="print the summary and ranking tables (Markdown, CSV or JSON) instead of writing the page",
+    )
     parser.set_defaults(func=cmd_report)

@@ -9,10 +9,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serbench import report, runner, text
-from serbench.commands.options import add_scenario_options, profile, split_specs
-from serbench.errors import EXIT_INTERRUPTED
-from serbench.results import output_folder
+from serbench import report, results, runner, text
+from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs
+from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
 from serializers import BUILTINS, get_serializer
@@ -46,15 +45,23 @@ def _point_latest(folder: Path) -> None:
     os.replace(tmp, latest)
 
 
+def _interrupted(exc: KeyboardInterrupt, path: Path, folder: Path) -> int:
+    """After Ctrl-C or SIGTERM: the report of the cases so far, and 130 or 143."""
+    print(f"\ninterrupted: partial results (complete: false) in {path}", file=sys.stderr)
+    if path.exists():
+        print(f"report:  {report.write_report(results.load(path), folder)}", file=sys.stderr)
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run the matrix; write results.json; print the summary."""
+    """Run the matrix; write results.json and index.html; print the summary."""
     chosen, settings = plan(args), profile(args)
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0
-    folder = output_folder(args.out)
+    folder = results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
 
     tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
@@ -66,18 +73,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{total - index} left")
 
     try:
-        results = runner.execute(chosen, settings, path, args.argv, progress)
-    except KeyboardInterrupt:
+        finished = runner.execute(chosen, settings, path, args.argv, progress)
+    except KeyboardInterrupt as exc:
         bar.close()
-        print(f"\ninterrupted: partial results (complete: false) in {path}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(exc, path, folder)
+    bar.set_description("done")
+    bar.set_postfix_str("")
     bar.update(bar.total - bar.n)
     bar.close()
     if not args.out:
         _point_latest(folder)
-    print(text.render(results.data))
+    print(text.render(finished.data, args.baseline))
     print(f"\nresults: {path}")
-    print(f"report:  {report.write_report(results.data, folder)}")
+    print(f"report:  {report.write_report(finished.data, folder, baseline=args.baseline)}")
     return 0
 
 
@@ -95,11 +103,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
     speed.add_argument("--full", action="store_true", help="publication-quality profile")
-    parser.add_argument("--out", help="folder for results.json (default: reports/<UTC timestamp>/)")
     parser.add_argument(
-        "--worker",
-        action="store_true",
-        help="run as `serbench gate`'s worker: announce the cases, then measure one per JSON "
-        "request on stdin (see serbench.runner.work)",
+        "--out", help="folder for results.json and index.html (default: reports/<UTC time>/); must be empty"
+    )
+    parser.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
+    add_baseline(parser)
+    # `serbench gate` looks for --worker in this help to tell whether a revision has it.
+    parser.add_argument(
+        "--worker", action="store_true", help="used by `serbench gate`: measure cases on request (internal)"
     )
     add_scenario_options(parser)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from serbench import results
@@ -40,10 +39,13 @@ def case_attr(rec_or_case) -> str:
 
 @dataclass(frozen=True)
 class Look:
-    """What every section shares: the backends' colours and which ones are unsafe."""
+    """What every section shares: the backends' colours, labels, and which are unsafe (declared
+    so) or undeclared (no claim made; treated as unsafe)."""
 
     colours: dict[str, str]
     unsafe: frozenset[str]
+    undeclared: frozenset[str] = frozenset()
+    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, *docs: dict) -> Look:
@@ -53,18 +55,28 @@ class Look:
         names = unique(
             [r["backend"] for d in docs for r in d["records"]] + [b for d in docs for b in d["backends"]]
         )
-        unsafe = {b for d in docs for b, info in d["backends"].items() if not info.get("safe", True)}
-        return cls(plots.palette(names), frozenset(unsafe))
+        declared = {b: info.get("safe", True) for d in docs for b, info in d["backends"].items()}
+        labels = {b: results.backend_label(d, b) for d in docs for b in d["backends"]}
+        return cls(
+            plots.palette(names),
+            frozenset(b for b, safe in declared.items() if safe is False),
+            frozenset(b for b, safe in declared.items() if safe is None),
+            labels,
+        )
 
     def backends(self, records: Iterable[dict]) -> list[str]:
         present = {r["backend"] for r in records}
         return [b for b in self.colours if b in present]
 
     def backend(self, name: str) -> str:
-        """A backend's name with its colour swatch and, if it runs code from its input, a mark."""
+        """A backend's label with its colour swatch and, if it is or may be unsafe, a mark."""
         swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
-        mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
-        return f"<span class='backend'>{swatch}{e(name)}{mark if name in self.unsafe else ''}</span>"
+        mark = ""
+        if name in self.unsafe:
+            mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
+        elif name in self.undeclared:
+            mark = ' <span class="badge bad" title="declares no safety: treated as unsafe">undeclared</span>'
+        return f"<span class='backend'>{swatch}{e(self.labels.get(name, name))}{mark}</span>"
 
 
 # ---------------------------------------------------------------- metric cells
@@ -198,9 +210,6 @@ def page(title: str, subtitle: str, sections: Sequence[str]) -> str:
 
 def write_page(text: str, out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` atomically (temp file + rename); returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
-    tmp = out_dir / ".index.html.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    results.write_text_atomic(path, text)
     return path

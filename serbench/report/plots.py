@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, scale_for
+from serializers import BUILTINS
+from specs import Spec, SpecError, format_spec, parse_spec
 
 WIDTH_IN = 11.0
 DPI = 100
@@ -81,10 +84,34 @@ def stat_value(metric: dict, stat: str) -> float:
     return float(np.percentile(metric["values"], 99))
 
 
+def backend_colour(spec: str) -> str:
+    """A backend's colour (hex), from its spec alone: the same in every report.
+
+    The built-ins keep tab10's first six colours in registry order; any other
+    name hashes to one of tab20's remaining colours. A variant (a spec with
+    options, e.g. ``msgspec-frombuffer:threshold=inf``) is its backend's hue,
+    lightened by an amount its options fix.
+    """
+    tab20 = matplotlib.colormaps["tab20"].colors
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        parsed = Spec(spec, {})
+    builtins = list(BUILTINS)
+    if parsed.name in builtins:
+        rgb = tab20[2 * builtins.index(parsed.name)]  # tab20's even entries are tab10's colours
+    else:
+        free = [c for i, c in enumerate(tab20) if i % 2 or i >= 2 * len(builtins)]
+        rgb = free[zlib.crc32(parsed.name.encode()) % len(free)]
+    if parsed.options:
+        shade = 0.35 + 0.15 * (zlib.crc32(format_spec(parsed).encode()) % 3)
+        rgb = tuple(c + (1 - c) * shade for c in rgb)
+    return matplotlib.colors.to_hex(rgb)
+
+
 def palette(backends: Sequence[str]) -> dict[str, str]:
-    """One colour per backend (hex), in the given order: the same in every figure and table."""
-    colours = matplotlib.colormaps["tab10" if len(backends) <= 10 else "tab20"].colors
-    return {b: matplotlib.colors.to_hex(colours[i % len(colours)]) for i, b in enumerate(backends)}
+    """Each backend's ``backend_colour``, in the given order (the order of legends)."""
+    return {b: backend_colour(b) for b in backends}
 
 
 @dataclass(frozen=True)
@@ -119,9 +146,21 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+LEGEND_CHAR_IN = 0.085  # width of one legend character at matplotlib's default 10 pt, inches
+LEGEND_ENTRY_IN = 0.75  # marker, padding and gap around each entry
+
+
+def legend_columns(labels: Sequence[str], width_in: float = WIDTH_IN) -> int:
+    """As many legend columns as fit the figure's width with the longest label: a legend
+    never wider than its image (long specs like ``flat-mmk:threshold=inf`` wrap to rows)."""
+    entry = LEGEND_ENTRY_IN + LEGEND_CHAR_IN * max((len(label) for label in labels), default=1)
+    return max(1, min(len(labels), int(width_in // entry)))
+
+
 def _backend_legend(fig: Figure, backends: Sequence[str], colours: dict[str, str]) -> None:
     handles = [Line2D([], [], color=colours[b], marker="s", linestyle="", markersize=10) for b in backends]
-    fig.legend(handles, backends, loc="outside upper center", ncols=min(len(backends), 6), frameon=False)
+    columns = legend_columns(backends, fig.get_figwidth())
+    fig.legend(handles, backends, loc="outside upper center", ncols=columns, frameon=False)
 
 
 def _plain(value: float, _pos=None) -> str:
@@ -144,7 +183,9 @@ def log_axis(ax, values: Sequence[float], axis: str = "y") -> None:
 
 
 def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None:
-    if panel.log and values and min(values) > 0:
+    """A log axis where the values span at least a decade; a narrower span (ITL p99 at
+    5.1-5.6 ms) may hold no labelled log tick at all, so it stays linear."""
+    if panel.log and values and min(values) > 0 and max(values) >= 10 * min(values):
         log_axis(ax, values, axis)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from serbench import compare
+from serbench import compare, system
 from serbench.metrics import metric
 from serbench.report.page import (
     DASH,
@@ -341,6 +341,9 @@ def _environment_rows(run: Run) -> dict[str, str]:
         **accelerator_rows(env.get("accelerator")),
         "allocator settings": " ".join(f"{k}={v}" for k, v in (env.get("allocator_env") or {}).items())
         or "(defaults)",
+        "system check": (
+            "; ".join(system.warnings(env["system"])) or "no warning" if "system" in env else "not recorded"
+        ),
     }
 
 
@@ -351,7 +354,8 @@ def environment_section(runs: Sequence[Run]) -> str:
     for key in tables[0]:
         values = [t[key] for t in tables]
         differs = len(set(values)) > 1 and key not in ("results", "started → finished")
-        cls = ' class="differs"' if differs or any(v.startswith("NO") for v in values) else ""
+        warned = key == "system check" and any(v not in ("no warning", "not recorded") for v in values)
+        cls = ' class="differs"' if differs or warned or any(v.startswith("NO") for v in values) else ""
         rows.append(f"<tr{cls}><th>{e(key)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
     headers = ["", *(e(run.label) for run in runs)]
     return section("environment", "Environment", table(headers, rows, "env"))
@@ -427,11 +431,12 @@ def backends_section(data: dict, look: Look) -> str:
     rows = []
     for spec, info in data["backends"].items():
         conformance = info.get("conformance") or {}
-        safe = (
-            "yes"
-            if info.get("safe", True)
-            else "<span class='badge bad'>NO</span> executes code from its input"
-        )
+        declared = info.get("safe", True)
+        safe = {
+            True: "yes",
+            False: "<span class='badge bad'>NO</span> executes code from its input",
+            None: "<span class='badge bad'>undeclared</span> treated as unsafe",
+        }[declared if declared is None else bool(declared)]
         failed = conformance.get("failed") or {}
         rows.append(
             f"<tr><td>{look.backend(spec)}</td><td>{safe}</td><td>{conformance.get('passed', '?')}</td>"
@@ -468,8 +473,42 @@ def failed_section(data: dict, look: Look) -> str:
 # ---------------------------------------------------------------- the page
 
 
-def render(data: dict, source: str = "") -> str:
-    """The report page of one results document."""
+def _workloads(data: dict, scenario: str) -> list[str]:
+    """A scenario's workloads in the order the run measured them."""
+    return list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
+
+
+def ranking_section(data: dict, baseline: str, look: Look) -> str:
+    """Per scenario, backends ranked by the geometric mean of their speed-up over ``baseline``
+    across workloads in its headline metric (``compare.ranking``), n workloads each."""
+    blocks = []
+    for scenario in _scenarios(data):
+        ranked = compare.ranking(data, scenario, baseline)
+        if not ranked:
+            continue
+        workloads = _workloads(data, scenario)
+        rows = [
+            f"<tr><td>{i}</td><td>{look.backend(r.backend)}</td>"
+            + "".join(f"<td>{r.speedups[w]:.3g}×</td>" if w in r.speedups else "<td></td>" for w in workloads)
+            + f"<td><b>{r.geomean:.3g}×</b></td><td>{r.n}</td></tr>"
+            for i, r in enumerate(ranked, 1)
+        ]
+        label = metric(compare.headline_metric(data, scenario) or "").label
+        headers = ["rank", "backend", *(e(w) for w in workloads), "geometric mean", "n workloads"]
+        blocks.append(f"<h3>{e(scenario)}: {e(label)}</h3>{table(headers, rows)}")
+    if not blocks:
+        return section(
+            "ranking", "Ranking", f"<p>No ranking: {e(baseline)} was not measured in this run.</p>"
+        )
+    intro = (
+        f"<p>Speed-up against <b>{e(baseline)}</b> (its median over each backend's; above 1 is better), "
+        "per workload, and their geometric mean across the workloads both measured.</p>"
+    )
+    return section("ranking", f"Ranking against {e(baseline)}", intro + "".join(blocks))
+
+
+def render(data: dict, source: str = "", baseline: str = compare.DEFAULT_BASELINE) -> str:
+    """The report page of one results document; the ranking is against ``baseline``."""
     look = Look.of(data)
     runs = [Run("this run", source, data)]
     sections = [
@@ -477,6 +516,7 @@ def render(data: dict, source: str = "") -> str:
         environment_section(runs),
         noise_section(runs),
         backends_section(data, look),
+        ranking_section(data, baseline, look),
         *(
             scenario_section(s, [r for r in data["records"] if r["scenario"] == s], look)
             for s in _scenarios(data)
@@ -487,6 +527,8 @@ def render(data: dict, source: str = "") -> str:
     return page("serbench report", f"{len(data['records'])} cases, run started {e(when)}", sections)
 
 
-def write_report(data: dict, out_dir: Path, source: str = "") -> Path:
+def write_report(
+    data: dict, out_dir: Path, source: str = "", baseline: str = compare.DEFAULT_BASELINE
+) -> Path:
     """Render ``data`` to ``out_dir/index.html``: what ``serbench run`` leaves beside results.json."""
-    return write_page(render(data, source or str(out_dir / "results.json")), out_dir)
+    return write_page(render(data, source or str(out_dir / "results.json"), baseline), out_dir)

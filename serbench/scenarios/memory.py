@@ -282,7 +282,10 @@ def repeat(
 
 class Memory(Scenario):
     name = "memory"
-    description = "peak RSS above baseline of frontend and engine processes, encode → send → decode → use"
+    description = (
+        "peak RSS above baseline of frontend and engine processes, encode → send → decode → use; "
+        "adds each msgpack backend at its default threshold again with threshold=inf (zero-copy off)"
+    )
     options = (
         Option(
             "--memory-repetitions",

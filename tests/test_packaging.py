@@ -1,0 +1,57 @@
+"""The package's metadata states ranges; the exact pins this project's machines need live in
+constraints.txt, which every install step of the project uses (make, CI, asv).
+
+That ``pip install -e .`` keeps a torch the user already has (≥ the minimum) was
+checked with pip itself (docs/asv.md, "Environments"); here the metadata that
+makes it so is checked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import tomllib
+from asv.util import load_json
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirements() -> dict[str, Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {(r := Requirement(line)).name: r for line in project["dependencies"]}
+
+
+def _constraints() -> dict[str, Requirement]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return {(r := Requirement(line)).name: r for line in lines if line.strip() and not line.startswith("#")}
+
+
+def test_metadata_states_a_torch_range_that_keeps_a_newer_torch() -> None:
+    torch = _requirements()["torch"]
+    assert not any(spec.operator in ("==", "===", "~=") for spec in torch.specifier), torch
+    for installed in ("2.13.0", "2.13.0+cpu", "2.14.1", "2.15.0"):
+        assert torch.specifier.contains(installed), installed
+    assert not torch.specifier.contains("2.0.0")  # below what is tested
+
+
+def test_constraints_pin_torch_inside_the_metadata_range() -> None:
+    (pin,) = _constraints()["torch"].specifier
+    assert pin.operator == "=="
+    assert _requirements()["torch"].specifier.contains(Version(pin.version))
+
+
+def test_every_install_step_of_the_project_uses_the_constraints() -> None:
+    assert "-c constraints.txt -e '.[test]'" in (ROOT / "Makefile").read_text()
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert "-c constraints.txt" in (ROOT / ".github" / "workflows" / "perf-gate.yml").read_text()
+    config = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    assert any("-c {conf_dir}/constraints.txt" in cmd for cmd in config["install_command"])
+
+
+def test_asv_config_names_no_path_of_this_machine() -> None:
+    text = (ROOT / "asv.conf.json").read_text()
+    assert not re.search(r"file://|/opt/|/home/|/root/|/work/", text)
+    assert "PIP_INDEX_URL" not in text
