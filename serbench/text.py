@@ -192,7 +192,7 @@ def export_summary(data: dict, fmt: str, baseline: str = DEFAULT_BASELINE) -> st
         )
     if fmt == "json":
         return json.dumps(
-            [{"title": t.title, "headers": t.headers, "rows": t.rows, "note": t.note} for t in tables],
+            [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in tables],
             indent=1,
         )
     if fmt == "csv":
