@@ -29,6 +29,7 @@ from serbench.stats import summarize
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
 CaseKey = tuple[str, str, str]  # scenario, backend, workload: a measured case
+TRANSPORT_MARK = "@"  # a record's backend "spec@transport": the case ran over a non-default transport
 
 
 def now() -> str:
@@ -86,6 +87,23 @@ def record(
         "error": error,
         "duration_s": duration_s,
     }
+
+
+def backend_label(spec: str, transport: str | None = None) -> str:
+    """A record's ``backend``: the spec, then ``@transport`` unless the transport is the default (None).
+
+    The transport is part of the case's identity this way, so every table,
+    comparison and export keyed by backend shows ``spec@shm`` as a row of its
+    own, while results written before transports were a dimension (plain
+    specs) still match the default transport's rows.
+    """
+    return f"{spec}{TRANSPORT_MARK}{transport}" if transport else spec
+
+
+def split_backend(label: str) -> tuple[str, str | None]:
+    """(spec, transport or None) of a record's ``backend``; inverse of ``backend_label``."""
+    spec, mark, transport = label.rpartition(TRANSPORT_MARK)
+    return (spec, transport) if mark and spec and transport.isidentifier() else (label, None)
 
 
 def case_key(rec: dict) -> CaseKey:

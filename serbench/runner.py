@@ -25,6 +25,7 @@ from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
+from serbench.transport import DEFAULT_KIND
 from serializers import describe, get_serializer, is_safe
 
 CONFORMANCE_TIMEOUT_S = 120
@@ -35,12 +36,13 @@ class Plan:
     backends: list[str]
     workloads: list[str]
     scenarios: list[str]
+    transports: tuple[str, ...] = (DEFAULT_KIND,)  # for the scenarios that link two processes
 
     def cases(self) -> list[Case]:
         return [
             case
             for name in self.scenarios
-            for case in get_scenario(name).cases(self.backends, self.workloads)
+            for case in get_scenario(name).cases(self.backends, self.workloads, self.transports)
         ]
 
 
@@ -119,7 +121,7 @@ def _measure(
         if on_case:
             on_case(index, len(cases), case)
         start = time.perf_counter()
-        error = _conformance_error(backends[case.backend])
+        error = _conformance_error(backends[case.spec])
         outcome: dict = {}
         if error is None:
             try:
@@ -155,7 +157,7 @@ def execute(
     cases = plan.cases()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = _check_backends(sorted({c.backend for c in cases}))
+        results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
         results.save()
         _measure(cases, profile, results.data["backends"], results, on_case)
     return results
@@ -175,7 +177,7 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     cases = plan.cases()
     keys = [[c.scenario, c.backend, c.workload] for c in cases]
     env = environment.collect(argv)
-    backends = _check_backends(sorted({c.backend for c in cases}))
+    backends = _check_backends(sorted({c.spec for c in cases}))
     print(json.dumps({"cases": keys}), file=replies, flush=True)
     for line in requests:
         request = json.loads(line)

@@ -11,10 +11,11 @@ from tqdm import tqdm
 
 from serbench import report, runner, text
 from serbench.commands.options import add_scenario_options, profile, split_specs
-from serbench.errors import EXIT_INTERRUPTED
+from serbench.errors import EXIT_INTERRUPTED, UsageError
 from serbench.results import output_folder
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
+from serbench.transport import DEFAULT_KIND, KINDS
 from serializers import BUILTINS, get_serializer
 from workloads import available_workloads, get_workload
 
@@ -25,6 +26,7 @@ def plan(args: argparse.Namespace) -> Plan:
         backends=split_specs(args.backends) if args.backends else list(BUILTINS),
         workloads=split_specs(args.workloads) if args.workloads else available_workloads(),
         scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
+        transports=transports(args.transport),
     )
     for spec in chosen.backends:
         get_serializer(spec)
@@ -32,6 +34,17 @@ def plan(args: argparse.Namespace) -> Plan:
         get_workload(spec)
     for name in chosen.scenarios:
         get_scenario(name)
+    return chosen
+
+
+def transports(text: str | None) -> tuple[str, ...]:
+    """``--transport`` parsed: one or more of ``transport.KINDS``; UsageError otherwise."""
+    chosen = tuple(dict.fromkeys(split_specs(text or DEFAULT_KIND)))
+    unknown = [t for t in chosen if t not in KINDS]
+    if unknown or not chosen:
+        raise UsageError(
+            f"--transport: unknown {', '.join(unknown) or 'empty'}; transports: {', '.join(KINDS)}"
+        )
     return chosen
 
 
@@ -84,6 +97,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", help="comma-separated backend specs (default: the built-ins)")
     parser.add_argument("--workloads", help="comma-separated workload specs (default: all built-in)")
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    parser.add_argument(
+        "--transport",
+        help=f"comma-separated links between frontend and engine for ipc and memory: {', '.join(KINDS)} "
+        f"(default {DEFAULT_KIND}); a case over another than the default is the row BACKEND@TRANSPORT",
+    )
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
     speed.add_argument("--full", action="store_true", help="publication-quality profile")

@@ -15,7 +15,13 @@ tcp://HOST:PORT``), through ``serbench.engine.client``. In one run it measures
    acknowledges each request as soon as it is decoded: payload bytes /
    (ack - created) is the payload GB/s;
 3. for payload workloads, the same payload bytes streamed over a plain unix
-   socket between two processes: the reference for that GB/s.
+   socket between two processes, and copied once within one (memcpy): the
+   two references for that GB/s.
+
+The link is the case's transport (``--transport``): ZeroMQ over ipc:// or
+tcp://, or ``shm``, where the requests' large frames are placed in a
+shared-memory region and only references cross the ipc:// socket
+(``serbench.shm``, docs/shm.md).
 
 Payload workloads default to one request at a time, so their TTFT and GB/s
 are those of one request, not of a queue.
@@ -31,16 +37,16 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from serbench import metrics, transport
+from serbench import metrics, shm, transport
 from serbench.engine.client import Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.profiles import Profile
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serbench.scenarios.load import RequestPool, arrival_offsets, load_metrics, run_load
-from serializers import get_serializer
+from serializers import Serializer, get_serializer
 from workloads import Workload, get_workload
 from workloads.messages import EngineCoreRequest
 from workloads.tree import array_bytes, is_array, iter_leaves
@@ -67,14 +73,15 @@ class Settings:
     transport: str = "ipc"
     engine: str | None = None
     seed: int = 0
+    shm_mb: float | None = None  # the shm region; None: two of the largest requests
 
 
-def settings_for(profile: Profile, workload: Workload) -> Settings:
-    """The profile's defaults for this kind of workload, overridden by scenario options."""
+def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
+    """The profile's defaults for this kind of workload over ``link``, overridden by scenario options."""
     kind = "payload" if workload.payload_bytes() else "text"
-    values = dict(DEFAULTS[(profile.name if profile.name == "full" else "quick", kind)])
+    values = dict(DEFAULTS[(profile.name if profile.name == "full" else "quick", kind)], transport=link)
     opts = profile.options
-    for key in ("num_prompts", "rate", "max_concurrency", "burstiness", "transport", "engine"):
+    for key in ("num_prompts", "rate", "max_concurrency", "burstiness", "engine", "shm_mb"):
         if opts.get(f"ipc_{key}") is not None:
             values[key] = opts[f"ipc_{key}"]
     if opts.get("ipc_step_ms") is not None:
@@ -82,15 +89,38 @@ def settings_for(profile: Profile, workload: Workload) -> Settings:
     return Settings(**values)
 
 
+@dataclass
+class References:
+    """The payload's two yardsticks, sampled side by side: a unix-socket stream and one memcpy."""
+
+    stream: transport.UnixStream
+    memcpy: transport.Memcpy
+    unix: list[float] = field(default_factory=list)
+    copy: list[float] = field(default_factory=list)
+
+    def sample(self) -> None:
+        self.unix.append(self.stream.sample())
+        self.copy.append(self.memcpy.sample())
+
+
 @contextlib.contextmanager
-def _unix_reference(request: EngineCoreRequest, enabled: bool) -> Iterator[transport.UnixStream | None]:
-    """A unix-socket stream of the request's raw tensor bytes, or None when not wanted."""
+def _references(request: EngineCoreRequest, enabled: bool) -> Iterator[References | None]:
+    """The references for the request's raw tensor bytes, or None when not wanted."""
     if not enabled:
         yield None
         return
     tensors = [array_bytes(leaf) for leaf in iter_leaves(request) if is_array(leaf)]
     with transport.UnixStream(tensors) as stream:
-        yield stream
+        yield References(stream, transport.Memcpy(tensors))
+
+
+def region_bytes(serializer: Serializer, pool: RequestPool, megabytes: float | None) -> int:
+    """The shm region: ``megabytes`` if given, else room for two of the largest requests (one in
+    use, the next being written)."""
+    if megabytes is not None:
+        return round(megabytes * 1e6)
+    largest = max(shm.placed_bytes(serializer.encode(request)) for request in pool.requests)
+    return max(2 * largest, shm.INLINE_BELOW)
 
 
 def measure(
@@ -108,24 +138,28 @@ def measure(
     pool = RequestPool(workload, cfg.num_prompts)
     offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     payload = workload.payload_bytes()
-    unix: list[float] = []
-    reference = _unix_reference(pool.get(0)[0], bool(payload) and not cfg.engine)
-    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport)
-    with reference as stream, session as (link, local):
+    shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
+    references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
+    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes)
+    with references as refs, session as (link, local):
         floor = transport.round_trip_floor(link.push, link.pull, cfg.floor)
-        between = (lambda: unix.append(stream.sample())) if stream else None
         tracked, duration = run_load(
-            link, serializer, pool, offsets, cfg.max_concurrency, sender, bool(payload), between
+            link, serializer, pool, offsets, cfg.max_concurrency, sender, bool(payload), refs and refs.sample
         )
-        while stream and len(unix) < cfg.num_prompts:
-            unix.append(stream.sample())
+        while refs and len(refs.unix) < cfg.num_prompts:
+            refs.sample()
     measured, info = load_metrics(tracked, duration, payload)
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
     info.update(settings=_settings_info(cfg), payload_bytes=payload, local_engine=local)
     info["ttft_over_floor"] = measured["ttft_s"]["median"] / measured["floor_rtt_s"]["median"]
-    if unix:
-        measured["unix_gb_per_s"] = metrics.measured("unix_gb_per_s", [payload / s / 1e9 for s in unix])
-        info["payload_vs_unix"] = measured["payload_gb_per_s"]["median"] / measured["unix_gb_per_s"]["median"]
+    if shm_bytes:
+        info["shm_region_bytes"] = shm_bytes
+    if refs:
+        for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
+            measured[name] = metrics.measured(name, [payload / s / 1e9 for s in samples])
+        rate = measured["payload_gb_per_s"]["median"]
+        info["payload_vs_unix"] = rate / measured["unix_gb_per_s"]["median"]
+        info["payload_vs_memcpy"] = rate / measured["memcpy_gb_per_s"]["median"]
     return {"metrics": measured, "info": info}
 
 
@@ -159,6 +193,13 @@ def _step_ms(text: str) -> float:
     return value
 
 
+def _megabytes(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a size in MB > 0, got {text!r}")
+    return value
+
+
 def _engine_url(text: str) -> str:
     transport.tcp_addresses(text)  # ValueError says what is wrong with it
     return text
@@ -169,6 +210,7 @@ class Ipc(Scenario):
     description = (
         "frontend and engine processes over real ZeroMQ under load: TTFT, ITL, E2E, floor, integrity"
     )
+    transports = transport.KINDS
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
         Option("--rate", "ipc_rate", _rate, "requests per second, 'inf' = all at once"),
@@ -176,11 +218,10 @@ class Ipc(Scenario):
         Option("--max-concurrency", "ipc_max_concurrency", positive_int, "requests in flight at most"),
         Option("--step-ms", "ipc_step_ms", _step_ms, "simulated model time per engine step (5)"),
         Option(
-            "--transport",
-            "ipc_transport",
-            str,
-            "local link: ipc:// (default) or tcp://",
-            choices=("ipc", "tcp"),
+            "--shm-mb",
+            "ipc_shm_mb",
+            _megabytes,
+            "shared-memory region over --transport shm, in MB (default: two of the largest requests)",
         ),
         Option(
             "--engine",
@@ -191,4 +232,5 @@ class Ipc(Scenario):
     )
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        return measure(case.backend, case.workload, settings_for(profile, get_workload(case.workload)))
+        cfg = settings_for(profile, get_workload(case.workload), case.transport)
+        return measure(case.spec, case.workload, cfg)

@@ -16,7 +16,18 @@ not the serializer's cost.
 
 ``copies`` = the engine's extra peak bytes / payload bytes (1.0 = the
 receive buffer and nothing else), ``copies_frontend`` the same for the
-frontend (0 = the payload left from the tensors' own memory). They are
+frontend (0 = the payload left from the tensors' own memory). RSS counts a
+shared page in both processes, so over ``shm`` each side shows the region;
+``copies_total`` is the sum of both sides' extra PSS at the moment both
+hold the request (the engine right after use, the frontend right after the
+engine's acknowledgement, while the engine waits) over the payload: shared
+memory counts once there, and the payload of a zero-copy path is 1.0.
+
+The case's transport (``--transport``) links the two: ZeroMQ over ipc:// or
+tcp://, or ``shm``, where the frontend creates a region sized for the
+message (its pages fault in as the payload is placed, so they count), sends
+a small header with the references and the inline frames, and the engine
+decodes views of the mapped region (docs/shm.md). They are
 machine-independent: a zero-copy regression moves them by whole units,
 noise by a few hundredths. ``info.phases`` says when, and at what peak,
 each step ended; ``info.timeline`` is the psutil RSS of both sides.
@@ -30,18 +41,20 @@ msgspec-frombuffer:threshold=256`` asks for one row only.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import torch
 import zmq
 
-from serbench import transport
+from serbench import shm, transport
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.rss import Measurement, Side, measure, status_bytes
+from serbench.rss import Measurement, Side, measure, proportional, status_bytes
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
@@ -118,12 +131,42 @@ class Sent:
 
 @dataclass(frozen=True)
 class Route:
-    """Everything both sides know before a repetition."""
+    """Everything both sides know before a repetition (``shm_bytes``: the region over shm, else 0)."""
 
     backend: str
     request: Sent
     warmup: Sent
     addresses: transport.Addresses
+    shm_bytes: int = 0
+
+
+class Placed(msgspec.Struct, array_like=True):
+    """Frame 0 of a message over shm: the region and where the placed frames are."""
+
+    name: str
+    size: int
+    refs: list[list[int]]
+
+
+def _receive_frames(pull: zmq.Socket, shared: bool) -> tuple[list, shm.Region | None]:
+    """One message's frames; over shm, with the placed ones as views of the mapped region."""
+    frames = transport.recv(pull, RECV_TIMEOUT_S)
+    if not shared:
+        return frames, None
+    header = msgspec.msgpack.decode(memoryview(frames[0]), type=Placed)
+    region = shm.Region.attach(header.name, header.size)
+    region.unlink()  # mapped on both sides: nothing may outlive them
+    return shm.gather(region.view, header.refs, frames[1:]), region
+
+
+def _send_frames(push: zmq.Socket, frames: list, region: shm.Region | None) -> None:
+    """Send a message; over shm its large frames are placed in ``region`` first."""
+    if region is None:
+        transport.send(push, frames)
+        return
+    placement = shm.Placer(region).place(frames)
+    header = msgspec.msgpack.encode(Placed(region.name, region.size, placement.refs))
+    transport.send(push, [header, *placement.inline])
 
 
 def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
@@ -135,36 +178,48 @@ def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
 
 
 def engine_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[str, Any]:
-    """Receive, decode, use (checksum every tensor), then tell the frontend it is done."""
+    """Receive, decode, use (checksum every tensor), read PSS, then tell the frontend it is done,
+    holding the request until the frontend has read its PSS too."""
     serializer, pull, push = state
-    frames = transport.recv(pull, RECV_TIMEOUT_S)
+    frames, region = _receive_frames(pull, bool(route.shm_bytes))
     received = stamp()
     decoded = serializer.decode(frames, type(route.request.message))
     decoded_at = stamp()
     route.request.check(decoded)
     used = stamp()
+    held = proportional()
     transport.send(push, [transport.PING])
-    return {"received": received, "decoded": decoded_at, "used": used}
+    if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
+        raise ValueError("the frontend answered something other than its reading")
+    del decoded, frames, region  # held until here on purpose
+    return {"received": received, "decoded": decoded_at, "used": used, "held": held}
 
 
-def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
-    """The serializer, warmed up on the miniature's encode; sockets connected."""
+def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]:
+    """The serializer, warmed up on the miniature's encode; sockets connected; over shm, the
+    region (not faulted in: its pages count when the payload is placed)."""
     serializer = get_serializer(route.backend)
     serializer.encode(route.warmup.message)
     push, pull = transport.connect_frontend(zmq.Context(), route.addresses)
-    return serializer, push, pull
+    region = shm.Region.create(route.shm_bytes, populate=False) if route.shm_bytes else None
+    return serializer, push, pull, region
 
 
-def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[str, Any]:
+def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]) -> dict:
     """Encode and send; keep the frames alive until the engine has used the request."""
-    serializer, push, pull = state
+    serializer, push, pull, region = state
     start = stamp()
     frames = serializer.encode(route.request.message)
     encoded = stamp()
-    transport.send(push, frames)
+    _send_frames(push, frames, region)
     if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
         raise ValueError("the engine answered something other than its acknowledgement")
-    return {"start": start, "encoded": encoded, "acknowledged": stamp()}
+    acknowledged = stamp()
+    held = proportional()
+    transport.send(push, [transport.PING])
+    if region is not None:
+        region.unlink()
+    return {"start": start, "encoded": encoded, "acknowledged": acknowledged, "held": held}
 
 
 def sides(route: Route) -> list[Side]:
@@ -196,27 +251,54 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
             [m.sides["engine"].result["used"][0] - m.sides["frontend"].result["start"][0] for m in runs],
         ),
     }
+    held = {name: [held_above(m, name)[0] for m in runs] for name in ("engine", "frontend")}
+    metrics["pss_engine_bytes"] = measured("pss_engine_bytes", held["engine"])
+    metrics["pss_frontend_bytes"] = measured("pss_frontend_bytes", held["frontend"])
     if payload:
         metrics["copies"] = measured("copies", [b / payload for b in engine])
         metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
+        total = [e + f for e, f in zip(held["engine"], held["frontend"], strict=True)]
+        metrics["copies_total"] = measured("copies_total", [b / payload for b in total])
     return metrics
+
+
+def held_above(m: Measurement, name: str) -> tuple[int, int]:
+    """A side's (PSS, USS) above its baseline while both sides held the request."""
+    side = m.sides[name]
+    pss, uss = side.result["held"]
+    return pss - side.baseline_pss_bytes, uss - side.baseline_uss_bytes
+
+
+def _free_tcp_addresses() -> transport.Addresses:
+    """Two loopback tcp:// endpoints on ports free right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return transport.tcp_addresses(f"tcp://127.0.0.1:{port}")
 
 
 def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measurement], int]:
     """The case's measurements (fresh sides and ipc folder each) and its payload bytes."""
     message = get_workload(case.workload).request(0)
     request, warmup = Sent.of(message), Sent.of(miniature(message))
+    shm_bytes = 0
+    if case.transport == "shm":
+        shm.reclaim_orphans()
+        shm_bytes = max(shm.placed_bytes(get_serializer(case.spec).encode(message)), 1)
     runs: list[Measurement] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         with transport.ipc_dir() as folder:
-            route = Route(case.backend, request, warmup, transport.ipc_addresses(folder))
+            tcp = case.transport == "tcp"
+            addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
+            route = Route(case.spec, request, warmup, addresses, shm_bytes)
             runs.append(measure(sides(route), timeout_s))
     return runs, payload_bytes(message)
 
 
 class Memory(Scenario):
     name = "memory"
+    transports = transport.KINDS
     description = "peak RSS above baseline of frontend and engine processes, encode → send → decode → use"
     options = (
         Option(
@@ -228,10 +310,15 @@ class Memory(Scenario):
         ),
     )
 
-    def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
+    def cases(
+        self,
+        backends: list[str],
+        workloads: list[str],
+        transports: tuple[str, ...] = (transport.DEFAULT_KIND,),
+    ) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""
         variants = [spec for b in backends for spec in (b, zero_copy_off(b)) if spec]
-        return super().cases(variants, workloads)
+        return super().cases(variants, workloads, transports)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s)
@@ -240,6 +327,9 @@ class Memory(Scenario):
             "payload_bytes": payload,
             "repetitions": len(runs),
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
+            "uss_above_baseline_bytes": {
+                name: [held_above(m, name)[1] for m in runs] for name in first.sides
+            },
             "phases": phases(first),
             "timeline": first.timeline,
         }
