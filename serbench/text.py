@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
 from serbench.metrics import METRICS, metric
-from serbench.results import ok_records
+from serbench.results import ok_records, split_backend
 from serbench.units import UNITLESS, format_value, scale_for
 
 
@@ -60,7 +60,7 @@ def render(data: dict) -> str:
             factor, unit = _column(records, name)
             rows = [
                 [
-                    b + (" (unsafe)" if b in unsafe else ""),
+                    b + (" (unsafe)" if split_backend(b)[0] in unsafe else ""),
                     *(_cell(by_case.get((b, w)), name, factor) for w in workloads),
                 ]
                 for b in backends
@@ -134,7 +134,9 @@ def format_ratio(row: MetricComparison) -> tuple[str, str]:
 
 def reproduce_command(row: MetricComparison, base: dict) -> str:
     """A command that measures this case again locally, base against the working tree."""
-    selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
+    spec, link = split_backend(row.backend)
+    selection = ["--scenarios", row.scenario, "--backends", spec, "--workloads", row.workload]
+    selection += ["--transport", link] if link else []
     commit = (base["environment"].get("git_commit") or "").removesuffix("-dirty")
     command = (
         ["serbench", "gate", "--base", commit[:12], *selection] if commit else ["serbench", "run", *selection]

@@ -197,8 +197,13 @@ def round_trip_floor(push: zmq.Socket, pull: zmq.Socket, count: int, timeout_s: 
     return [round_trip(push, pull, timeout_s) for _ in range(count)]
 
 
-def _unix_reader(sock: socket.socket, size: int) -> None:
-    """Child side of the unix-socket stream: read messages of ``size`` bytes, ack each with one byte."""
+def _unix_reader(sock: socket.socket, other_end: socket.socket, size: int) -> None:
+    """Child side of the unix-socket stream: read messages of ``size`` bytes, ack each with one byte.
+
+    It closes its copy of the writer's end first, so that the writer's death (even kill -9) ends
+    it: otherwise it would wait forever, holding every pipe it inherited (the runner's among them).
+    """
+    other_end.close()
     while True:
         # Fresh, untouched memory per message, as zmq receives into: pages fault in during the copy.
         view = memoryview(np.empty(size, np.uint8))
@@ -223,7 +228,7 @@ class UnixStream:
         self.views = [memoryview(frame).cast("B") for frame in frames]
         size = sum(v.nbytes for v in self.views)
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, size))
+        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, self.sock, size))
         self.reader.start()
         child.close()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from serbench import report, runner, text
-from serbench.commands.options import add_scenario_options, profile, split_specs
-from serbench.errors import EXIT_INTERRUPTED, UsageError
+from serbench.commands.options import add_scenario_options, profile, split_specs, transports
+from serbench.errors import EXIT_INTERRUPTED
 from serbench.results import output_folder
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
@@ -34,17 +34,6 @@ def plan(args: argparse.Namespace) -> Plan:
         get_workload(spec)
     for name in chosen.scenarios:
         get_scenario(name)
-    return chosen
-
-
-def transports(text: str | None) -> tuple[str, ...]:
-    """``--transport`` parsed: one or more of ``transport.KINDS``; UsageError otherwise."""
-    chosen = tuple(dict.fromkeys(split_specs(text or DEFAULT_KIND)))
-    unknown = [t for t in chosen if t not in KINDS]
-    if unknown or not chosen:
-        raise UsageError(
-            f"--transport: unknown {', '.join(unknown) or 'empty'}; transports: {', '.join(KINDS)}"
-        )
     return chosen
 
 

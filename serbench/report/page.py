@@ -63,7 +63,8 @@ class Look:
         """A backend's name with its colour swatch and, if it runs code from its input, a mark."""
         swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
         mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
-        return f"<span class='backend'>{swatch}{e(name)}{mark if name in self.unsafe else ''}</span>"
+        unsafe = results.split_backend(name)[0] in self.unsafe
+        return f"<span class='backend'>{swatch}{e(name)}{mark if unsafe else ''}</span>"
 
 
 # ---------------------------------------------------------------- metric cells
