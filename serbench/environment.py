@@ -1,4 +1,9 @@
-"""The environment block of a results file: what produced these numbers."""
+"""The environment block of a results file: what produced these numbers.
+
+The accelerator (``accelerator``: torch's CUDA build, each visible GPU and its
+link to the host) is probed in a child process: initialising CUDA in the
+runner would break every case it forks afterwards.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
+import torch
+
+from serbench.isolation import CaseFailed, run_isolated
 
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench")
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")
@@ -51,8 +59,56 @@ def git_commit(cwd: Path | None = None) -> str | None:
     return f"{sha}-dirty" if dirty else sha
 
 
+PROBE_TIMEOUT_S = 120.0  # a first CUDA initialisation can take tens of seconds
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
+def host_link(bus_id: str) -> dict[str, str] | None:
+    """The PCIe link of the device at ``bus_id`` (``0000:65:00.0``) from sysfs: the speed and width
+    it can run at (``max``) and runs at now (``current``; an idle GPU trains its link down)."""
+    folder = PCI_DEVICES / bus_id.lower()
+    try:
+        return {
+            which: f"{(folder / f'{which}_link_speed').read_text().strip()} "
+            f"x{(folder / f'{which}_link_width').read_text().strip()}"
+            for which in ("max", "current")
+        }
+    except OSError:
+        return None
+
+
+def _probe_accelerator() -> dict:
+    """torch's CUDA build and, where CUDA works, each device: name, memory, capability, host link."""
+    available = torch.cuda.is_available()
+    info: dict = {"torch_cuda": torch.version.cuda, "cuda_available": available, "devices": []}
+    if not info["cuda_available"]:
+        return info
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        domain, bus, device = (getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
+        bus_id = None if bus is None else f"{domain or 0:04x}:{bus:02x}:{device or 0:02x}.0"
+        info["devices"].append(
+            {
+                "name": props.name,
+                "memory_bytes": props.total_memory,
+                "capability": f"{props.major}.{props.minor}",
+                "pci_bus_id": bus_id,
+                "host_link": host_link(bus_id) if bus_id else None,
+            }
+        )
+    return info
+
+
+def accelerator() -> dict:
+    """``_probe_accelerator`` in a child process; ``{"error": ...}`` if the probe fails."""
+    try:
+        return run_isolated(_probe_accelerator, (), PROBE_TIMEOUT_S)
+    except CaseFailed as exc:
+        return {"error": f"accelerator probe failed: {exc}"}
+
+
 def collect(argv: list[str]) -> dict:
-    """Versions, CPU, memory, commit, command line and allocator settings."""
+    """Versions, CPU, memory, accelerator, commit, command line and allocator settings."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -61,6 +117,7 @@ def collect(argv: list[str]) -> dict:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
+        "accelerator": accelerator(),
         "libraries": {name: _version(name) for name in LIBRARIES},
         "git_commit": git_commit(),
         "command": [Path(sys.argv[0]).name, *argv],

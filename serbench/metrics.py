@@ -68,6 +68,8 @@ METRICS: dict[str, Metric] = {
         Metric("floor_rtt_s", "s", "empty-message round trip (floor)", yardstick=True),
         Metric("unix_gb_per_s", "GB/s", "raw unix socket (reference)", higher_is_better=True, yardstick=True),
         Metric("memcpy_gb_per_s", "GB/s", "one memcpy (reference)", higher_is_better=True, yardstick=True),
+        # the engine's stage after decode (--engine-device): decoded → on the device, synchronized
+        Metric("to_device_s", "s", "device stage (decoded → on device)", summary=True),
         # memory (``copies`` is a ratio of page-granular RSS readings: a
         # hundredth of the payload is below its resolution)
         Metric(
@@ -108,6 +110,7 @@ METRICS: dict[str, Metric] = {
             summary=True,
             log_axis=False,
         ),
+        Metric("pinned_bytes", "bytes", "engine pinned host memory", resolution=0.0, log_axis=False),
     )
 }
 

@@ -95,12 +95,16 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def add_scenario_options(parser: argparse.ArgumentParser) -> None:
-    """Every scenario's declared options (``scenarios.base.Option``), a group per scenario."""
+    """Every scenario's declared options (``scenarios.base.Option``), a group per scenario;
+    an option several scenarios share is added once, in the first one's group."""
+    added: set[str] = set()
     for scenario in SCENARIOS.values():
-        if not scenario.options:
+        new = [option for option in scenario.options if option.flag not in added]
+        if not new:
             continue
         group = parser.add_argument_group(f"{scenario.name} scenario")
-        for option in scenario.options:
+        for option in new:
+            added.add(option.flag)
             group.add_argument(
                 option.flag,
                 dest=option.key,

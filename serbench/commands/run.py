@@ -49,6 +49,8 @@ def _point_latest(folder: Path) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix; write results.json; print the summary."""
     chosen, settings = plan(args), profile(args)
+    for name in chosen.scenarios:
+        get_scenario(name).check(settings)  # UsageError before any case runs
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0

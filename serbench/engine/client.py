@@ -59,6 +59,7 @@ class EngineLink:
         self.placer = placer
         self.pending: deque[tuple[Control | None, list]] = deque()  # taken while waiting for room
         self.session = uuid.uuid4().hex
+        self.frame_sizes = False  # the engine asked for each message's frame sizes in its header
         self.poller = zmq.Poller()
         self.poller.register(pull, zmq.POLLIN)
         if proc is not None:
@@ -71,6 +72,8 @@ class EngineLink:
         if self.placer is not None and kind == "request":
             placement = self._place(frames)
             data["shm"], frames = [placement.block, placement.refs], placement.inline
+        if self.frame_sizes and frames:
+            data["sizes"] = [memoryview(frame).nbytes for frame in frames]
         sender(self.push, [control(kind, self.session, **data), *frames])
 
     def _place(self, frames: Sequence[Any]) -> shm.Placement:
@@ -220,6 +223,7 @@ def open_link(
     engine_url: str | None = None,
     local_transport: str = transport.DEFAULT_KIND,
     shm_bytes: int = 0,
+    staging: dict[str, str] | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
@@ -227,7 +231,9 @@ def open_link(
     ``serbench engine``; without, one is forked for this session, linked by
     ``local_transport`` (``transport.KINDS``). Over ``shm`` (which also works
     with an engine started on this host) the requests' large frames go
-    through a region of ``shm_bytes``.
+    through a region of ``shm_bytes``. ``staging`` (``device``, ``pin``)
+    asks the engine to stage each request on a device after decode
+    (``serbench.engine.staging``); the engine refuses a session it cannot stage.
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -244,8 +250,8 @@ def open_link(
         stack.callback(push.close)
         link = EngineLink(push, pull, addrs.requests, proc, shm.Placer(region) if region else None)
         shared = {"shm": {"name": region.name, "size": region.size}} if region else {}
-        link.send("start", backend=backend, step_s=step_s, **shared)
-        link.expect("ready", STARTUP_TIMEOUT_S)
+        link.send("start", backend=backend, step_s=step_s, **(staging or {}), **shared)
+        link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
         if region:

@@ -7,6 +7,13 @@ serving engine, a receive thread decodes while the main thread steps, so a
 slow decode shows up as late tokens for everybody. The messages are those of
 ``serbench.engine.protocol``.
 
+A session that names a device (``start`` with ``device``/``pin``) gets the
+stage of ``serbench.engine.staging`` after decode: the receive thread copies
+the request's tensors to the device (receiving its payload straight into
+pinned buffers when ``pin`` is ``receive``), and only then is the request
+acknowledged and handed to the scheduler — it is ready once it is on the
+device, and the ack carries the stage's seconds (``to_device_s``).
+
 The engine keeps what it decoded and checks it against each request's
 checksum when the session ends (or once more than ``VERIFY_BACKLOG_BYTES``
 wait), so that checking costs no step time; it reports a mismatch, a failed
@@ -55,6 +62,7 @@ from serbench.engine.protocol import (
     parse_control,
     request_checksum,
 )
+from serbench.engine.staging import Stager, Staging
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
@@ -73,12 +81,13 @@ PR_SET_PDEATHSIG = 1
 
 @dataclass
 class Session:
-    """One frontend's run: its backend (one instance per thread) and what it sent."""
+    """One frontend's run: its backend (one instance per thread), its device stage, and what it sent."""
 
     id: str
     step_s: float
     decoder: Serializer
     encoder: Serializer
+    stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
     unverified: list[tuple[EngineCoreRequest, Any]] = field(default_factory=list)
     unverified_bytes: int = 0
@@ -105,6 +114,8 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
             f"refusing backend {spec!r} given by dotted path (building it imports and calls any "
             "function a client names); start the engine with --allow-unsafe-deserialization to accept it"
         )
+    device, pin = ctrl.data.get("device"), ctrl.data.get("pin", "none")
+    stager = Stager(Staging(device, pin)) if device is not None else None  # ValueError says why not
     decoder = get_serializer(spec)
     if not is_safe(decoder) and not allow_unsafe and not transport.is_loopback(bind_address):
         raise ValueError(
@@ -112,7 +123,7 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
             f"{bind_address}; start the engine with --allow-unsafe-deserialization to accept it"
         )
     return Session(
-        ctrl.session, float(step_s), decoder, get_serializer(spec), region=_attach(ctrl, bind_address)
+        ctrl.session, float(step_s), decoder, get_serializer(spec), stager, region=_attach(ctrl, bind_address)
     )
 
 
@@ -164,9 +175,13 @@ class Engine:
     def _receive_loop(self) -> None:
         session: Session | None = None
         while not self.stopping.is_set():
+            pinned = session is not None and session.stager is not None and session.stager.receives_pinned
             try:
-                frames = transport.recv(self.requests, POLL_S)
+                frames = (session.stager.receive if pinned else transport.recv)(self.requests, POLL_S)
             except transport.TransportTimeout:
+                continue
+            except ValueError as exc:
+                self.events.put(("error", session.id, f"engine could not receive a request: {exc}"))
                 continue
             if transport.is_ping(frames):
                 self.events.put(("pong",))
@@ -199,7 +214,8 @@ class Engine:
         return session
 
     def _receive_request(self, session: Session, ctrl: Control, frames: list) -> None:
-        """Decode, hand over to the scheduler (acknowledged if asked), then check integrity."""
+        """Decode, stage on the device if the session has one, hand over to the scheduler
+        (acknowledged if asked, with the stage's seconds), then check integrity."""
         placed = ctrl.data.get("shm")
         try:
             if placed is not None:
@@ -220,8 +236,16 @@ class Engine:
             self.events.put(("error", session.id, f"request {rid!r} arrived twice (duplicated message)"))
             return
         session.seen.add(rid)
+        ready: dict[str, Any] = {}
+        if session.stager is not None:
+            try:
+                staged = session.stager.stage(request)
+            except Exception as exc:
+                self.events.put(("error", session.id, f"engine could not stage {rid!r}: {exc}"))
+                return
+            request, ready["to_device_s"] = staged.request, staged.seconds
         if ctrl.data.get("ack"):
-            self.events.put(("ack", session.id, rid))
+            self.events.put(("ack", session.id, rid, ready))
         if placed is not None:
             session.held[rid] = (request, ctrl.data.get("checksum"), placed[0])
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
@@ -310,7 +334,8 @@ class Engine:
             self._send([transport.PING])
         elif kind == "start":
             self.session, self.running = rest[0], {}
-            self._send([control("ready", self.session.id)])
+            stager = self.session.stager
+            self._send([control("ready", self.session.id, sizes=bool(stager and stager.receives_pinned))])
         elif kind == "error":
             self._send([control("error", rest[0], message=rest[1])])
         elif rest[0] != current:
@@ -318,7 +343,7 @@ class Engine:
         elif kind == "request":
             self.running[rest[1]] = Running(max(1, rest[2]))
         elif kind == "ack":
-            self._send([control("ack", current, request_id=rest[1])])
+            self._send([control("ack", current, request_id=rest[1], **rest[2])])
         elif kind == "release":
             self._send([control("release", current, block=rest[1])])
         elif kind == "end":

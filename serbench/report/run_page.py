@@ -215,6 +215,27 @@ class Run:
     data: dict
 
 
+def accelerator_rows(accelerator: dict | None) -> dict[str, str]:
+    """The accelerator and its host link, as the environment section shows them."""
+    if not accelerator:
+        return {"accelerator": "not recorded", "host link": "—"}
+    if accelerator.get("error"):
+        return {"accelerator": accelerator["error"], "host link": "—"}
+    devices = accelerator.get("devices") or []
+    if not devices:
+        build = f"CUDA {accelerator['torch_cuda']}" if accelerator.get("torch_cuda") else "a CPU-only build"
+        return {"accelerator": f"none (torch is {build}; no CUDA device visible)", "host link": "—"}
+    names = [
+        f"{d['name']}, {format_value(d['memory_bytes'], 'bytes')}, compute {d['capability']}" for d in devices
+    ]
+    links = [
+        f"{d['host_link']['max']} (now {d['host_link']['current']})" if d.get("host_link") else "unknown"
+        for d in devices
+    ]
+    cuda = f"CUDA {accelerator.get('torch_cuda')}"
+    return {"accelerator": f"{'; '.join(names)} ({cuda})", "host link": "; ".join(links)}
+
+
 def _environment_rows(run: Run) -> dict[str, str]:
     data = run.data
     env = data["environment"]
@@ -232,6 +253,7 @@ def _environment_rows(run: Run) -> dict[str, str]:
         "platform": str(env.get("platform", "")),
         "cpu": f"{env.get('cpu', '?')}, {env.get('cpu_count', '?')} CPUs",
         "memory": format_value(memory, "bytes") if memory else "?",
+        **accelerator_rows(env.get("accelerator")),
         "allocator settings": " ".join(f"{k}={v}" for k, v in (env.get("allocator_env") or {}).items())
         or "(defaults)",
     }

@@ -89,6 +89,9 @@ class Scenario:
         chosen = [t for t in transports if t in self.transports]
         return [backend_label(b, None if t == DEFAULT_KIND else t) for b in backends for t in chosen]
 
+    def check(self, profile: Profile) -> None:
+        """Refuse, before any case runs, settings this machine cannot measure (UsageError)."""
+
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         """Measure one case; return ``{"metrics": {...}, "info": {...}}``."""
         raise NotImplementedError

@@ -13,7 +13,11 @@ tcp://HOST:PORT``), through ``serbench.engine.client``. In one run it measures
    request per step. TTFT runs from just before a request's encode to the
    decode of its first output. For payload workloads the engine also
    acknowledges each request as soon as it is decoded: payload bytes /
-   (ack - created) is the payload GB/s;
+   (ack - created) is the payload GB/s. With ``--engine-device`` the
+   engine stages each request on the device after decode
+   (``serbench.scenarios.device``) and the request is ready — acknowledged,
+   scheduled — only once it is there: TTFT and the payload GB/s then run
+   until device-ready, and ``to_device_s`` is the stage itself;
 3. for payload workloads, the same payload bytes streamed over a plain unix
    socket between two processes, and copied once within one (memcpy): the
    two references for that GB/s.
@@ -35,6 +39,7 @@ duplicated message fails the case with a message saying which.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,7 +48,9 @@ from typing import Any, ClassVar
 from serbench import metrics, shm, transport
 from serbench.engine.client import Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
+from serbench.engine.staging import Staging
 from serbench.profiles import Profile
+from serbench.scenarios import device
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serbench.scenarios.load import RequestPool, arrival_offsets, load_metrics, run_load
 from serializers import Serializer, get_serializer
@@ -74,6 +81,7 @@ class Settings:
     engine: str | None = None
     seed: int = 0
     shm_mb: float | None = None  # the shm region; None: two of the largest requests
+    staging: Staging | None = None
 
 
 def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
@@ -86,7 +94,7 @@ def settings_for(profile: Profile, workload: Workload, link: str = transport.DEF
             values[key] = opts[f"ipc_{key}"]
     if opts.get("ipc_step_ms") is not None:
         values["step_s"] = opts["ipc_step_ms"] / 1e3
-    return Settings(**values)
+    return Settings(**values, staging=device.staging(profile))
 
 
 @dataclass
@@ -140,7 +148,8 @@ def measure(
     payload = workload.payload_bytes()
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
     references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
-    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes)
+    staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
+    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes, staging)
     with references as refs, session as (link, local):
         floor = transport.round_trip_floor(link.push, link.pull, cfg.floor)
         tracked, duration = run_load(
@@ -164,7 +173,7 @@ def measure(
 
 
 def _settings_info(cfg: Settings) -> dict[str, Any]:
-    info = dict(vars(cfg))
+    info = dataclasses.asdict(cfg)
     info["rate"] = "inf" if math.isinf(cfg.rate) else cfg.rate  # JSON has no infinity
     return info
 
@@ -229,7 +238,15 @@ class Ipc(Scenario):
             _engine_url,
             "drive a `serbench engine` at tcp://HOST:PORT instead of forking one",
         ),
+        *device.OPTIONS,
     )
+
+    def check(self, profile: Profile) -> None:
+        """The device options: checked here for a forked engine, by the engine itself for ``--engine``."""
+        if profile.options.get("ipc_engine"):
+            device.staging(profile)
+        else:
+            device.check(profile)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         cfg = settings_for(profile, get_workload(case.workload), case.transport)

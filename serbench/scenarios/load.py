@@ -76,6 +76,7 @@ class Tracked:
     max_tokens: int
     times: list[float] = field(default_factory=list)
     acked: float | None = None
+    to_device: float | None = None  # the engine's stage after decode, when it has a device
 
     @property
     def finished(self) -> bool:
@@ -108,11 +109,13 @@ def account(outputs: EngineCoreOutputs, tracked: dict[str, Tracked], at: float) 
 
 
 def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
-    """Note when the engine had decoded a request; once per request."""
+    """Note when the engine had the request ready (decoded, and on its device if it has one)
+    and how long its device stage took; once per request."""
     state = tracked.get(ctrl.data.get("request_id"))
     if state is None or state.acked is not None:
         raise IntegrityError(f"unexpected ack for {ctrl.data.get('request_id')!r}")
     state.acked = at
+    state.to_device = ctrl.data.get("to_device_s")
 
 
 def run_load(
@@ -209,5 +212,8 @@ def load_metrics(tracked: dict[str, Tracked], duration: float, payload: int) -> 
         measured["payload_gb_per_s"] = metrics.measured(
             "payload_gb_per_s", [payload / s / 1e9 for s in transfers]
         )
+        staged = [t.to_device for t in tracked.values() if t.to_device is not None]
+        if staged:
+            measured["to_device_s"] = metrics.measured("to_device_s", staged)
     serving = {"ttft": serving_summary(ttft), "itl": serving_summary(itl), "e2e": serving_summary(e2e)}
     return measured, {"serving": serving, "duration_s": duration, "output_tokens": tokens}

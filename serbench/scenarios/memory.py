@@ -16,21 +16,30 @@ not the serializer's cost.
 
 ``copies`` = the engine's extra peak bytes / payload bytes (1.0 = the
 receive buffer and nothing else), ``copies_frontend`` the same for the
-frontend (0 = the payload left from the tensors' own memory). RSS counts a
-shared page in both processes, so over ``shm`` each side shows the region;
-``copies_total`` is the sum of both sides' extra PSS at the moment both
-hold the request (the engine right after use, the frontend right after the
-engine's acknowledgement, while the engine waits) over the payload: shared
-memory counts once there, and the payload of a zero-copy path is 1.0.
+frontend (0 = the payload left from the tensors' own memory). They are
+machine-independent: a zero-copy regression moves them by whole units,
+noise by a few hundredths. ``info.phases`` says when, and at what peak,
+each step ended; ``info.timeline`` is the psutil RSS of both sides.
+
+RSS counts a shared page in both processes, so over ``shm`` each side shows
+the region; ``copies_total`` is the sum of both sides' extra PSS at the
+moment both hold the request (the engine right after use, the frontend right
+after the engine's acknowledgement, while the engine waits) over the
+payload: shared memory counts once there, and the payload of a zero-copy
+path is 1.0.
 
 The case's transport (``--transport``) links the two: ZeroMQ over ipc:// or
 tcp://, or ``shm``, where the frontend creates a region sized for the
 message (its pages fault in as the payload is placed, so they count), sends
 a small header with the references and the inline frames, and the engine
-decodes views of the mapped region (docs/shm.md). They are
-machine-independent: a zero-copy regression moves them by whole units,
-noise by a few hundredths. ``info.phases`` says when, and at what peak,
-each step ended; ``info.timeline`` is the psutil RSS of both sides.
+decodes views of the mapped region (docs/shm.md).
+
+With ``--engine-device`` (``serbench.scenarios.device``) the engine stages
+the decoded request on the device before it uses it (the use then reads the
+device's copy back, one tensor at a time), and ``pinned_bytes`` says how much
+page-locked host memory the stage filled: the decoded tensors' bytes with
+``--pin decode``, the received frames' with ``--pin receive``. Pinned pages
+are resident, so they count in the engine's peak RSS and its ``copies``.
 
 Variants (docs/architecture.md, "History": the flattened-MultiModalKwargs table): a msgpack
 backend whose spec leaves ``threshold`` at its default is measured twice,
@@ -51,10 +60,13 @@ import numpy as np
 import torch
 import zmq
 
-from serbench import shm, transport
+from serbench import conformance, shm, transport
+from serbench.engine.protocol import frames_checksum, integrity_fault
+from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, proportional, status_bytes
+from serbench.scenarios import device
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serializers import get_serializer
 from serializers.msgpack_backend import MsgpackSerializer
@@ -114,19 +126,25 @@ def stamp() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class Sent:
-    """A message and the checksum its receiver must find."""
+    """A message, the checksum its receiver must find, and the CRC of its frames as encoded."""
 
     message: Any
     checksum: int
+    encoded: int
 
     @classmethod
-    def of(cls, message: Any) -> Sent:
-        return cls(message, payload_checksum(message))
+    def of(cls, message: Any, backend: str) -> Sent:
+        frames = get_serializer(backend).encode(message)
+        return cls(message, payload_checksum(message), frames_checksum(frames))
 
-    def check(self, decoded: Any) -> None:
-        """Use the decoded message: read every tensor byte, compare with what was sent."""
+    def check(self, decoded: Any, frames: list) -> None:
+        """Use the decoded message: read every tensor byte, compare with what was sent; on a
+        difference, say from the received ``frames`` whether the bytes or the decoder changed."""
         if decoded.request_id != self.message.request_id or payload_checksum(decoded) != self.checksum:
-            raise ValueError("decoded request differs from the one sent (checksum mismatch)")
+            raise ValueError(
+                f"decoded request differs from the one sent (checksum mismatch): "
+                f"{integrity_fault(frames, self.encoded)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -137,6 +155,8 @@ class Route:
     request: Sent
     warmup: Sent
     addresses: transport.Addresses
+    staging: Staging | None = None
+    sizes: list[int] | None = None  # the request's frame sizes, where the engine receives into pinned buffers
     shm_bytes: int = 0
 
 
@@ -148,11 +168,8 @@ class Placed(msgspec.Struct, array_like=True):
     refs: list[list[int]]
 
 
-def _receive_frames(pull: zmq.Socket, shared: bool) -> tuple[list, shm.Region | None]:
-    """One message's frames; over shm, with the placed ones as views of the mapped region."""
-    frames = transport.recv(pull, RECV_TIMEOUT_S)
-    if not shared:
-        return frames, None
+def _gather_placed(frames: list) -> tuple[list, shm.Region]:
+    """A message received over shm: its frames, the placed ones as views of the mapped region."""
     header = msgspec.msgpack.decode(memoryview(frames[0]), type=Placed)
     region = shm.Region.attach(header.name, header.size)
     region.unlink()  # mapped on both sides: nothing may outlive them
@@ -169,30 +186,65 @@ def _send_frames(push: zmq.Socket, frames: list, region: shm.Region | None) -> N
     transport.send(push, [header, *placement.inline])
 
 
-def engine_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
-    """The serializer, warmed up on the miniature through decode and use; sockets bound."""
+@dataclass
+class EngineSide:
+    """The engine side's state after setup."""
+
+    serializer: Any
+    stager: Stager | None
+    pull: zmq.Socket
+    push: zmq.Socket
+    region: shm.Region | None = None  # over shm, once the request arrived
+
+
+def engine_setup(route: Route) -> EngineSide:
+    """The serializer (and the device stage, its CUDA context made) warmed up on the miniature
+    through decode, stage and use; sockets bound."""
     serializer = get_serializer(route.backend)
-    route.warmup.check(serializer.decode(serializer.encode(route.warmup.message), type(route.warmup.message)))
+    stager = Stager(route.staging) if route.staging else None
+    frames = serializer.encode(route.warmup.message)
+    decoded = serializer.decode(frames, type(route.warmup.message))
+    route.warmup.check(stager.stage(decoded).request if stager else decoded, frames)
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
-    return serializer, pull, push
+    return EngineSide(serializer, stager, pull, push)
 
 
-def engine_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[str, Any]:
-    """Receive, decode, use (checksum every tensor), read PSS, then tell the frontend it is done,
-    holding the request until the frontend has read its PSS too."""
-    serializer, pull, push = state
-    frames, region = _receive_frames(pull, bool(route.shm_bytes))
-    received = stamp()
-    decoded = serializer.decode(frames, type(route.request.message))
-    decoded_at = stamp()
-    route.request.check(decoded)
-    used = stamp()
+def engine_receive(route: Route, engine: EngineSide) -> tuple[list[Any], int]:
+    """The request's frames, and how many of their bytes landed straight in pinned buffers."""
+    if engine.stager is None or not engine.stager.receives_pinned:
+        frames = transport.recv(engine.pull, RECV_TIMEOUT_S)
+        if route.shm_bytes:
+            frames, engine.region = _gather_placed(frames)
+        return frames, 0
+    if not engine.pull.poll(int(RECV_TIMEOUT_S * 1000), zmq.POLLIN):
+        raise transport.TransportTimeout(f"nothing received within {RECV_TIMEOUT_S:g} s")
+    return recv_pinned(engine.pull, route.sizes), sum(route.sizes)
+
+
+def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
+    """Receive, decode, stage (with a device), use (checksum every tensor), read PSS, then tell the
+    frontend, holding the request until the frontend has read its PSS too.
+
+    Returns each step's stamp, the (PSS, USS) held and, with a device, the bytes the engine pinned.
+    """
+    frames, pinned = engine_receive(route, engine)
+    steps = {"received": stamp()}
+    decoded = engine.serializer.decode(frames, type(route.request.message))
+    steps["decoded"] = stamp()
+    if engine.stager is not None:
+        staged = engine.stager.stage(decoded)
+        decoded, pinned = staged.request, pinned + staged.pinned_bytes
+        steps["staged"] = stamp()
+    route.request.check(decoded, frames)
+    steps["used"] = stamp()
     held = proportional()
-    transport.send(push, [transport.PING])
-    if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
+    transport.send(engine.push, [transport.PING])
+    if not transport.is_ping(transport.recv(engine.pull, RECV_TIMEOUT_S)):
         raise ValueError("the frontend answered something other than its reading")
-    del decoded, frames, region  # held until here on purpose
-    return {"received": received, "decoded": decoded_at, "used": used, "held": held}
+    del decoded, frames  # held until here on purpose
+    engine.region = None
+    steps["held"] = held
+    return {**steps, "pinned_bytes": pinned} if engine.stager else steps
 
 
 def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]:
@@ -233,9 +285,10 @@ def sides(route: Route) -> list[Side]:
 def phases(m: Measurement) -> dict[str, dict[str, float]]:
     """Each step's end: seconds on the timeline's clock, and the side's peak above baseline by then."""
     return {
-        step: {"t_s": round(at - m.started, 4), "peak_bytes": hwm - side.baseline_bytes}
+        step: {"t_s": round(value[0] - m.started, 4), "peak_bytes": value[1] - side.baseline_bytes}
         for side in m.sides.values()
-        for step, (at, hwm) in side.result.items()
+        for step, value in side.result.items()
+        if isinstance(value, tuple) and step != "held"  # a stamp; pinned_bytes and held are not
     }
 
 
@@ -259,6 +312,10 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
         metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
         total = [e + f for e, f in zip(held["engine"], held["frontend"], strict=True)]
         metrics["copies_total"] = measured("copies_total", [b / payload for b in total])
+    staged = [m.sides["engine"].result for m in runs if "staged" in m.sides["engine"].result]
+    if staged:
+        metrics["to_device_s"] = measured("to_device_s", [r["staged"][0] - r["decoded"][0] for r in staged])
+        metrics["pinned_bytes"] = measured("pinned_bytes", [r["pinned_bytes"] for r in staged])
     return metrics
 
 
@@ -277,12 +334,27 @@ def _free_tcp_addresses() -> transport.Addresses:
     return transport.tcp_addresses(f"tcp://127.0.0.1:{port}")
 
 
-def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measurement], int]:
-    """The case's measurements (fresh sides and ipc folder each) and its payload bytes."""
+def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int] | None:
+    """The encoded message's frame sizes where the engine receives into pinned buffers (it must
+    size them before the bytes arrive; the encoding is deterministic), else None."""
+    if staging is None or staging.pin != "receive":
+        return None
+    return [memoryview(frame).nbytes for frame in get_serializer(backend).encode(message)]
+
+
+def repeat(
+    case: Case, plan: Repetitions, timeout_s: float, staging: Staging | None = None
+) -> tuple[list[Measurement], int, dict]:
+    """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
+    cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
-    request, warmup = Sent.of(message), Sent.of(miniature(message))
+    verification = conformance.verify(get_serializer(case.spec), [message], "request")
+    request, warmup = Sent.of(message, case.spec), Sent.of(miniature(message), case.spec)
+    sizes = frame_sizes(case.spec, message, staging)
     shm_bytes = 0
     if case.transport == "shm":
+        if sizes is not None:
+            raise ValueError("--pin receive reads ZeroMQ frames into pinned buffers: not over shm")
         shm.reclaim_orphans()
         shm_bytes = max(shm.placed_bytes(get_serializer(case.spec).encode(message)), 1)
     runs: list[Measurement] = []
@@ -291,9 +363,9 @@ def repeat(case: Case, plan: Repetitions, timeout_s: float) -> tuple[list[Measur
         with transport.ipc_dir() as folder:
             tcp = case.transport == "tcp"
             addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
-            route = Route(case.spec, request, warmup, addresses, shm_bytes)
+            route = Route(case.spec, request, warmup, addresses, staging, sizes, shm_bytes)
             runs.append(measure(sides(route), timeout_s))
-    return runs, payload_bytes(message)
+    return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
@@ -308,7 +380,11 @@ class Memory(Scenario):
             "fresh frontend/engine pairs per case (default: quick 1-3 within 0.3 s, full 3-10 in 30 s)",
             metavar="N",
         ),
+        *device.OPTIONS,
     )
+
+    def check(self, profile: Profile) -> None:
+        device.check(profile)
 
     def cases(
         self,
@@ -321,16 +397,19 @@ class Memory(Scenario):
         return super().cases(variants, workloads, transports)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        runs, payload = repeat(case, repetitions(profile), profile.case_timeout_s)
+        staging = device.staging(profile)
+        runs, payload, verification = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
         first = runs[0]
         info = {
             "payload_bytes": payload,
             "repetitions": len(runs),
+            "staging": staging.describe() if staging else None,
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
             "uss_above_baseline_bytes": {
                 name: [held_above(m, name)[1] for m in runs] for name in first.sides
             },
             "phases": phases(first),
             "timeline": first.timeline,
+            "verification": verification,
         }
         return {"metrics": summarize_runs(runs, payload), "info": info}
