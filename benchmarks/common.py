@@ -41,6 +41,10 @@ TRANSPORTS = _grid("SERBENCH_ASV_TRANSPORTS", ["ipc"])
 LABELS = [b if t == "ipc" else f"{b}@{t}" for b in BACKENDS for t in TRANSPORTS]
 
 
+class Unsupported(str):
+    """A cell the backend declares unsupported: the reason; the benchmark is skipped there."""
+
+
 def measure(scenario: str) -> dict[tuple[str, str], Any]:
     """For ``setup_cache``: every case of ``scenario`` on the grid, as ``serbench run`` measures it.
 
@@ -67,11 +71,12 @@ def measure(scenario: str) -> dict[tuple[str, str], Any]:
         if case.backend not in LABELS:
             continue
         try:
-            outcomes[case.backend, case.workload] = run_isolated(
-                run_case, (case, profile), profile.case_timeout_s
-            )["metrics"]
+            outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
         except CaseFailed as exc:
-            outcomes[case.backend, case.workload] = str(exc)
+            outcome = {"metrics": str(exc)}
+        if "unsupported" in outcome:  # declared by the backend: skipped, never timed
+            outcome = {"metrics": Unsupported(outcome["unsupported"])}
+        outcomes[case.backend, case.workload] = outcome["metrics"]
     return outcomes
 
 
@@ -92,6 +97,8 @@ class ScenarioTracks:
             raise NotImplementedError(f"no {self.scenario} scenario in this commit")
         if (backend, workload) not in cache:
             raise NotImplementedError(f"no case {Case(self.scenario, backend, workload).label}")
+        if isinstance(cache[backend, workload], Unsupported):
+            raise NotImplementedError(f"unsupported by the backend: {cache[backend, workload]}")
 
     def median(self, cache: dict, backend: str, workload: str, metric: str) -> float:
         """The case's median of ``metric``; a failed case fails the benchmark with its reason.

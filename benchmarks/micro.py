@@ -16,6 +16,10 @@ try:
     from serbench.scenarios.micro import operations, wire_bytes
 except ImportError:  # a commit before micro's operations(): the suite is skipped there
     operations = wire_bytes = None
+try:
+    from serbench.conformance import case_unsupported, verify
+except ImportError:  # a commit before verified-before-timed: timed unverified, as that commit was
+    case_unsupported = verify = None
 
 
 class Micro:
@@ -30,6 +34,11 @@ class Micro:
             raise NotImplementedError("no serbench.scenarios.micro.operations in this commit")
         self.serializer = get_serializer(backend)
         self.message = get_workload(workload).request(0)
+        if verify is not None:
+            reason = case_unsupported(self.serializer, workload)
+            if reason is not None:
+                raise NotImplementedError(f"unsupported by the backend: {reason}")
+            verify(self.serializer, [self.message], "request")  # raises: the benchmark fails, untimed
         self.ops = operations(self.serializer, self.message)
 
     def time_encode(self, backend: str, workload: str) -> None:

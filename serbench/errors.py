@@ -30,3 +30,9 @@ class ResultsError(SerbenchError):
 
 class GateError(SerbenchError):
     """A step of the gate that could not run: a bad ref, git failing, a worker that stopped."""
+
+
+class VerificationError(SerbenchError):
+    """A backend's round trip of the very messages a case would time differs from them: the case
+    is not timed. Raised in the case's own process before timing; the message names the first
+    difference."""

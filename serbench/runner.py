@@ -2,7 +2,11 @@
 
 Before timing a backend, the runner round-trips the conformance cases through
 it (in a child of its own): a backend that fails conformance is not timed,
-its cases are recorded as failed with the first mismatches. Every case, failed
+its cases are recorded as failed with the first mismatches. A case whose
+workload the backend declares unsupported is recorded as unsupported (its
+``error`` says so and why, ``info.unsupported`` holds the reason), never
+timed; every other case verifies its own messages before timing them
+(``conformance.verify``, called by each scenario). Every case, failed
 or not, lands in the results file, which is saved after each one. ``work`` is
 the same loop on request, for the gate's workers.
 """
@@ -62,8 +66,15 @@ def check_backend(spec: str) -> dict:
     }
 
 
+UNSUPPORTED = "unsupported"
+
+
 def run_case(case: Case, profile: Profile) -> dict:
-    """Runs in a child: one scenario measurement."""
+    """Runs in a child: one scenario measurement, or ``{"unsupported": reason}`` (nothing timed)
+    when the backend declares the case's workload unsupported."""
+    reason = conformance.case_unsupported(get_serializer(case.backend), case.workload)
+    if reason is not None:
+        return {UNSUPPORTED: reason}
     return get_scenario(case.scenario).run(case, profile)
 
 
@@ -128,6 +139,9 @@ def _measure(
                 outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
             except CaseFailed as exc:
                 error = str(exc)
+        if UNSUPPORTED in outcome:
+            error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
+            outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
         results.add(
             record(
                 case.scenario,

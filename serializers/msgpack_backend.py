@@ -20,6 +20,7 @@ import torch
 
 from serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
 from serializers.tensors import (
+    UNCARRIED_DTYPES,
     ndarray_buffer,
     ndarray_from_buffer,
     numpy_dtype_name,
@@ -28,6 +29,7 @@ from serializers.tensors import (
 
 TENSOR_EXT = 1
 NDARRAY_EXT = 2
+GRAD_TENSOR_EXT = 4  # a tensor that requires grad: rebuilt as a leaf that does (3 is flat-mmk's ref)
 
 ArrayHeader = tuple[str, list[int], int | bytes]
 _header_encoder = msgspec.msgpack.Encoder()
@@ -38,6 +40,7 @@ class MsgpackSerializer:
     """msgpack via msgspec; arrays as ext types, large ones as zero-copy frames."""
 
     safe = True
+    unsupported = UNCARRIED_DTYPES
     tensor_to_buffer: Callable[[torch.Tensor], memoryview]
     tensor_from_buffer: Callable[[Any, Any, Buffer], torch.Tensor]
 
@@ -67,7 +70,8 @@ class MsgpackSerializer:
 
     def _enc_hook(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
-            code, dtype, buf = TENSOR_EXT, torch_dtype_name(obj.dtype), type(self).tensor_to_buffer(obj)
+            code = GRAD_TENSOR_EXT if obj.requires_grad else TENSOR_EXT
+            dtype, buf = torch_dtype_name(obj.dtype), type(self).tensor_to_buffer(obj)
         elif isinstance(obj, np.ndarray):
             code, dtype, buf = NDARRAY_EXT, numpy_dtype_name(obj.dtype), ndarray_buffer(obj)
         else:
@@ -120,6 +124,8 @@ class MsgpackSerializer:
         buf = self._frame(ref) if isinstance(ref, int) else ref
         if code == TENSOR_EXT:
             return type(self).tensor_from_buffer(dtype, shape, buf)
+        if code == GRAD_TENSOR_EXT:
+            return type(self).tensor_from_buffer(dtype, shape, buf).requires_grad_()
         if code == NDARRAY_EXT:
             return ndarray_from_buffer(dtype, shape, buf)
         raise DecodeError(f"unknown ext type {code}")

@@ -1,6 +1,7 @@
 """``numpy-intermediate``: tensor → ``numpy()`` → buffer; ``np.frombuffer`` → ``torch.from_numpy``.
 
-vLLM's first msgpack stage. bfloat16, which numpy lacks, travels as int16.
+vLLM's first msgpack stage. A dtype numpy lacks (bfloat16, float8, complex32, ...) travels
+as the unsigned integer of its size and is viewed back on decode.
 """
 
 from __future__ import annotations

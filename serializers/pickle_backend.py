@@ -14,6 +14,11 @@ from typing import Any
 
 from serializers.base import Buffer
 
+_NO_STORAGE_DTYPE = (
+    "torch's own tensor pickler cannot rebuild a storage of this dtype "
+    "(AttributeError: UntypedStorage has no attribute 'dtype', torch 2.13)"
+)
+
 
 class PickleSerializer:
     """Whole message pickled in-band, one frame."""
@@ -21,6 +26,23 @@ class PickleSerializer:
     name = "pickle"
     description = "stdlib pickle, highest protocol, whole message in one in-band frame"
     safe = False
+    # What torch's tensor reducer, which this backend is, cannot carry.
+    unsupported = {
+        **{
+            pattern: _NO_STORAGE_DTYPE
+            for pattern in (
+                "dtype-float8_*",
+                "dtype-float4_*",
+                "dtype-bits*",
+                "dtype-complex32",
+                "dtype-uint16",
+                "dtype-uint32",
+                "dtype-uint64",
+            )
+        },
+        "dtype-int[1-7]": "torch's own tensor pickler does not know torch's placeholder dtypes",
+        "dtype-uint[1-7]": "torch's own tensor pickler does not know torch's placeholder dtypes",
+    }
 
     dumps: Callable[[Any], bytes] = staticmethod(partial(pickle.dumps, protocol=pickle.HIGHEST_PROTOCOL))
 

@@ -2,7 +2,8 @@
 
 torch's own tensor reducer yields no ``PickleBuffer``, so tensors get a
 reducer of their own that hands their bytes out of band; numpy arrays do so
-natively. Buffers below ``threshold`` bytes stay in-band. Still pickle:
+natively. Quantized tensors (bytes plus scale and zero point) stay with
+torch's reducer, in-band. Buffers below ``threshold`` bytes stay in-band. Still pickle:
 unsafe for untrusted input.
 """
 
@@ -16,19 +17,20 @@ from typing import Any
 import torch
 
 from serializers.base import DEFAULT_THRESHOLD, Buffer, parse_threshold
-from serializers.tensors import tensor_buffer, tensor_from_buffer, torch_dtype_name
+from serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer, torch_dtype_name
 
 
-def rebuild_tensor(buf: Any, dtype: str, shape: list[int]) -> torch.Tensor:
+def rebuild_tensor(buf: Any, dtype: str, shape: list[int], requires_grad: bool = False) -> torch.Tensor:
     """Unpickling hook: a tensor viewing its out-of-band (or in-band) buffer."""
-    return tensor_from_buffer(dtype, shape, buf)
+    tensor = tensor_from_buffer(dtype, shape, buf)
+    return tensor.requires_grad_() if requires_grad else tensor
 
 
 class _TensorPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
+        if isinstance(obj, torch.Tensor) and not obj.is_quantized:
             buf = pickle.PickleBuffer(tensor_buffer(obj))
-            return rebuild_tensor, (buf, torch_dtype_name(obj.dtype), list(obj.shape))
+            return rebuild_tensor, (buf, torch_dtype_name(obj.dtype), list(obj.shape), obj.requires_grad)
         return NotImplemented
 
 
@@ -38,6 +40,8 @@ class PickleOOBSerializer:
     name = "pickle-oob"
     description = "pickle protocol 5, out-of-band PickleBuffers as frames (own tensor reducer)"
     safe = False
+    pickler = _TensorPickler
+    unsupported = {k: v for k, v in UNCARRIED_DTYPES.items() if k != "dtype-q*"}
 
     def __init__(self, threshold: str | float = DEFAULT_THRESHOLD) -> None:
         self.threshold = parse_threshold(threshold)
@@ -53,7 +57,7 @@ class PickleOOBSerializer:
             return False
 
         stream = io.BytesIO()
-        _TensorPickler(stream, protocol=5, buffer_callback=out_of_band).dump(obj)
+        self.pickler(stream, protocol=5, buffer_callback=out_of_band).dump(obj)
         frames[0] = stream.getbuffer()
         return frames
 

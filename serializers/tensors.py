@@ -10,6 +10,7 @@ own buffer.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,22 +19,37 @@ import torch
 from serializers.base import Buffer, DecodeError
 from workloads.tree import array_bytes
 
+
+def _carried_by_bytes(dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` is its bytes: not quantized (scale and zero point live
+    beside the bytes) and not one of torch's placeholder dtypes (``int1``..``uint7``, for
+    tensor subclasses), which have no copy kernel at all."""
+    with warnings.catch_warnings():  # complex32 is "experimental", quantized "deprecated": noise here
+        warnings.simplefilter("ignore")
+        probe = torch.empty(2, dtype=dtype)
+    if probe.is_quantized:
+        return False
+    try:
+        probe.clone()
+    except RuntimeError:
+        return False
+    return True
+
+
+# Every dtype torch itself defines whose tensors are plain bytes: the float8 and float4
+# variants, uint16/32/64, complex32 and the bits types included. Read from torch, so a
+# newer torch's dtypes are carried without a change here.
 TORCH_DTYPES: dict[str, torch.dtype] = {
     str(dt).removeprefix("torch."): dt
-    for dt in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    )
+    for dt in sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
+    if _carried_by_bytes(dt)
+}
+# What the byte-carrying backends declare they cannot carry (conformance specimen globs).
+UNCARRIED_DTYPES = {
+    "dtype-q*": "quantized tensors carry a scale and zero point (per tensor or per channel) "
+    "beside their bytes; not carried",
+    "dtype-int[1-7]": "torch's placeholder dtype for tensor subclasses: no copy kernel",
+    "dtype-uint[1-7]": "torch's placeholder dtype for tensor subclasses: no copy kernel",
 }
 MAX_RANK = 32
 _NUMPY_KINDS = "biufc"
@@ -112,11 +128,18 @@ def ndarray_from_buffer(dtype_name: Any, shape: Any, buf: Buffer) -> np.ndarray:
     return np.frombuffer(view, dtype=dtype).reshape(shape)
 
 
-# The numpy dtype that carries each torch dtype's bytes (numpy has no bfloat16).
-NUMPY_CARRIERS: dict[torch.dtype, np.dtype] = {
-    dt: np.dtype(np.int16) if dt is torch.bfloat16 else torch.empty(0, dtype=dt).numpy().dtype
-    for dt in TORCH_DTYPES.values()
-}
+def _numpy_carrier(dtype: torch.dtype) -> np.dtype:
+    """numpy's own dtype for ``dtype``, or the unsigned int of its size where numpy has none
+    (bfloat16, float8, complex32, bits): the bytes are the same, only the label differs."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:
+        return np.dtype(f"u{dtype.itemsize}")
+
+
+# The numpy dtype that carries each torch dtype's bytes.
+NUMPY_CARRIERS: dict[torch.dtype, np.dtype] = {dt: _numpy_carrier(dt) for dt in TORCH_DTYPES.values()}
+_TORCH_OF_NUMPY = {np.dtype(f"u{n}"): getattr(torch, f"uint{8 * n}") for n in (1, 2, 4, 8)}
 
 
 def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
@@ -125,12 +148,13 @@ def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
     carrier = NUMPY_CARRIERS[dtype]
     _, view = _checked(dtype_name, shape, buf, dtype.itemsize)
     tensor = torch.from_numpy(np.frombuffer(view, dtype=carrier).reshape(shape))
-    return tensor.view(dtype) if carrier.kind == "i" and dtype.is_floating_point else tensor
+    return tensor if tensor.dtype is dtype else tensor.view(dtype)
 
 
 def tensor_as_numpy_buffer(tensor: torch.Tensor) -> memoryview:
     """``tensor.numpy()`` → buffer: the numpy-intermediate encode."""
-    tensor = tensor.detach().cpu().contiguous()
-    if tensor.dtype is torch.bfloat16:
-        tensor = tensor.view(torch.int16)
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    carrier = NUMPY_CARRIERS.get(tensor.dtype)
+    if carrier in _TORCH_OF_NUMPY:
+        tensor = tensor.view(_TORCH_OF_NUMPY[carrier])
     return ndarray_buffer(tensor.numpy())

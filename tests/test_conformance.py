@@ -29,7 +29,10 @@ def test_case_round_trips_or_is_truly_unsupported(backend_spec: str, case_id: st
 
 def test_cases_cover_every_cpu_dtype_and_the_design_list() -> None:
     ids = set(CASE_IDS)
-    assert {f"dtype-{str(dt)[6:]}" for dt in conformance.CPU_DTYPES} <= ids
+    every = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    assert set(conformance.CPU_DTYPES) == every  # this torch allocates every dtype it defines on CPU
+    assert {f"dtype-{str(dt)[6:]}" for dt in every} <= ids
+    assert {f"dtype-{n}" for n in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint64", "complex32")} <= ids
     assert {
         "strided-1d",
         "transposed",
@@ -43,7 +46,43 @@ def test_cases_cover_every_cpu_dtype_and_the_design_list() -> None:
         "mmk-all-kinds",
         "workload-text-sonnet",
         "workload-images-llava",
+        "conj-view",
+        "neg-view",
+        "in-flight",
+        "row-slice",
+        "numpy-big-endian",
+        "nan-payloads-float32",
     } <= ids
+
+
+def _built(case_id: str) -> object:
+    return next(c for c in conformance.specimens() if c.id == case_id).build()
+
+
+def test_the_specimens_are_what_their_names_say() -> None:
+    assert _built("requires-grad").requires_grad
+    assert _built("conj-view").is_conj()
+    assert _built("neg-view").is_neg()
+    row = _built("row-slice")
+    assert row.is_contiguous() and row.storage_offset() > 0
+    assert _built("numpy-big-endian").dtype.byteorder == ">"
+    assert _built("dtype-qint8").is_quantized
+    nans = _built("nan-payloads-float32")
+    assert len({int(b) for b in nans[torch.isnan(nans)].view(torch.int32)}) == 4
+
+
+def test_backends_declare_exactly_the_dtypes_they_cannot_carry() -> None:
+    """Byte-carrying backends carry every dtype but the quantized and placeholder ones."""
+    chosen = [
+        s for s in conformance.specimens() if s.id.startswith("dtype-") or s.id.endswith(("-view", "-grad"))
+    ]
+    placeholders = {f"{sign}int{n}" for sign in ("", "u") for n in range(1, 8)}
+    quantized = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
+    for spec in ("msgspec-frombuffer", "numpy-intermediate", "flat-mmk", "pickle-oob"):
+        serializer = get_serializer(spec)
+        results = {s.id: conformance.check_specimen(serializer, s).status for s in chosen}
+        lacking = {i.removeprefix("dtype-") for i, status in results.items() if status != "pass"}
+        assert lacking == (placeholders if spec == "pickle-oob" else placeholders | quantized), spec
 
 
 def test_the_reverted_flatten_view_backend_fails_conformance() -> None:

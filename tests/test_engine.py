@@ -34,6 +34,7 @@ from serbench.runner import Plan, execute
 from serbench.scenarios.ipc import Settings, measure
 from serbench.text import serving_report
 from serializers import get_serializer
+from serializers.tensors import UNCARRIED_DTYPES
 from workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"
@@ -272,6 +273,7 @@ class Flaky:
 
     name = "flaky"
     safe = True
+    unsupported = UNCARRIED_DTYPES  # what the msgspec-frombuffer it wraps declares
 
     def __init__(self) -> None:
         self.inner = get_serializer("msgspec-frombuffer")

@@ -91,3 +91,22 @@ def test_any_image_count_on_request() -> None:
 def test_bad_workload_specs(spec: str) -> None:
     with pytest.raises(SpecError):
         get_workload(spec)
+
+
+def test_vllm_layout_carries_the_same_tensors_with_vllms_metadata() -> None:
+    compact = get_workload("images-3:profile=qwen2-vl,layout=compact").request(0)
+    vllm = get_workload("images-3:profile=qwen2-vl,layout=vllm").request(0)
+    assert vllm.mm_inputs is None and compact.mm_features is None
+    assert payload_checksum(vllm) == payload_checksum(compact)
+    features = vllm.mm_features
+    assert [len(f.identifier) for f in features] == [len(h) for h in compact.mm_hashes] == [64] * 3
+    assert [f.mm_position.offset for f in features] == [p.offset for p in compact.mm_placeholders]
+    pixels = features[1].data[0]
+    assert (pixels.modality, pixels.key, pixels.field[0]) == ("image", "pixel_values", "flat")
+    assert len(pixels.field[1]) == 3  # the slices of every image, in every image's field
+    assert get_workload("images-2:layout=vllm").request(0).mm_features[0].data[0].field == ["batched"]
+
+
+def test_an_unknown_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="layouts: compact, vllm"):
+        get_workload("images-2:layout=dense")

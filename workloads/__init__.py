@@ -23,8 +23,10 @@ __all__ = [
 
 
 def _images(count: int) -> Callable[..., Workload]:
-    def factory(profile: str = "gemma", dtype: str = "float32", seed: str = "0") -> Workload:
-        return Images(count, profile, dtype, seed)
+    def factory(
+        profile: str = "gemma", dtype: str = "float32", seed: str = "0", layout: str = "compact"
+    ) -> Workload:
+        return Images(count, profile, dtype, seed, layout)
 
     return factory
 

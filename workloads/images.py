@@ -8,6 +8,18 @@ Profiles (docs/architecture.md, "History"):
   about 24 MB per 1-Mpix image in float32;
 * ``llava``: ``pixel_values`` ``(3, 336, 336)``.
 
+Layouts (``layout=``):
+
+* ``compact`` (the default): serbench's own ``MultiModalKwargs``, items by
+  modality, each field one small array-like record;
+* ``vllm``: the shape of vLLM's ``MultiModalKwargsItems`` as its msgpack
+  codec writes them: per item a ``MultiModalFeatureSpec`` (hash, placeholder)
+  whose data is a list of field maps, each repeating modality and key and
+  carrying its field, a flat field with the slices of every item.
+
+The default stays compact so that results stay comparable with earlier runs;
+``layout=vllm`` shows what the real metadata adds (docs/conformance.md).
+
 Pixel values are seeded random numbers, so a stale or corrupted buffer never
 passes for the real one.
 """
@@ -22,15 +34,19 @@ import torch
 from workloads.base import Workload
 from workloads.messages import (
     EngineCoreRequest,
+    MultiModalFeatureSpec,
     MultiModalFieldElem,
     MultiModalKwargs,
     MultiModalKwargsItem,
     PlaceholderRange,
     SamplingParams,
+    VllmFieldElem,
+    VllmPlaceholderRange,
 )
 
 IMAGE_COUNTS = (4, 8, 16, 32)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+LAYOUTS = ("compact", "vllm")
 TEXT_TOKENS = 64
 IMAGE_TOKEN = 262_144
 
@@ -60,18 +76,28 @@ class Images(Workload):
     output_len = 16
 
     def __init__(
-        self, count: int, profile: str = "gemma", dtype: str = "float32", seed: int | str = 0
+        self,
+        count: int,
+        profile: str = "gemma",
+        dtype: str = "float32",
+        seed: int | str = 0,
+        layout: str = "compact",
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; dtypes: {', '.join(DTYPES)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
+        self.layout = layout
         self.count = count
         self.profile = PROFILES[profile]
         self.dtype = DTYPES[dtype]
         self.seed = int(seed)
         self.name = f"images-{count}"
-        self.description = f"{count} images, {profile} profile {self.profile.pixel_shape} {dtype}"
+        self.description = (
+            f"{count} images, {profile} profile {self.profile.pixel_shape} {dtype}, {layout} layout"
+        )
 
     def payload_bytes(self) -> int:
         per_image = self.dtype.itemsize
@@ -84,28 +110,37 @@ class Images(Workload):
     def request(self, index: int) -> EngineCoreRequest:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         base = torch.rand(self.profile.pixel_shape, generator=gen)
-        items, placeholders, hashes = [], [], []
-        offset = TEXT_TOKENS
-        for image in range(self.count):
-            # One random draw per request, shifted per image: distinct bytes for
-            # every image at memory speed rather than at random-number speed.
-            pixels = (base + image / self.count).to(self.dtype)
-            items.append(self._item(pixels))
-            placeholders.append(PlaceholderRange(offset, self.profile.tokens_per_image))
-            hashes.append(hashlib.sha256(f"{self.request_id(index)}/{image}".encode()).hexdigest())
-            offset += self.profile.tokens_per_image
+        # One random draw per request, shifted per image: distinct bytes for
+        # every image at memory speed rather than at random-number speed.
+        pixels = [(base + image / self.count).to(self.dtype) for image in range(self.count)]
+        hashes = [
+            hashlib.sha256(f"{self.request_id(index)}/{i}".encode()).hexdigest() for i in range(self.count)
+        ]
+        offsets = [TEXT_TOKENS + i * self.profile.tokens_per_image for i in range(self.count)]
         prompt = [1 + (index + i) % 1000 for i in range(TEXT_TOKENS)]
-        prompt += [IMAGE_TOKEN] * (offset - TEXT_TOKENS)
-        return EngineCoreRequest(
+        prompt += [IMAGE_TOKEN] * (self.count * self.profile.tokens_per_image)
+        request = EngineCoreRequest(
             request_id=self.request_id(index),
             prompt_token_ids=prompt,
             sampling_params=SamplingParams(temperature=0.0, max_tokens=self.output_len, ignore_eos=True),
             arrival_time=0.0,
-            mm_inputs=MultiModalKwargs({"image": items}),
-            mm_hashes=hashes,
-            mm_placeholders=placeholders,
             eos_token_id=1,
         )
+        if self.layout == "vllm":
+            request.mm_features = [
+                MultiModalFeatureSpec(
+                    self._vllm_fields(image, pixels),
+                    "image",
+                    hashes[image],
+                    VllmPlaceholderRange(offsets[image], self.profile.tokens_per_image),
+                )
+                for image in range(self.count)
+            ]
+        else:
+            request.mm_inputs = MultiModalKwargs({"image": [self._item(p) for p in pixels]})
+            request.mm_hashes = hashes
+            request.mm_placeholders = [PlaceholderRange(o, self.profile.tokens_per_image) for o in offsets]
+        return request
 
     def _item(self, pixels: torch.Tensor) -> MultiModalKwargsItem:
         grid = self.profile.grid_thw
@@ -125,3 +160,17 @@ class Images(Workload):
                 "second_per_grid_ts": MultiModalFieldElem("image", "second_per_grid_ts", 1.0),
             }
         )
+
+    def _vllm_fields(self, image: int, pixels: list[torch.Tensor]) -> list[VllmFieldElem]:
+        """Image ``image``'s fields as vLLM's codec writes them: each with modality, key and its
+        whole field (a flat field lists the slices of every image of the request)."""
+        grid = self.profile.grid_thw
+        if grid is None:
+            return [VllmFieldElem("image", "pixel_values", pixels[image], ["batched"])]
+        rows = pixels[image].shape[0]
+        slices = [[i * rows, (i + 1) * rows, None] for i in range(len(pixels))]
+        return [
+            VllmFieldElem("image", "pixel_values", pixels[image], ["flat", slices, 0]),
+            VllmFieldElem("image", "image_grid_thw", torch.tensor(grid, dtype=torch.int64), ["batched"]),
+            VllmFieldElem("image", "second_per_grid_ts", 1.0, ["batched"]),
+        ]

@@ -7,6 +7,14 @@ field elements whose ``data`` is a nested tensor (a tensor, or a list of
 nested tensors) or a plain float/int leaf, tagged with the field kind the
 engine batches it by. Tensor-holding fields are typed ``Any`` so that every
 backend decides for itself how a tensor crosses the wire.
+
+That compact layout is serbench's own. vLLM's ``MultiModalKwargsItems`` as
+its msgpack codec puts them on the wire are larger: one
+``MultiModalFeatureSpec`` per item (``EngineCoreRequest.mm_features``), whose
+data is a list of field elements, each a map repeating its modality and key
+and carrying its whole field (a flat field: the slices of *every* item of the
+batch). ``VllmFieldElem``, ``VllmPlaceholderRange`` and
+``MultiModalFeatureSpec`` are those maps, keys in vLLM's order.
 """
 
 from __future__ import annotations
@@ -68,6 +76,36 @@ class PlaceholderRange(msgspec.Struct, array_like=True):
     length: int
 
 
+class VllmFieldElem(msgspec.Struct):
+    """vLLM's ``MultiModalFieldElem`` on the wire: a map with its element metadata.
+
+    ``field`` is vLLM's field as its codec writes it: ``["batched"]``,
+    ``["flat", [[start, stop, step], ...], dim]`` or ``["shared", batch_size]``.
+    """
+
+    modality: str
+    key: str
+    data: Any
+    field: list[Any]
+
+
+class VllmPlaceholderRange(msgspec.Struct):
+    """vLLM's ``PlaceholderRange`` dataclass, a map on the wire."""
+
+    offset: int
+    length: int
+    is_embed: Any = None
+
+
+class MultiModalFeatureSpec(msgspec.Struct):
+    """One multimodal item as vLLM's ``EngineCoreRequest.mm_features`` carries it."""
+
+    data: list[VllmFieldElem] | None
+    modality: str
+    identifier: str
+    mm_position: VllmPlaceholderRange
+
+
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """A request as the engine receives it: token ids, not text."""
 
@@ -80,6 +118,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     mm_placeholders: list[PlaceholderRange] | None = None
     eos_token_id: int | None = None
     cache_salt: str | None = None
+    mm_features: list[MultiModalFeatureSpec] | None = None  # the vllm layout, instead of mm_inputs
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -50,9 +50,10 @@ def iter_leaves(obj: Any) -> Iterator[Any]:
 
 
 def array_bytes(arr: torch.Tensor | np.ndarray) -> memoryview:
-    """The raw bytes of a tensor or ndarray in C order (copies if strided)."""
+    """The raw bytes of a tensor or ndarray in C order (copies if strided, or if a conjugate
+    or negative view, whose memory holds the values before conjugation or negation)."""
     if isinstance(arr, torch.Tensor):
-        flat = arr.detach().cpu().contiguous().reshape(-1)
+        flat = arr.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
         return memoryview(flat.view(torch.uint8).numpy())
     return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 

@@ -9,13 +9,17 @@ A frontend opens a session (``start``: backend spec, step time; answered
 for it is decoded: the transfer time of its payload) and closes it with
 ``end`` (answered ``done``, with how many requests were still running). The
 engine streams ``outputs`` while requests run. Every request carries the
-checksum of its payload (``request_checksum``); a mismatch, a failed decode,
-a duplicate or a refused session comes back as an ``error`` with a message.
+checksum of its payload (``request_checksum``) and, when the frontend
+encoded it beforehand, of its frames as encoded (``frames_checksum``, in
+``data["encoded"]``); a mismatch, a failed decode, a duplicate or a refused
+session comes back as an ``error`` with a message, whose ``integrity_fault``
+says which side is to blame.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -62,3 +66,28 @@ def request_checksum(request: EngineCoreRequest) -> int:
     """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes)."""
     tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
     return zlib.crc32(tokens.tobytes(), payload_checksum(request))
+
+
+def frames_checksum(frames: Sequence[Any]) -> int:
+    """CRC of a message's backend frames, bytes in order (no control header)."""
+    crc = 0
+    for frame in frames:
+        crc = zlib.crc32(memoryview(frame).cast("B"), crc)
+    return crc
+
+
+def integrity_fault(frames: Sequence[Any], encoded_checksum: int | None) -> str:
+    """Why a decoded message differs from the one sent, from its frames as received.
+
+    Frames whose CRC differs from the CRC of the frames as encoded changed
+    between encode and decode (a transport or buffer-reuse bug); intact
+    frames that decode to something else are a codec bug.
+    """
+    if encoded_checksum is None:
+        return "cause unknown: no checksum of the frames as encoded came with it"
+    if frames_checksum(frames) != encoded_checksum:
+        return (
+            "bytes changed in flight: the frames received differ from the frames encoded "
+            "(a transport or buffer-reuse bug: did the sender change a buffer before zmq sent it?)"
+        )
+    return "codec bug: the frames arrived intact, the decoder made something else of them"

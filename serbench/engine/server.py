@@ -59,6 +59,7 @@ from serbench.engine.protocol import (
     MAX_STEP_S,
     Control,
     control,
+    integrity_fault,
     parse_control,
     request_checksum,
 )
@@ -79,6 +80,19 @@ VERIFY_BACKLOG_BYTES = 2 << 30  # decoded payload kept for checking at the end; 
 PR_SET_PDEATHSIG = 1
 
 
+@dataclass(frozen=True)
+class Unverified:
+    """A decoded request waiting for its check, with what the frontend sent to check it by.
+
+    The frames are kept only when the frontend sent their encoded checksum: on
+    a mismatch they tell a transport fault from a codec bug."""
+
+    request: EngineCoreRequest
+    checksum: Any
+    frames: list | None
+    frames_checksum: int | None
+
+
 @dataclass
 class Session:
     """One frontend's run: its backend (one instance per thread), its device stage, and what it sent."""
@@ -89,10 +103,10 @@ class Session:
     encoder: Serializer
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
-    unverified: list[tuple[EngineCoreRequest, Any]] = field(default_factory=list)
+    unverified: list[Unverified] = field(default_factory=list)
     unverified_bytes: int = 0
     region: shm.Region | None = None  # the frontend's shared memory, mapped read-only
-    held: dict[str, tuple[EngineCoreRequest, Any, int]] = field(default_factory=dict)  # in the region
+    held: dict[str, tuple[Unverified, int]] = field(default_factory=dict)  # in the region, with its block
 
 
 @dataclass
@@ -246,28 +260,33 @@ class Engine:
             request, ready["to_device_s"] = staged.request, staged.seconds
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid, ready))
+        encoded = ctrl.data.get("encoded")
+        kept = frames if encoded is not None else None
+        entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded)
         if placed is not None:
-            session.held[rid] = (request, ctrl.data.get("checksum"), placed[0])
+            session.held[rid] = (entry, placed[0])
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
         if placed is not None:
             return  # checked when it finishes (``_check_loop``), then its space is released
-        session.unverified.append((request, ctrl.data.get("checksum")))
-        session.unverified_bytes += payload_bytes(request)
+        session.unverified.append(entry)
+        session.unverified_bytes += payload_bytes(request) + sum(memoryview(f).nbytes for f in kept or ())
         if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
             self._verify(session)
 
     def _verify(self, session: Session) -> None:
         """Check every request received but not yet checked against its checksum."""
-        for request, expected in session.unverified:
-            self._check(session, request, expected, "the sender changed a buffer before zmq sent it?")
+        for entry in session.unverified:
+            self._check(session, entry)
         session.unverified, session.unverified_bytes = [], 0
 
-    def _check(self, session: Session, request: EngineCoreRequest, expected: Any, hint: str) -> None:
-        actual = request_checksum(request)
-        if actual != expected:
+    def _check(self, session: Session, entry: Unverified) -> None:
+        """Report a request whose decoded payload differs from the one sent, and why."""
+        actual = request_checksum(entry.request)
+        if actual != entry.checksum:
             message = (
-                f"request {request.request_id!r} arrived corrupted: payload checksum {actual:#010x}, "
-                f"sent {expected!r} ({hint})"
+                f"request {entry.request.request_id!r} decoded differs from the one sent: payload "
+                f"checksum {actual:#010x}, sent {entry.checksum!r}; "
+                f"{integrity_fault(entry.frames or (), entry.frames_checksum)}"
             )
             self.events.put(("error", session.id, message))
 
@@ -287,9 +306,9 @@ class Engine:
                     session.region.close()
                 self.events.put(("end", session.id))
                 continue
-            request, expected, block = session.held.pop(rid)
-            self._check(session, request, expected, "the frontend wrote over its region before the release?")
-            del request  # the last view of its space on this side
+            entry, block = session.held.pop(rid)
+            self._check(session, entry)
+            del entry  # the last views of its space on this side
             self.events.put(("release", session.id, block))
 
     # ---- main thread: scheduler ----------------------------------------

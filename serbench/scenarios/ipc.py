@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from serbench import metrics, shm, transport
+from serbench import conformance, metrics, shm, transport
 from serbench.engine.client import Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
@@ -144,6 +144,7 @@ def measure(
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
     pool = RequestPool(workload, cfg.num_prompts)
+    verification = conformance.verify(serializer, pool.requests, "request")
     offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     payload = workload.payload_bytes()
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
@@ -159,7 +160,9 @@ def measure(
             refs.sample()
     measured, info = load_metrics(tracked, duration, payload)
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
-    info.update(settings=_settings_info(cfg), payload_bytes=payload, local_engine=local)
+    info.update(
+        settings=_settings_info(cfg), payload_bytes=payload, local_engine=local, verification=verification
+    )
     info["ttft_over_floor"] = measured["ttft_s"]["median"] / measured["floor_rtt_s"]["median"]
     if shm_bytes:
         info["shm_region_bytes"] = shm_bytes

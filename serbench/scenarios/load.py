@@ -23,7 +23,7 @@ import numpy as np
 
 from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
-from serbench.engine.protocol import Control, IntegrityError, request_checksum
+from serbench.engine.protocol import Control, IntegrityError, frames_checksum, request_checksum
 from serializers import Serializer
 from workloads import Workload, output_token
 from workloads.messages import EngineCoreOutputs, EngineCoreRequest
@@ -57,6 +57,16 @@ class RequestPool:
         distinct = max(1, min(count, POOL_BYTES // per_request))
         self.requests = list(workload.requests(distinct))
         self.checksums = [request_checksum(r) for r in self.requests]
+        self.encoded: list[int] = []
+
+    def encode_checksums(self, serializer: Serializer) -> None:
+        """The CRC of each distinct request's frames as ``serializer`` encodes it, before the load:
+        sent beside the request, it lets the engine tell bytes changed in flight from a codec bug."""
+        self.encoded = [frames_checksum(serializer.encode(r)) for r in self.requests]
+
+    def encoded_checksum(self, index: int) -> int | None:
+        """Request ``index``'s frames CRC; None for a repeat, whose request id (header) differs."""
+        return self.encoded[index] if index < len(self.encoded) else None
 
     def get(self, index: int) -> tuple[EngineCoreRequest, int]:
         """Request ``index`` (a repeat gets an id of its own) and its checksum."""
@@ -135,6 +145,7 @@ def run_load(
     runs before each request sent while none is in flight (an interleaved
     reference measurement that disturbs no request).
     """
+    pool.encode_checksums(serializer)
     waiting = deque(range(len(offsets)))
     tracked: dict[str, Tracked] = {}
     active = 0
@@ -144,9 +155,12 @@ def run_load(
         while waiting and can_send and offsets[waiting[0]] <= clock() - start:
             if between is not None and not active:
                 between()
-            request, checksum = pool.get(waiting.popleft())
+            index = waiting.popleft()
+            request, checksum = pool.get(index)
+            encoded = pool.encoded_checksum(index)
             created = clock()
-            link.send("request", serializer.encode(request), sender, checksum=checksum, ack=ack)
+            frames = serializer.encode(request)
+            link.send("request", frames, sender, checksum=checksum, encoded=encoded, ack=ack)
             tracked[request.request_id] = Tracked(created, request.sampling_params.max_tokens)
             active += 1
             can_send = max_concurrency is None or active < max_concurrency

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from serbench import conformance
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.scenarios.base import Case, Scenario
@@ -65,6 +66,7 @@ class Micro(Scenario):
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         serializer = get_serializer(case.backend)
         message = get_workload(case.workload).request(0)
+        verification = conformance.verify(serializer, [message], "request")
         frames = serializer.encode(message)
         payload = payload_bytes(message)
         samples, info = interleaved(operations(serializer, message), profile)
@@ -76,4 +78,4 @@ class Micro(Scenario):
             metrics["payload_gb_per_s"] = measured(
                 "payload_gb_per_s", [payload / t / 1e9 for t in samples["roundtrip_s"]]
             )
-        return {"metrics": metrics, "info": {**info, "payload_bytes": payload}}
+        return {"metrics": metrics, "info": {**info, "payload_bytes": payload, "verification": verification}}

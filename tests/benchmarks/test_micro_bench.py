@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from serbench.conformance import assert_same
+from serbench.conformance import assert_same, verify
 from serbench.scenarios.micro import operations
 from serializers import BUILTINS, get_serializer
 from workloads import get_workload
@@ -37,6 +37,7 @@ def test_micro(benchmark: Any, backend: str, workload: str, operation: str) -> N
     serializer = get_serializer(backend)
     benchmark.group = f"{workload} {operation}"
     benchmark.extra_info["payload_bytes"] = get_workload(workload).payload_bytes()
+    verify(serializer, [message], "request")  # round-trips bit-exact before it is timed
     result = benchmark(operations(serializer, message)[operation])
     if operation != "encode_s":
         assert_same(message, result)

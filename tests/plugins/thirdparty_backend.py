@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import torch
 
-from serializers.tensors import tensor_buffer, tensor_from_buffer
+from serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer
 
 
 class HexTensors:
@@ -18,7 +18,9 @@ class HexTensors:
     name = "thirdparty"
     safe = True
     unsupported = {
-        pattern: "ndarrays are not carried" for pattern in ("numpy-*", "nested-list", "mmk-all-kinds")
+        **{pattern: "ndarrays are not carried" for pattern in ("numpy-*", "nested-list", "mmk-all-kinds")},
+        **UNCARRIED_DTYPES,
+        "requires-grad": "autograd state is not carried",
     }
 
     def __init__(self, level: str = "1") -> None:

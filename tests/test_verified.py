@@ -1,0 +1,83 @@
+"""Nothing is timed that was not verified on its own bytes (docs/reliability.md, "Verified before timed").
+
+A backend that returns wrong objects for a case's messages, or declares
+everything unsupported, gets no timing metric in any scenario, and the case
+says why; a case that is timed carries the verification's cost in ``info``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from serbench import conformance
+from serbench.engine.protocol import EngineError
+from serbench.errors import VerificationError
+from serbench.profiles import PROFILES
+from serbench.runner import Plan, execute
+from serbench.scenarios.ipc import Settings, measure
+from serializers import get_serializer
+from workloads import get_workload
+
+FAST = dataclasses.replace(
+    PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=60
+)
+SMALL = "images-8:profile=llava"
+WRONG = "misbehaving_backends:misbehaving:mode=wrong"
+STUB = "misbehaving_backends:declares_everything"
+
+
+def test_wrong_or_unsupported_backends_are_never_timed(tmp_path: Path, ipc_sandbox: Path) -> None:
+    plan = Plan([WRONG, STUB, "msgspec-frombuffer"], [SMALL], ["micro", "ipc", "memory"])
+    run = execute(plan, FAST, tmp_path / "r.json", ["run"])
+    records = {(r["scenario"], r["backend"]): r for r in run.data["records"]}
+    for scenario in ("micro", "ipc", "memory"):
+        wrong, stub = records[scenario, WRONG], records[scenario, STUB]
+        assert wrong["metrics"] == {} and stub["metrics"] == {}
+        assert "does not round-trip request 0 of 1, not timed" in wrong["error"]
+        assert (
+            "$.mm_inputs.items_by_modality['image'][0].fields['pixel_values'].data: type list"
+            in (wrong["error"])
+        )
+        assert stub["error"] == "unsupported: a stub: decodes everything as None"
+        assert stub["info"] == {"unsupported": "a stub: decodes everything as None"}
+        good = records[scenario, "msgspec-frombuffer"]
+        assert good["error"] is None and good["metrics"]
+        assert good["info"]["verification"]["messages"] == 1
+    # Both passed conformance: what kept them untimed is the per-case check.
+    for spec in (WRONG, STUB):
+        assert not run.data["backends"][spec]["conformance"]["failed"]
+    assert run.data["backends"][STUB]["conformance"]["passed"] == 0
+
+
+def test_verify_names_the_message_and_the_first_difference() -> None:
+    messages = list(get_workload(SMALL).requests(3))
+    assert conformance.verify(get_serializer("msgspec-frombuffer"), messages)["messages"] == 3
+    with pytest.raises(VerificationError, match=r"request 0 of 3.*\['image'\]\[0\]\.fields"):
+        conformance.verify(get_serializer(WRONG), messages, "request")
+
+
+def test_many_messages_are_verified_by_a_deterministic_spread_sample() -> None:
+    assert conformance.sample(5) == [0, 1, 2, 3, 4]
+    chosen = conformance.sample(1000)
+    assert len(chosen) == conformance.VERIFY_SAMPLE and chosen[0] == 0 and chosen[-1] == 999
+    assert chosen == conformance.sample(1000)
+
+
+def test_a_workload_declared_unsupported_by_id_or_glob() -> None:
+    serializer = get_serializer("msgspec-frombuffer")
+    assert conformance.case_unsupported(serializer, SMALL) is None
+    serializer.unsupported = {"workload-images-*": "no images"}
+    assert conformance.case_unsupported(serializer, SMALL) == "no images"
+    assert conformance.case_unsupported(serializer, "text-sonnet") is None
+
+
+def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) -> None:
+    """A decoder that reuses its buffer passes the one-message check, then corrupts request 0
+    when request 1 is decoded: the engine finds request 0's frames intact and says codec bug."""
+    cfg = Settings(num_prompts=2, rate=math.inf, max_concurrency=1, floor=5, step_s=0.0)
+    with pytest.raises(EngineError, match=r"llava-0-0'.*codec bug: the frames arrived intact"):
+        measure("mutants:mutant:bug=reuse-decode-buffer", "images-2:profile=llava", cfg)
