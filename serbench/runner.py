@@ -72,7 +72,7 @@ UNSUPPORTED = "unsupported"
 def run_case(case: Case, profile: Profile) -> dict:
     """Runs in a child: one scenario measurement, or ``{"unsupported": reason}`` (nothing timed)
     when the backend declares the case's workload unsupported."""
-    reason = conformance.case_unsupported(get_serializer(case.backend), case.workload)
+    reason = conformance.case_unsupported(get_serializer(case.spec), case.workload)
     if reason is not None:
         return {UNSUPPORTED: reason}
     return get_scenario(case.scenario).run(case, profile)
