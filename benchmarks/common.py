@@ -26,18 +26,22 @@ from serbench.profiles import PROFILES
 from serbench.runner import run_case
 from serbench.scenarios import SCENARIOS, Case
 from serializers import BUILTINS
-from workloads import available_workloads
+
+try:
+    from workloads import default_workloads
+except ImportError:  # a commit from before the workloads run by name: all of them were the default
+    from workloads import available_workloads as default_workloads
 
 PARAM_NAMES = ["backend", "workload"]
 
 
-def _grid(variable: str, default: list[str]) -> list[str]:
+def grid(variable: str, default: list[str]) -> list[str]:
     return os.environ.get(variable, "").split() or default
 
 
-BACKENDS = _grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
-WORKLOADS = _grid("SERBENCH_ASV_WORKLOADS", available_workloads())
-TRANSPORTS = _grid("SERBENCH_ASV_TRANSPORTS", ["ipc"])
+BACKENDS = grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
+WORKLOADS = grid("SERBENCH_ASV_WORKLOADS", default_workloads())
+TRANSPORTS = grid("SERBENCH_ASV_TRANSPORTS", ["ipc"])
 LABELS = [b if t == "ipc" else f"{b}@{t}" for b in BACKENDS for t in TRANSPORTS]
 
 
@@ -46,6 +50,11 @@ class Unsupported(str):
 
 
 def measure(scenario: str) -> dict[tuple[str, str], Any]:
+    """``measure_grid`` over the default grid's workloads."""
+    return measure_grid(scenario, WORKLOADS)
+
+
+def measure_grid(scenario: str, workloads: list[str]) -> dict[tuple[str, str], Any]:
     """For ``setup_cache``: every case of ``scenario`` on the grid, as ``serbench run`` measures it.
 
     Each case runs in its own fresh process under the quick profile with the
@@ -64,9 +73,9 @@ def measure(scenario: str) -> dict[tuple[str, str], Any]:
     outcomes: dict[tuple[str, str], Any] = {}
     over = (tuple(TRANSPORTS),) if TRANSPORTS != ["ipc"] else ()
     try:
-        cases = SCENARIOS[scenario].cases(BACKENDS, WORKLOADS, *over)
+        cases = SCENARIOS[scenario].cases(BACKENDS, workloads, *over)
     except TypeError:  # a commit from before transports: its cases are the ipc ones only
-        cases = SCENARIOS[scenario].cases(BACKENDS, WORKLOADS)
+        cases = SCENARIOS[scenario].cases(BACKENDS, workloads)
     for case in cases:
         if case.backend not in LABELS:
             continue

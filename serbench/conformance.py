@@ -36,6 +36,7 @@ from workloads import get_workload
 from workloads.messages import (
     EngineCoreOutputs,
     EngineCoreRequest,
+    FlatEngineCoreOutputs,
     MultiModalFieldElem,
     MultiModalKwargs,
     MultiModalKwargsItem,
@@ -219,6 +220,17 @@ def specimens(threshold: float = 256) -> list[Specimen]:
             "workload-text-outputs",
             lambda: get_workload("text-sonnet").outputs(["a", "b"], 3, True),
             EngineCoreOutputs,
+        ),
+        *(
+            Specimen(f"workload-{spec}", lambda spec=spec: get_workload(spec).message(3), type_)
+            for spec, type_ in (
+                ("outputs-8:logprobs=3", EngineCoreOutputs),
+                ("outputs-8:layout=flat", FlatEngineCoreOutputs),
+                ("outputs-8:layout=flat,logprobs=3", FlatEngineCoreOutputs),
+                ("outputs-100:layout=flat,logprobs=1", FlatEngineCoreOutputs),  # arrays above 256 B
+                ("tensor-0", EngineCoreRequest),
+                ("tensor-65536", EngineCoreRequest),
+            )
         ),
         Specimen(
             "workload-images-llava",

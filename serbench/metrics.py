@@ -31,6 +31,9 @@ class Metric:
     * ``summary`` — one of the terminal summary's tables.
     * ``log_axis`` — plotted on a log axis (values span orders of magnitude
       across workloads).
+    * ``statistic_of`` — a statistic of another metric's samples, one value
+      per run (``ttft_p99_s`` of ``ttft_s``): how many samples it stands on
+      is that metric's count.
     """
 
     name: str
@@ -41,6 +44,7 @@ class Metric:
     yardstick: bool = False
     summary: bool = False
     log_axis: bool = True
+    statistic_of: str | None = None
 
     @property
     def exact(self) -> bool:
@@ -54,13 +58,24 @@ METRICS: dict[str, Metric] = {
         Metric("encode_s", "s", "encode time", summary=True),
         Metric("decode_s", "s", "decode time", summary=True),
         Metric("roundtrip_s", "s", "encode + decode", summary=True),
+        Metric("decode_cpu_s", "s", "decode CPU time (thread)", summary=True),
         Metric("copy_s", "s", "one plain copy of the payload", yardstick=True),
         Metric("wire_bytes", "bytes", "wire bytes", resolution=0.0),
         Metric("frames", "count", "frames", resolution=0.0, log_axis=False),
+        # arrays of the message sent as their own frame / inside the header (the backend's threshold)
+        Metric("oob_frames", "count", "out-of-band frames", resolution=0.0, log_axis=False),
+        Metric("inline_arrays", "count", "arrays inline in the header", resolution=0.0, log_axis=False),
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
         # ipc
         Metric("ttft_s", "s", "TTFT", summary=True),
-        Metric("ttft_p99_s", "s", "TTFT p99", summary=True),
+        Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),
+        # TTFT's parts, per request (``encode_s`` above is the frontend's encode of it)
+        Metric("ingress_s", "s", "ingress (encode → engine decoded)", summary=True),
+        Metric("queue_s", "s", "queue (decoded → first step)"),
+        Metric("first_step_s", "s", "first step (step → token decoded)"),
+        Metric("egress_s", "s", "egress per output (engine encode → decoded)", summary=True),
+        # the output path (outputs-B): the frontend's share of each engine step
+        Metric("step_decode_s", "s", "frontend decode CPU per step", summary=True),
         Metric("itl_s", "s", "ITL", summary=True),
         Metric("e2e_s", "s", "end-to-end latency"),
         Metric("req_per_s", "req/s", "requests", higher_is_better=True, log_axis=False),

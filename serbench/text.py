@@ -7,12 +7,17 @@ Presentation only: the numbers come from results documents and from
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
+
+import numpy as np
 
 from serbench.compare import BAD_VERDICTS, Comparison, MetricComparison, noise
 from serbench.metrics import METRICS, metric
 from serbench.results import ok_records, split_backend
+from serbench.scenarios.stream import fitting_batches
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, format_value, scale_for
 
 
@@ -36,14 +41,31 @@ def _column(records: Sequence[dict], name: str) -> tuple[float, str]:
     return scale_for(metric(name).unit, max(medians, default=0.0))
 
 
+def sample_count(rec: dict, name: str) -> int | None:
+    """How many samples a record's metric stands on (a statistic's: its source's); None for an
+    exact metric, which is a fact, not a sample, or when the record has neither."""
+    facts = metric(name)
+    source = rec["metrics"].get(facts.statistic_of or name)
+    return None if facts.exact or source is None else len(source["values"])
+
+
 def _cell(rec: dict | None, name: str, factor: float) -> str:
-    """A metric's median in the column's scale; FAILED or blank if none."""
+    """A metric's median in the column's scale, ``(n=K)`` beside it under ``MIN_DISTRIBUTION``
+    samples (a value, not a distribution; a statistic of so few is not shown at all); FAILED or
+    blank if none."""
     if rec is None:
         return ""
     if rec.get("error"):
         return "FAILED"
     measured = rec["metrics"].get(name)
-    return "" if measured is None else f"{measured['median'] / factor:.3g}"
+    n = sample_count(rec, name)
+    few = n is not None and n < MIN_DISTRIBUTION
+    if few and (measured is None or metric(name).statistic_of):
+        return f"(n={n})"
+    if measured is None:
+        return ""
+    value = f"{measured['median'] / factor:.3g}"
+    return f"{value} (n={n})" if few else value
 
 
 def render(data: dict) -> str:
@@ -66,9 +88,19 @@ def render(data: dict) -> str:
                 for b in backends
             ]
             shown = "" if unit in UNITLESS else f"{unit}, "
-            out.append(
-                f"{scenario}: {metric(name).label} ({shown}median)\n{table(['backend', *workloads], rows)}"
-            )
+            stat = "per case" if metric(name).statistic_of else "median"
+            body = table(["backend", *workloads], rows)
+            if any("(n=" in cell for row in rows for cell in row):
+                body += f"\n(n=K): fewer than {MIN_DISTRIBUTION} samples, a value and not a distribution"
+            out.append(f"{scenario}: {metric(name).label} ({shown}{stat})\n{body}")
+    fitting = fitting_batches(data["records"])
+    if fitting:
+        rows = [
+            [backend, family, str(cell["fits"] or "none"), str(cell["over"] or "-")]
+            for (backend, family), cell in fitting.items()
+        ]
+        headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
+        out.append(f"ipc: largest batch whose decode fits the step\n{table(headers, rows)}")
     failed = [r for r in data["records"] if r.get("error")]
     if failed:
         out.append(
@@ -78,8 +110,21 @@ def render(data: dict) -> str:
     return "\n\n".join(out)
 
 
+SERVING_PARTS = (("ttft", "TTFT", "ttft_s"), ("itl", "ITL", "itl_s"), ("e2e", "E2E", "e2e_s"))
+TTFT_PARTS = (
+    ("encode_s", "encode"),
+    ("ingress_s", "ingress"),
+    ("queue_s", "queue"),
+    ("first_step_s", "first step"),
+    ("egress_s", "egress"),
+)
+
+
 def _serving_rows(records: list[dict]) -> list[list[str]]:
-    """The serving benchmark's summary lines, one column per record."""
+    """The serving benchmark's summary lines, one column per record, then TTFT's parts.
+
+    A p99 of fewer than ``MIN_DISTRIBUTION`` samples is not one: its cell says n instead.
+    """
 
     def row(label: str, value) -> list[str]:
         return [label, *(value(r) for r in records)]
@@ -87,21 +132,75 @@ def _serving_rows(records: list[dict]) -> list[list[str]]:
     def median(name: str, scale: float, fmt: str = "{:.2f}"):
         return lambda r: fmt.format(r["metrics"][name]["median"] * scale) if name in r["metrics"] else "-"
 
-    def serving(part: str, stat: str):
-        return lambda r: f"{r['info']['serving'][part][stat]:.2f}"
+    def count(r: dict, name: str) -> int:
+        return len(r["metrics"][name]["values"])
+
+    def serving(part: str, stat: str, name: str):
+        def cell(r: dict) -> str:
+            if stat == "p99" and count(r, name) < MIN_DISTRIBUTION:
+                return f"n={count(r, name)}"
+            return f"{r['info']['serving'][part][f'{stat}_ms']:.2f}"
+
+        return cell
+
+    def part(name: str, stat: str):
+        def cell(r: dict) -> str:
+            if name not in r["metrics"]:
+                return "-"
+            values = r["metrics"][name]["values"]
+            if stat == "p99" and len(values) < MIN_DISTRIBUTION:
+                return f"n={len(values)}"
+            value = r["metrics"][name]["median"] if stat == "median" else np.percentile(values, 99)
+            return f"{value * 1e3:.3f}"
+
+        return cell
 
     rows = [
-        row("Successful requests", lambda r: str(len(r["metrics"]["ttft_s"]["values"]))),
+        row("Successful requests", lambda r: str(count(r, "ttft_s"))),
         row("Benchmark duration (s)", lambda r: f"{r['info']['duration_s']:.2f}"),
         row("Request throughput (req/s)", median("req_per_s", 1)),
         row("Output token throughput (tok/s)", median("output_tokens_per_s", 1, "{:.1f}")),
     ]
-    for part, name in (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E")):
-        for stat, label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
-            rows.append(row(f"{label} {name} (ms)", serving(part, f"{stat}_ms")))
+    for key, label, name in SERVING_PARTS:
+        for stat, stat_label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
+            rows.append(row(f"{stat_label} {label} (ms)", serving(key, stat, name)))
+    for name, label in TTFT_PARTS:
+        for stat, stat_label in (("median", "Median"), ("p99", "P99")):
+            rows.append(row(f"{stat_label} {label} (ms)", part(name, stat)))
     rows.append(row("Empty-message round trip (µs)", median("floor_rtt_s", 1e6, "{:.0f}")))
+    ratio = "ingress_over_floor"
+    rows.append(row("Median ingress / round trip", lambda r: f"{r['info'].get(ratio, math.nan):.2f}"))
     rows.append(row("Payload GB/s (median)", median("payload_gb_per_s", 1)))
     rows.append(row("Unix-socket GB/s, same bytes", median("unix_gb_per_s", 1)))
+    if any("sweep" in r["info"] for r in records):
+        rows += _sweep_rows(records)
+    return rows
+
+
+def _points(record: dict) -> dict:
+    """A record's sweep points by rate (empty without a sweep)."""
+    return {p["rate"]: p for p in record["info"].get("sweep", {}).get("points", ())}
+
+
+def _per_second(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _sweep_rows(records: list[dict]) -> list[list[str]]:
+    """A rate sweep's lines: TTFT median and admitted/goodput per rate, then where it saturated."""
+    points = [_points(r) for r in records]
+    rows = []
+    for rate in dict.fromkeys(rate for by_rate in points for rate in by_rate):
+        ttft, rates = [f"Rate {rate}: median TTFT (ms)"], [f"Rate {rate}: admitted / goodput (req/s)"]
+        for by_rate in points:
+            p = by_rate.get(rate)
+            ttft.append("-" if p is None else f"{p['metrics']['ttft_s']['median'] * 1e3:.2f}")
+            admitted = None if p is None else _per_second(p["admitted_per_s"])
+            rates.append("-" if p is None else f"{admitted} / {p['goodput_per_s']:.1f}")
+        rows += [ttft, rates]
+    sweeps = [r["info"].get("sweep", {}) for r in records]
+    rows.append(["Saturated at (offered req/s)", *(str(s.get("saturated_at") or "-") for s in sweeps)])
+    rows.append(["Capacity, all at once (req/s)", *(_per_second(s.get("capacity_per_s")) for s in sweeps)])
     return rows
 
 

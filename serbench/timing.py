@@ -17,33 +17,39 @@ from serbench.profiles import Profile
 MIN_SAMPLES = 3
 
 
-def _loop(fn: Callable[[], object], loops: int) -> float:
-    start = time.perf_counter()
+def _loop(fn: Callable[[], object], loops: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     for _ in range(loops):
         fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def calibrate(fn: Callable[[], object], min_sample_s: float) -> int:
+def calibrate(
+    fn: Callable[[], object], min_sample_s: float, clock: Callable[[], float] = time.perf_counter
+) -> int:
     """Loops per sample so that one sample takes at least ``min_sample_s``."""
     loops = 1
     while True:
-        elapsed = _loop(fn, loops)
+        elapsed = _loop(fn, loops, clock)
         if elapsed >= min_sample_s or loops >= 1_000_000:
             return loops
         loops = max(loops * 2, int(loops * min_sample_s / max(elapsed, 1e-9) * 1.2))
 
 
 def interleaved(
-    fns: dict[str, Callable[[], object]], profile: Profile
+    fns: dict[str, Callable[[], object]], profile: Profile, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[dict[str, list[float]], dict]:
-    """Seconds per call, one list of samples per function, sampled in turn."""
-    loops = {name: calibrate(fn, profile.min_sample_s) for name, fn in fns.items()}
+    """Seconds per call, one list of samples per function, sampled in turn.
+
+    ``clock`` is wall time by default; ``time.thread_time`` counts this thread's
+    CPU time only, which a machine shared with other work does not inflate.
+    """
+    loops = {name: calibrate(fn, profile.min_sample_s, clock) for name, fn in fns.items()}
     samples: dict[str, list[float]] = {name: [] for name in fns}
     deadline = time.perf_counter() + profile.max_metric_s * len(fns)
     for i in range(profile.samples):
         if i >= MIN_SAMPLES and time.perf_counter() > deadline:
             break
         for name, fn in fns.items():
-            samples[name].append(_loop(fn, loops[name]) / loops[name])
+            samples[name].append(_loop(fn, loops[name], clock) / loops[name])
     return samples, {"loops": loops, "samples": len(next(iter(samples.values())))}

@@ -32,6 +32,8 @@ def _asv(args: list[str], home: Path, config: Path | None = None) -> subprocess.
         "HOME": str(home),
         "SERBENCH_ASV_BACKENDS": "msgspec-frombuffer",
         "SERBENCH_ASV_WORKLOADS": "images-4",
+        "SERBENCH_ASV_STEPS": "outputs-64:logprobs=5,layout=flat",
+        "SERBENCH_ASV_SIZES": "tensor-256",
     }
     command = [*ASV, *args, *(["--config", str(config)] if config else [])]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -38,7 +38,7 @@ from serializers.tensors import UNCARRIED_DTYPES
 from workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"
-SETTINGS = Settings(num_prompts=4, rate=math.inf, max_concurrency=None, floor=2, step_s=0.002)
+SETTINGS = Settings(num_prompts=4, rates=(math.inf,), max_concurrency=None, floor=2, step_s=0.002)
 
 
 pytestmark = pytest.mark.usefixtures("ipc_sandbox")
@@ -296,7 +296,7 @@ def flaky() -> Flaky:
 
 def test_backend_failing_one_message_in_a_hundred_fails_only_its_case(tmp_path: Path) -> None:
     plan = Plan([f"{__name__}:flaky", "msgspec-frombuffer"], ["text-sonnet:output_len=120"], ["ipc"])
-    profile = PROFILES["quick"].with_options(ipc_num_prompts=1, ipc_step_ms=0.0, ipc_rate=math.inf)
+    profile = PROFILES["quick"].with_options(ipc_num_prompts=1, ipc_step_ms=0.0, ipc_rates=(math.inf,))
     results = execute(plan, profile, tmp_path / "results.json", argv=[])
     errors = {r["backend"]: r["error"] for r in results.data["records"]}
     assert "could not decode an outputs message: ValueError: flaky: refusing outputs message #100" in (

@@ -19,6 +19,7 @@ from serbench.profiles import PROFILES
 from serbench.scenarios import ipc, load
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.load import Tracked, account
+from serbench.stats import MIN_DISTRIBUTION
 from workloads import get_workload, output_token
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs
 
@@ -27,7 +28,7 @@ IMAGES = "images-4"  # gemma: four 9.6 MB tensors, one zero-copy frame each
 
 
 def settings(**changes) -> Settings:
-    base = {"num_prompts": 3, "rate": math.inf, "max_concurrency": None, "floor": 3}
+    base = {"num_prompts": 3, "rates": (math.inf,), "max_concurrency": None, "floor": 3}
     return Settings(**{**base, "step_s": 0.001, **changes})
 
 
@@ -43,10 +44,57 @@ def test_text_case_accounts_for_every_token() -> None:
     assert metrics["floor_rtt_s"]["median"] > 0
     assert metrics["ttft_s"]["median"] <= metrics["e2e_s"]["median"]
     assert "payload_gb_per_s" not in metrics
+    assert "ttft_p99_s" not in metrics  # a p99 of 3 requests is not one
+
+
+def test_ttft_is_decomposed_per_request_from_the_engines_stamps() -> None:
+    out = measure("flat-mmk", TEXT, settings(num_prompts=5, rates=(400.0,)))
+    m = {name: m["values"] for name, m in out["metrics"].items()}
+    for name in ("encode_s", "ingress_s", "queue_s", "first_step_s"):
+        assert len(m[name]) == 5, name
+    # One clock on both sides: every part is positive, and the parts of each
+    # request (its own order as sent) add up to at most its TTFT.
+    assert min(m["ingress_s"] + m["queue_s"] + m["first_step_s"] + m["egress_s"]) > 0
+    assert all(e < i for e, i in zip(m["encode_s"], m["ingress_s"], strict=True))
+    assert all(f >= 0.001 for f in m["first_step_s"])  # the first step sleeps step_s (1 ms) at least
+    # Every outputs message was timed on its way back: at least one per token position.
+    assert TEXT_OUTPUT_LEN <= len(m["egress_s"]) <= out["info"]["output_tokens"]
+    assert len(m["ttft_p99_s"]) == 1
+    assert out["info"]["ingress_over_floor"] > 0
+
+
+TEXT_OUTPUT_LEN = 6
+
+
+def test_rate_sweep_runs_every_rate_on_one_session() -> None:
+    out = measure("msgspec-frombuffer", TEXT, settings(num_prompts=5, rates=(100.0, math.inf)))
+    sweep = out["info"]["sweep"]
+    assert [p["rate"] for p in sweep["points"]] == [100.0, "inf"]
+    assert out["info"]["output_tokens"] == 5 * TEXT_OUTPUT_LEN  # the record's metrics: the first rate
+    for point in sweep["points"]:
+        assert len(point["metrics"]["ttft_s"]["values"]) == 5
+        assert point["goodput_per_s"] > 0
+    assert sweep["points"][0]["offered_per_s"] > 0 and sweep["points"][1]["offered_per_s"] is None
+    assert sweep["capacity_per_s"] == sweep["points"][1]["admitted_per_s"]
+
+
+def _point(rate, offered, admitted) -> dict:
+    return {"rate": rate, "offered_per_s": offered, "admitted_per_s": admitted}
+
+
+def test_saturation_is_the_lowest_rate_not_kept_up_with() -> None:
+    points = [_point(10.0, 9.5, 9.4), _point(40.0, 41.0, 39.0), _point(160.0, 150.0, 60.0)]
+    assert load.saturation([*points, _point("inf", None, 70.0)]) == {
+        "saturated_at": 160.0,
+        "capacity_per_s": 70.0,
+        "keep_up": 0.9,
+    }
+    assert load.saturation(points[:2])["saturated_at"] is None
+    assert load.saturation(points[:2])["capacity_per_s"] is None
 
 
 def test_tcp_transport_and_concurrency_limit() -> None:
-    out = measure("pickle", TEXT, settings(transport="tcp", max_concurrency=1, rate=50.0))
+    out = measure("pickle", TEXT, settings(transport="tcp", max_concurrency=1, rates=(50.0,)))
     assert out["info"]["output_tokens"] == 18
     ttft, e2e = out["metrics"]["ttft_s"]["values"], out["metrics"]["e2e_s"]["values"]
     assert all(t <= e for t, e in zip(ttft, e2e, strict=True))
@@ -137,7 +185,7 @@ def test_account_checks_value_position_and_end() -> None:
     with pytest.raises(IntegrityError, match="token 1"):
         account(_outputs(("a", output_token("a", 0), "length")), dict(tracked), 2.0)
     with pytest.raises(IntegrityError, match="finish_reason"):
-        account(_outputs(("a", output_token("a", 1), None)), {"a": Tracked(0.0, 2, [1.0])}, 2.0)
+        account(_outputs(("a", output_token("a", 1), None)), {"a": Tracked(0.0, 2, times=[1.0])}, 2.0)
     assert account(_outputs(("a", output_token("a", 1), "length")), tracked, 2.0) == 1
     with pytest.raises(IntegrityError, match="after the end"):
         account(_outputs(("a", output_token("a", 2), None)), tracked, 3.0)
@@ -148,12 +196,28 @@ def test_account_checks_value_position_and_end() -> None:
 def test_settings_follow_profile_then_options() -> None:
     text, images = get_workload("text-sonnet"), get_workload("images-8")
     assert ipc.settings_for(PROFILES["full"], text).num_prompts == 1000
-    assert ipc.settings_for(PROFILES["full"], text).rate == 40.0
+    assert ipc.settings_for(PROFILES["full"], text).rates == (40.0,)
     assert ipc.settings_for(PROFILES["quick"], images).max_concurrency == 1
-    profile = PROFILES["quick"].with_options(ipc_rate=2.0, ipc_step_ms=0.0, ipc_num_prompts=None)
+    profile = PROFILES["quick"].with_options(ipc_rates=(2.0,), ipc_step_ms=0.0, ipc_num_prompts=None)
     cfg = ipc.settings_for(profile, text)
     default_prompts = ipc.DEFAULTS[("quick", "text")]["num_prompts"]
-    assert (cfg.rate, cfg.step_s, cfg.num_prompts) == (2.0, 0.0, default_prompts)
+    assert (cfg.rates, cfg.step_s, cfg.num_prompts) == ((2.0,), 0.0, default_prompts)
+    # A rate given lifts the payload default of one request at a time; --max-concurrency still caps.
+    assert ipc.settings_for(profile, images).max_concurrency is None
+    capped = profile.with_options(ipc_max_concurrency=2)
+    assert ipc.settings_for(capped, images).max_concurrency == 2
+
+
+def test_quick_profile_measures_every_case_at_least_five_times() -> None:
+    for workload in ("text-sonnet", "images-4", "images-32"):
+        assert ipc.settings_for(PROFILES["quick"], get_workload(workload)).num_prompts >= MIN_DISTRIBUTION
+
+
+def test_rate_option_takes_a_sweep() -> None:
+    from serbench.commands import build_parser
+
+    args = build_parser().parse_args(["run", "--rate", "10,40,160,inf"])
+    assert args.ipc_rates == (10.0, 40.0, 160.0, math.inf)
 
 
 def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
@@ -169,6 +233,9 @@ def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
     [
         ["--rate", "0"],
         ["--rate", "nan"],
+        ["--rate", "10,10"],
+        ["--rate", "10,-1"],
+        ["--ttft-slo-ms", "0"],
         ["--burstiness", "inf"],
         ["--num-prompts", "0"],
         ["--engine", "ipc://x"],
@@ -180,3 +247,31 @@ def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["run", *argv])
     assert exit_info.value.code == 2
+
+
+def _record(ttft: list[float]) -> dict:
+    from serbench import metrics as m
+
+    measured = {"ttft_s": m.measured("ttft_s", ttft)}
+    if len(ttft) >= MIN_DISTRIBUTION:
+        measured["ttft_p99_s"] = m.measured("ttft_p99_s", [max(ttft)])
+    return {"scenario": "ipc", "backend": "b", "workload": "images-4", "metrics": measured, "info": {}}
+
+
+def test_fewer_than_five_samples_say_n_in_the_terminal_and_the_report() -> None:
+    from serbench.report.page import metric_cell
+    from serbench.text import render
+
+    few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5])
+    enough["workload"] = "text-sonnet"
+    text = render({"backends": {}, "records": [few, enough]})
+    median, p99 = text.split("\n\n")
+    assert median.splitlines()[3].split() == ["b", "200", "(n=3)", "300"]  # images-4 with its n, then text
+    assert p99.startswith("ipc: TTFT p99 (ms, per case)")
+    assert p99.splitlines()[3].split() == ["b", "(n=3)", "500"]  # no p99 of three samples
+    assert "(n=" not in render({"backends": {}, "records": [enough]})
+    cell = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "p99", "")
+    assert ">n=3<" in cell and "too few for a p99" in cell
+    median = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "median", "")
+    assert "(n=3)" in median and "95% CI" not in median
+    assert "95% CI" in metric_cell(enough["metrics"]["ttft_s"], "ttft_s", "median", "")

@@ -45,7 +45,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (torch.cud
 
 
 def settings(**changes) -> Settings:
-    base = {"num_prompts": 2, "rate": math.inf, "max_concurrency": 1, "floor": 2, "step_s": 0.001}
+    base = {"num_prompts": 2, "rates": (math.inf,), "max_concurrency": 1, "floor": 2, "step_s": 0.001}
     return Settings(**{**base, **changes})
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_wrong_or_unsupported_backends_are_never_timed(tmp_path: Path, ipc_sandb
     for scenario in ("micro", "ipc", "memory"):
         wrong, stub = records[scenario, WRONG], records[scenario, STUB]
         assert wrong["metrics"] == {} and stub["metrics"] == {}
-        assert "does not round-trip request 0 of 1, not timed" in wrong["error"]
+        assert re.search(r"does not round-trip request 0 of \d+, not timed", wrong["error"])
         assert (
             "$.mm_inputs.items_by_modality['image'][0].fields['pixel_values'].data: type list"
             in (wrong["error"])
@@ -46,7 +47,8 @@ def test_wrong_or_unsupported_backends_are_never_timed(tmp_path: Path, ipc_sandb
         assert stub["info"] == {"unsupported": "a stub: decodes everything as None"}
         good = records[scenario, "msgspec-frombuffer"]
         assert good["error"] is None and good["metrics"]
-        assert good["info"]["verification"]["messages"] == 1
+        checked = good["info"]["verification"]
+        assert checked["messages"] == checked["of"] >= 1  # every message it timed (few here)
     # Both passed conformance: what kept them untimed is the per-case check.
     for spec in (WRONG, STUB):
         assert not run.data["backends"][spec]["conformance"]["failed"]
@@ -78,6 +80,6 @@ def test_a_workload_declared_unsupported_by_id_or_glob() -> None:
 def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) -> None:
     """A decoder that reuses its buffer passes the one-message check, then corrupts request 0
     when request 1 is decoded: the engine finds request 0's frames intact and says codec bug."""
-    cfg = Settings(num_prompts=2, rate=math.inf, max_concurrency=1, floor=5, step_s=0.0)
+    cfg = Settings(num_prompts=2, rates=(math.inf,), max_concurrency=1, floor=5, step_s=0.0)
     with pytest.raises(EngineError, match=r"llava-0-0'.*codec bug: the frames arrived intact"):
         measure("mutants:mutant:bug=reuse-decode-buffer", "images-2:profile=llava", cfg)

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from specs import SpecError
-from workloads import available_workloads, get_workload, output_token
+from workloads import available_workloads, default_workloads, get_workload, output_token
 from workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
 from workloads.tree import payload_bytes, payload_checksum
 
 
 def test_builtin_workloads() -> None:
-    assert available_workloads() == ["text-sonnet", "images-4", "images-8", "images-16", "images-32"]
+    assert default_workloads() == ["text-sonnet", "images-4", "images-8", "images-16", "images-32"]
+    assert set(default_workloads()) < set(available_workloads())
 
 
 def test_text_sonnet_lengths_and_shared_prefix() -> None:

@@ -10,13 +10,18 @@ import re
 from collections.abc import Callable
 
 from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
-from workloads.base import Workload, output_token
+from workloads.base import Running, Workload, output_token
 from workloads.images import IMAGE_COUNTS, Images
+from workloads.outputs import BATCHES, Outputs
+from workloads.sizes import SIZES, TensorSize
 from workloads.text import TextSonnet
 
 __all__ = [
+    "SWEEPS",
+    "Running",
     "Workload",
     "available_workloads",
+    "default_workloads",
     "get_workload",
     "output_token",
 ]
@@ -31,26 +36,82 @@ def _images(count: int) -> Callable[..., Workload]:
     return factory
 
 
-_FACTORIES: dict[str, Callable[..., Workload]] = {
+def _outputs(batch: int) -> Callable[..., Workload]:
+    def factory(logprobs: str = "0", layout: str = "nested", seed: str = "0", steps: str = "40") -> Workload:
+        return Outputs(batch, logprobs, layout, seed, steps)
+
+    return factory
+
+
+def _tensor(size: int) -> Callable[..., Workload]:
+    def factory(seed: str = "0") -> Workload:
+        return TensorSize(size, seed)
+
+    return factory
+
+
+_DEFAULT: dict[str, Callable[..., Workload]] = {
     "text-sonnet": TextSonnet,
     **{f"images-{n}": _images(n) for n in IMAGE_COUNTS},
 }
+# Built in, listed, run by name, but not in ``serbench run``'s default matrix (docs/workloads.md).
+_BY_NAME: dict[str, Callable[..., Workload]] = {
+    **{f"outputs-{n}": _outputs(n) for n in BATCHES},
+    **{f"tensor-{n}": _tensor(n) for n in SIZES},
+}
+# Any count of these families works, not only the listed ones: images-1, outputs-512, tensor-1000.
+_FAMILIES: dict[str, Callable[[int], Callable[..., Workload]]] = {
+    r"images-([1-9][0-9]{0,2})": _images,
+    r"outputs-([1-9][0-9]{0,6})": _outputs,
+    r"tensor-(0|[1-9][0-9]{0,9})": _tensor,
+}
+# Shorthands that stand for several workloads on the command line (``expand``).
+SWEEPS: dict[str, list[str]] = {
+    "tensor-sweep": list(_BY_NAME)[len(BATCHES) :],
+    "outputs-sweep": list(_BY_NAME)[: len(BATCHES)],
+}
+
+
+def default_workloads() -> list[str]:
+    """The workloads of ``serbench run``'s default matrix, in order."""
+    return list(_DEFAULT)
 
 
 def available_workloads() -> list[str]:
-    """Names of the built-in workloads, in the order of the default matrix."""
-    return list(_FACTORIES)
+    """Every built-in workload name: the default matrix, then those run by name."""
+    return [*_DEFAULT, *_BY_NAME]
+
+
+def expand(spec: str) -> list[str]:
+    """A sweep shorthand (``tensor-sweep``, ``outputs-sweep[:options]``) as its workloads; else ``[spec]``.
+
+    The options of a shorthand go to each workload of it:
+    ``outputs-sweep:logprobs=5`` is ``outputs-1:logprobs=5,...,outputs-1024:logprobs=5``.
+    """
+    name, sep, options = spec.partition(":")
+    if name not in SWEEPS:
+        return [spec]
+    return [f"{member}{sep}{options}" for member in SWEEPS[name]]
+
+
+def _factory(name: str) -> Callable[..., Workload] | None:
+    factory = _DEFAULT.get(name) or _BY_NAME.get(name)
+    for pattern, family in _FAMILIES.items():
+        match = re.fullmatch(pattern, name)
+        if factory is None and match:
+            factory = family(int(match.group(1)))
+    return factory
 
 
 def get_workload(spec: str | Spec) -> Workload:
     """Build a workload from ``name[:key=value,...]``; SpecError lists what exists."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
-    factory = _FACTORIES.get(parsed.name)
-    count = re.fullmatch(r"images-([1-9][0-9]{0,2})", parsed.name)
-    if factory is None and count:  # any image count, e.g. images-1 for one tensor
-        factory = _images(int(count.group(1)))
+    factory = _factory(parsed.name)
     if factory is None:
-        raise SpecError(f"unknown workload {parsed.name!r}; workloads: {', '.join(_FACTORIES)}")
+        raise SpecError(
+            f"unknown workload {parsed.name!r}; workloads: {', '.join(available_workloads())} "
+            f"(any images-N, outputs-B, tensor-N; sweeps: {', '.join(SWEEPS)})"
+        )
     workload = call_with_options(factory, parsed)
     workload.name = format_spec(parsed)
     return workload

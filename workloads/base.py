@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
 
@@ -18,13 +19,29 @@ def output_token(request_id: str, position: int) -> int:
     return zlib.crc32(f"{request_id}#{position}".encode()) % VOCAB_SIZE
 
 
+class Running(NamedTuple):
+    """A request in an engine step: its id, the position of the token it gets, whether it is the last."""
+
+    request_id: str
+    position: int
+    last: bool
+
+
 class Workload:
-    """A deterministic stream of requests; subclasses build ``request(index)``."""
+    """A deterministic stream of requests; subclasses build ``request(index)``.
+
+    ``kind`` says what the workload is about: ``"request"`` (the frontend →
+    engine request is the message; micro times ``request(0)``) or
+    ``"outputs"`` (the engine's step is the message; micro times
+    ``message(0)``, ipc streams ``step``s to a frontend holding a batch).
+    """
 
     name: str
     description: str
     output_len: int
     seed: int
+    kind = "request"
+    message_type: type = EngineCoreOutputs  # what the engine's steps decode as
 
     def request(self, index: int) -> EngineCoreRequest:
         raise NotImplementedError
@@ -40,9 +57,26 @@ class Workload:
         """The first ``count`` requests, the same on every call."""
         return (self.request(i) for i in range(count))
 
-    def outputs(self, request_ids: list[str], position: int, finished: bool = False) -> EngineCoreOutputs:
+    def message(self, index: int = 0) -> Any:
+        """The message a case of this workload is about: here the request."""
+        return self.request(index)
+
+    def step(self, running: Sequence[Running]) -> Any:
         """One engine step: one new token for each running request."""
-        reason = "length" if finished else None
         return EngineCoreOutputs(
-            outputs=[EngineCoreOutput(rid, [output_token(rid, position)], reason) for rid in request_ids]
+            outputs=[
+                EngineCoreOutput(r.request_id, [output_token(r.request_id, r.position)], _reason(r.last))
+                for r in running
+            ]
         )
+
+    def outputs(self, request_ids: list[str], position: int, finished: bool = False) -> EngineCoreOutputs:
+        """One engine step at one ``position`` for every request in ``request_ids``."""
+        return self.step([Running(rid, position, finished) for rid in request_ids])
+
+    def check(self, message: Any) -> None:
+        """ValueError if a step's contents beyond its tokens are not what this workload sends (none here)."""
+
+
+def _reason(last: bool) -> str | None:
+    return "length" if last else None

@@ -19,6 +19,7 @@ batch). ``VllmFieldElem``, ``VllmPlaceholderRange`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -121,12 +122,26 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     mm_features: list[MultiModalFeatureSpec] | None = None  # the vllm layout, instead of mm_inputs
 
 
+class Logprobs(msgspec.Struct, array_like=True):
+    """One request's logprobs for one step, as vLLM's ``LogprobsLists``: per-request Python lists.
+
+    One row per new token: ``token_ids[i]`` is the sampled token followed by
+    the top-K alternatives, ``logprobs[i]`` their logprobs, ``ranks[i]`` the
+    sampled token's rank in the vocabulary.
+    """
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    ranks: list[int]
+
+
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
-    """One step's new tokens for one request."""
+    """One step's new tokens for one request (``layout=nested``: everything per request)."""
 
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None = None
+    new_logprobs: Logprobs | None = None
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -135,3 +150,44 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
     outputs: list[EngineCoreOutput] = []
     timestamp: float = 0.0
     engine_index: int = 0
+
+    def entries(self) -> Iterator[tuple[str, list[int], str | None]]:
+        """(request id, new token ids, finish reason) per request: what the frontend accounts."""
+        for out in self.outputs:
+            yield out.request_id, out.new_token_ids, out.finish_reason
+
+
+class FlatLogprobs(msgspec.Struct, array_like=True):
+    """A whole step's logprobs as three arrays, rows aligned with ``FlatEngineCoreOutputs.new_token_ids``.
+
+    ``token_ids`` int32 ``(rows, K+1)`` (sampled token, then the top K),
+    ``logprobs`` float32 ``(rows, K+1)``, ``ranks`` int32 ``(rows,)``.
+    """
+
+    token_ids: Any
+    logprobs: Any
+    ranks: Any
+
+
+class FlatEngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One step's outputs as a few contiguous arrays for the whole batch (``layout=flat``).
+
+    Request ``i``'s new tokens (and logprob rows) are
+    ``new_token_ids[token_offsets[i]:token_offsets[i + 1]]``; ``finished``
+    maps the index of each request that ended in this step to its reason.
+    The arrays are tensors, so the msgpack backends carry them zero-copy.
+    """
+
+    request_ids: list[str]
+    new_token_ids: Any
+    token_offsets: Any
+    finished: dict[int, str] = {}
+    logprobs: FlatLogprobs | None = None
+    timestamp: float = 0.0
+    engine_index: int = 0
+
+    def entries(self) -> Iterator[tuple[str, list[int], str | None]]:
+        """(request id, new token ids, finish reason) per request, sliced from the arrays."""
+        tokens, offsets = self.new_token_ids.tolist(), self.token_offsets.tolist()
+        for i, rid in enumerate(self.request_ids):
+            yield rid, tokens[offsets[i] : offsets[i + 1]], self.finished.get(i)

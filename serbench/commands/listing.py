@@ -6,8 +6,9 @@ import argparse
 
 from serbench.scenarios import SCENARIOS
 from serbench.text import table
+from serbench.units import format_value
 from serializers import available_serializers, describe, get_serializer, is_safe
-from workloads import available_workloads, get_workload
+from workloads import SWEEPS, available_workloads, default_workloads, get_workload
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -19,10 +20,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(table(["backend", "safe for untrusted input", "strategy"], rows))
     print()
     rows = []
+    default = default_workloads()
     for name in available_workloads():
         workload = get_workload(name)
-        rows.append([name, f"{workload.payload_bytes() / 1e6:.1f} MB", workload.description])
-    print(table(["workload", "payload/request", "what"], rows))
+        payload = format_value(workload.payload_bytes(), "bytes")
+        rows.append([name, payload, "yes" if name in default else "by name", workload.description])
+    print(table(["workload", "payload/request", "default run", "what"], rows))
+    print(
+        "any images-N, outputs-B, tensor-N works; outputs-B takes logprobs=K, layout=nested|flat, steps=N; "
+        f"sweeps: {', '.join(SWEEPS)} (with options, e.g. outputs-sweep:logprobs=5)"
+    )
     print()
     print(table(["scenario", "what"], [[s.name, s.description] for s in SCENARIOS.values()]))
     return 0

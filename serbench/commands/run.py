@@ -17,14 +17,16 @@ from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
 from serbench.transport import DEFAULT_KIND, KINDS
 from serializers import BUILTINS, get_serializer
-from workloads import available_workloads, get_workload
+from workloads import default_workloads, expand, get_workload
 
 
 def plan(args: argparse.Namespace) -> Plan:
     """The run's plan from the command line; SpecError for any unknown name."""
     chosen = Plan(
         backends=split_specs(args.backends) if args.backends else list(BUILTINS),
-        workloads=split_specs(args.workloads) if args.workloads else available_workloads(),
+        workloads=[w for spec in split_specs(args.workloads) for w in expand(spec)]
+        if args.workloads
+        else default_workloads(),
         scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
         transports=transports(args.transport),
     )
@@ -86,7 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run the benchmark matrix")
     parser.set_defaults(func=cmd_run)
     parser.add_argument("--backends", help="comma-separated backend specs (default: the built-ins)")
-    parser.add_argument("--workloads", help="comma-separated workload specs (default: all built-in)")
+    parser.add_argument(
+        "--workloads",
+        help="comma-separated workload specs (default: text-sonnet and images-4..32; "
+        "`serbench list` shows the rest, e.g. outputs-1024:logprobs=5,layout=flat, tensor-sweep)",
+    )
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
     parser.add_argument(
         "--transport",

@@ -212,7 +212,7 @@ def _region(kind: str, engine_url: str | None, size: int) -> Iterator[shm.Region
         raise EngineError(f"--transport shm needs the engine on this host, not {engine_url}")
     for name in shm.reclaim_orphans():
         log.warning("removed shared memory %s left by a crashed earlier run", name)
-    with shm.Region.create(size) as region:
+    with shm.Region.create(max(size, shm.INLINE_BELOW)) as region:  # small messages place nothing
         yield region
 
 
@@ -224,6 +224,7 @@ def open_link(
     local_transport: str = transport.DEFAULT_KIND,
     shm_bytes: int = 0,
     staging: dict[str, str] | None = None,
+    workload: str | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
@@ -234,6 +235,8 @@ def open_link(
     through a region of ``shm_bytes``. ``staging`` (``device``, ``pin``)
     asks the engine to stage each request on a device after decode
     (``serbench.engine.staging``); the engine refuses a session it cannot stage.
+    ``workload`` names the workload whose steps the engine streams (an output
+    workload's logprobs and layout).
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -249,8 +252,10 @@ def open_link(
         stack.callback(pull.close)
         stack.callback(push.close)
         link = EngineLink(push, pull, addrs.requests, proc, shm.Placer(region) if region else None)
-        shared = {"shm": {"name": region.name, "size": region.size}} if region else {}
-        link.send("start", backend=backend, step_s=step_s, **(staging or {}), **shared)
+        extra = {"workload": workload} if workload else {}
+        if region:
+            extra["shm"] = {"name": region.name, "size": region.size}
+        link.send("start", backend=backend, step_s=step_s, **(staging or {}), **extra)
         link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed

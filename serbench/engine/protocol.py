@@ -8,16 +8,21 @@ A frontend opens a session (``start``: backend spec, step time; answered
 ``ready``), sends ``request``s (an ``ack`` goes back as soon as one asking
 for it is decoded: the transfer time of its payload) and closes it with
 ``end`` (answered ``done``, with how many requests were still running). The
-engine streams ``outputs`` while requests run. Every request carries the
-checksum of its payload (``request_checksum``) and, when the frontend
-encoded it beforehand, of its frames as encoded (``frames_checksum``, in
-``data["encoded"]``); a mismatch, a failed decode, a duplicate or a refused
-session comes back as an ``error`` with a message, whose ``integrity_fault``
-says which side is to blame.
+engine streams ``outputs`` while requests run; each ``outputs`` header carries
+``sent`` (the engine's ``clock()`` just before it encoded the message) and
+``first`` (request id → [decoded, scheduled] for every request whose first
+token it holds): with a local engine, the frontend splits TTFT into
+ingress, queue and first step, and times each message's way back (egress).
+Every request carries the checksum of its payload (``request_checksum``) and,
+when the frontend encoded it beforehand, of its frames as encoded
+(``frames_checksum``, in ``data["encoded"]``); a mismatch, a failed decode, a
+duplicate or a refused session comes back as an ``error`` with a message,
+whose ``integrity_fault`` says which side is to blame.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +35,10 @@ from workloads.tree import payload_checksum
 
 DEFAULT_STEP_S = 0.005  # simulated model time per step when ``start`` names none
 MAX_STEP_S = 10.0  # the longest step a ``start`` may ask for
+
+# The clock both ends stamp messages with: CLOCK_MONOTONIC on Linux, one clock for every
+# process of a host, so a frontend can subtract an engine's stamps when the engine is local.
+clock = time.perf_counter
 
 
 class EngineError(RuntimeError):

@@ -39,6 +39,7 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import queue
@@ -58,6 +59,7 @@ from serbench.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
     Control,
+    clock,
     control,
     integrity_fault,
     parse_control,
@@ -67,8 +69,9 @@ from serbench.engine.staging import Stager, Staging
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
-from workloads.base import output_token
-from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from workloads import Running as Scheduled
+from workloads import Workload, get_workload
+from workloads.messages import EngineCoreRequest
 from workloads.tree import payload_bytes
 
 log = logging.getLogger("serbench.engine")
@@ -95,12 +98,15 @@ class Unverified:
 
 @dataclass
 class Session:
-    """One frontend's run: its backend (one instance per thread), its device stage, and what it sent."""
+    """One frontend's run: its backend (one instance per thread), its device stage, the workload
+    whose steps it streams (``start``'s ``workload``; one token per request when none is named)
+    and what it sent."""
 
     id: str
     step_s: float
     decoder: Serializer
     encoder: Serializer
+    workload: Workload = field(default_factory=Workload)
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
     unverified: list[Unverified] = field(default_factory=list)
@@ -111,9 +117,11 @@ class Session:
 
 @dataclass
 class Running:
-    """A request being generated: how many tokens it gets, and the next one's position."""
+    """A request being generated: how many tokens it gets, the next one's position, and when
+    the receive thread had it decoded (``clock()``; the frontend's ingress ends there)."""
 
     max_tokens: int
+    decoded: float
     position: int = 0
 
 
@@ -136,9 +144,10 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
             f"refusing unsafe backend {spec!r} (it can run code from its input) on non-loopback "
             f"{bind_address}; start the engine with --allow-unsafe-deserialization to accept it"
         )
-    return Session(
-        ctrl.session, float(step_s), decoder, get_serializer(spec), stager, region=_attach(ctrl, bind_address)
-    )
+    workload = ctrl.data.get("workload")
+    steps = get_workload(workload) if isinstance(workload, str) else Workload()
+    region = _attach(ctrl, bind_address)
+    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), steps, stager, region=region)
 
 
 def _attach(ctrl: Control, bind_address: str) -> shm.Region | None:
@@ -235,6 +244,7 @@ class Engine:
             if placed is not None:
                 frames = _placed_frames(session, placed, frames)
             request = session.decoder.decode(frames, EngineCoreRequest)
+            decoded = clock()
         except Exception as exc:
             self.events.put(
                 ("error", session.id, f"engine could not decode a request: {type(exc).__name__}: {exc}")
@@ -258,6 +268,7 @@ class Engine:
                 self.events.put(("error", session.id, f"engine could not stage {rid!r}: {exc}"))
                 return
             request, ready["to_device_s"] = staged.request, staged.seconds
+            decoded = clock()  # with a device, the request is held once it is there
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid, ready))
         encoded = ctrl.data.get("encoded")
@@ -265,7 +276,7 @@ class Engine:
         entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded)
         if placed is not None:
             session.held[rid] = (entry, placed[0])
-        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens))
+        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
         if placed is not None:
             return  # checked when it finishes (``_check_loop``), then its space is released
         session.unverified.append(entry)
@@ -314,7 +325,13 @@ class Engine:
     # ---- main thread: scheduler ----------------------------------------
 
     def serve(self, sessions: int | None = None) -> None:
-        """Run until stopped, or until ``sessions`` sessions have ended."""
+        """Run until stopped, or until ``sessions`` sessions have ended.
+
+        What exists now is moved out of the cyclic collector's reach
+        (``gc.freeze``, as vLLM's engine does after start-up): with torch loaded
+        a full collection walks ~10^5 objects and stalls a request for ms.
+        """
+        gc.freeze()
         receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
         checker = threading.Thread(target=self._check_loop, name="engine-check", daemon=True)
         receiver.start()
@@ -360,7 +377,7 @@ class Engine:
         elif rest[0] != current:
             return 0  # left over from a session that has been replaced
         elif kind == "request":
-            self.running[rest[1]] = Running(max(1, rest[2]))
+            self.running[rest[1]] = Running(max(1, rest[2]), rest[3])
         elif kind == "ack":
             self._send([control("ack", current, request_id=rest[1], **rest[2])])
         elif kind == "release":
@@ -372,27 +389,38 @@ class Engine:
         return 0
 
     def _step(self) -> None:
-        """One simulated forward pass, then one token for every running request."""
+        """One simulated forward pass, then the workload's step for every running request
+        (``Workload.step``: one token each, and logprobs for an output workload).
+
+        The outputs header stamps when encoding began (``sent``) and, for each
+        request getting its first token, when it was decoded and when this step
+        (the first to schedule it) began (``first``).
+        """
         session = self.session
+        began = clock()
         time.sleep(session.step_s)
-        outputs = []
+        scheduled = []
+        first = {}
         for rid, state in list(self.running.items()):
+            if state.position == 0:
+                first[rid] = [state.decoded, began]
             last = state.position + 1 >= state.max_tokens
-            outputs.append(
-                EngineCoreOutput(rid, [output_token(rid, state.position)], "length" if last else None)
-            )
+            scheduled.append(Scheduled(rid, state.position, last))
             state.position += 1
             if last:
                 del self.running[rid]
                 if rid in session.held:
                     self.finished.put((session, rid))
+        message = session.workload.step(scheduled)
+        message.timestamp = time.time()
+        sent = clock()
         try:
-            frames = session.encoder.encode(EngineCoreOutputs(outputs=outputs, timestamp=time.time()))
+            frames = session.encoder.encode(message)
         except Exception as exc:
             self._send([control("error", session.id, message=f"engine could not encode outputs: {exc}")])
             self.running = {}
             return
-        self._send([control("outputs", session.id), *frames])
+        self._send([control("outputs", session.id, sent=sent, first=first), *frames])
 
     def _send(self, frames: list) -> None:
         """Send on the outputs socket; a frontend that stopped taking them loses its session."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serbench import results
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_number, format_value, scale_for
 
 MEDIAN, P99 = "median", "p99"
@@ -71,14 +72,25 @@ class Look:
 
 
 def metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
-    """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip."""
+    """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip.
+
+    With fewer than ``MIN_DISTRIBUTION`` samples a median is a value marked
+    with its n (no CI), and a p99 is not shown: the cell says n.
+    """
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report.plots import stat_value
 
+    n = len(metric["values"])
+    few = 1 < n < MIN_DISTRIBUTION or (n == 1 and stat == P99)
+    attrs = f'{case} data-metric="{e(name)}" data-stat="{stat}"'
+    if few and stat == P99:
+        return f'<td {attrs} class="few" title="{n} samples: too few for a p99">n={n}</td>'
     value = stat_value(metric, stat)
     text = format_value(value, metric["unit"])
-    exact = f"{stat} {value!r} {metric['unit']}, n={len(metric['values'])}"
-    if stat == MEDIAN and metric["ci_low"] != metric["ci_high"]:
+    exact = f"{stat} {value!r} {metric['unit']}, n={n}"
+    if few:
+        text += f' <span class="ci">(n={n})</span>'
+    elif stat == MEDIAN and metric["ci_low"] != metric["ci_high"]:
         factor, _ = scale_for(metric["unit"], value)
         low, high = format_number(metric["ci_low"] / factor), format_number(metric["ci_high"] / factor)
         text += f' <span class="ci">[{low} {DASH} {high}]</span>'

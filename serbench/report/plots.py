@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, scale_for
 
 WIDTH_IN = 11.0
@@ -29,20 +30,48 @@ DPI = 100
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
-_IMAGES = re.compile(r"images-(\d+)")
 
 Cell = tuple[str, str]  # (backend, workload): one slot of a figure
 
 
+@dataclass(frozen=True)
+class XAxis:
+    """The x of a figure against a workload parameter: images per request, batch, tensor bytes.
+
+    ``pattern`` finds the number in a workload spec (group 1); specs that
+    differ only in it are one family, one line style. ``marks`` are vertical
+    lines (x, label) such as the 256 B and 64 KiB thresholds; ``budget`` a
+    horizontal line in seconds (the step budget) on panels whose unit is s.
+    """
+
+    label: str
+    pattern: str
+    base: int = 2
+    marks: tuple[tuple[float, str], ...] = ()
+    budget: float | None = None
+
+    def value(self, workload: str) -> int | None:
+        match = re.match(self.pattern, workload)
+        return int(match.group(1)) if match else None
+
+    def family(self, workload: str) -> str:
+        """The workload spec without its number: one line per family."""
+        return re.sub(self.pattern, lambda m: m.group(0).replace(m.group(1), "N"), workload, count=1)
+
+
+IMAGES = XAxis("images per request", r"images-(\d+)")
+BATCH = XAxis("requests in the step (batch)", r"outputs-(\d+)")
+SIZE = XAxis(
+    "tensor bytes",
+    r"tensor-(\d+)",
+    base=10,
+    marks=((256, "256 B: inline → own frame"), (65536, "64 KiB: zmq copies below")),
+)
+
+
 def image_count(workload: str) -> int | None:
     """Images per request of an ``images-N`` workload spec, None for others."""
-    match = _IMAGES.match(workload)
-    return int(match.group(1)) if match else None
-
-
-def family(workload: str) -> str:
-    """The workload spec without its image count: one line per family in plots against N."""
-    return _IMAGES.sub("images-N", workload, count=1)
+    return IMAGES.value(workload)
 
 
 def stat_value(metric: dict, stat: str) -> float:
@@ -120,8 +149,9 @@ def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None
 
 
 def _error(metric: dict, stat: str, factor: float) -> tuple[float, float]:
-    """Error bar extents of a median (its CI); none for a percentile."""
-    if stat != "median":
+    """Error bar extents of a median (its CI); none for a percentile, nor under
+    ``MIN_DISTRIBUTION`` samples (their range is not a confidence interval)."""
+    if stat != "median" or len(metric["values"]) < MIN_DISTRIBUTION:
         return 0.0, 0.0
     median = metric["median"]
     return (median - metric["ci_low"]) / factor, (metric["ci_high"] - median) / factor
@@ -172,25 +202,34 @@ def bars(panels: Sequence[Panel], backends: Sequence[str], workloads: Sequence[s
 
 
 def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
-    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend."""
+    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend.
+
+    Each axes' title says n (samples per backend); a backend with fewer than
+    ``MIN_DISTRIBUTION`` samples gets its points only, no line, since they are
+    not a distribution.
+    """
     rows = math.ceil(len(workloads) / 4)
     cols = math.ceil(len(workloads) / rows)  # 4 workloads: one row of 4; 5: two rows of 3
     fig, axes = _figure(rows, cols, 2.8)
     factor, _ = panel.scale()
     for ax, workload in zip(axes, workloads, strict=False):
-        samples = []
+        samples, counts = [], []
         for backend in backends:
             metric = panel.cells.get((backend, workload))
             if metric is None or not metric["values"]:
                 continue
             xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
-            marker = "o" if len(xs) < FEW_SAMPLES else ""  # a CDF of one sample is a point, not a line
-            ax.step(
-                xs, np.arange(1, len(xs) + 1) / len(xs), where="post", color=colours[backend], marker=marker
-            )
+            ys = np.arange(1, len(xs) + 1) / len(xs)
+            if len(xs) < MIN_DISTRIBUTION:
+                ax.plot(xs, ys, "o", color=colours[backend])
+            else:
+                marker = "o" if len(xs) < FEW_SAMPLES else ""
+                ax.step(xs, ys, where="post", color=colours[backend], marker=marker)
             samples += [xs[0], xs[-1]]
+            counts.append(len(xs))
         _use_log(ax, panel, samples, axis="x")
-        ax.set(title=workload, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
+        title = workload + (f", {_count_range(counts)}" if counts else "")
+        ax.set(title=title, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
     for ax in axes[len(workloads) :]:
         ax.set_visible(False)
@@ -198,16 +237,99 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
     return _png(fig)
 
 
-def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> list[str]:
-    """Plot ``panel`` against image count; returns the workload families drawn."""
-    factor, _ = panel.scale()
-    images = {cell: m for cell, m in panel.cells.items() if image_count(cell[1]) is not None}
-    families = sorted({family(w) for _, w in images})
-    counts, ys = set(), []
+def _count_range(counts: Sequence[int]) -> str:
+    """``n=5`` or ``n=5–20``, and a warning under ``MIN_DISTRIBUTION``."""
+    low, high = min(counts), max(counts)
+    text = f"n={low}" + (f"\u2013{high}" if high > low else "")
+    return text + (" (too few for a distribution)" if low < MIN_DISTRIBUTION else "")
+
+
+def _rate_positions(rates: Sequence[float | str]) -> tuple[list[float], list[str]]:
+    """x positions of a sweep's rates on a log axis: ``inf`` two octaves right of the highest finite."""
+    finite = [float(r) for r in rates if r != "inf"]
+    top = max(finite, default=1.0) * 4
+    labels = ["inf" if r == "inf" else f"{float(r):g}" for r in rates]
+    return [top if r == "inf" else float(r) for r in rates], labels
+
+
+SWEEP_PANELS = (
+    ("ttft_s", "TTFT (ms), median — p99 dashed", 1e3),
+    ("ingress_s", "ingress (ms), median — p99 dashed", 1e3),
+    ("goodput_per_s", "req/s: admitted — goodput dashed", 1.0),
+)
+
+
+def _sweep_latency(ax, points: Sequence[dict], name: str, factor: float, xs: list[float], colour) -> None:
+    """Median (solid) and, from 5 samples on, p99 (dashed) of one metric against offered load."""
+    pairs = zip(xs, points, strict=True)
+    found = [(x, p["metrics"][name]["values"]) for x, p in pairs if name in p["metrics"]]
+    if not found:
+        return
+    x = [x for x, _ in found]
+    ax.plot(x, [float(np.median(v)) * factor for _, v in found], "o-", color=colour)
+    tail = [(x, float(np.percentile(v, 99)) * factor) for x, v in found if len(v) >= MIN_DISTRIBUTION]
+    if tail:
+        ax.plot([x for x, _ in tail], [y for _, y in tail], "--", color=colour)
+
+
+def _sweep_rates(ax, points: Sequence[dict], xs: list[float], colour: str) -> None:
+    """Admitted rate (solid) and goodput (dashed) against offered load."""
+    admitted = [(x, p["admitted_per_s"]) for x, p in zip(xs, points, strict=True) if p["admitted_per_s"]]
+    ax.plot([x for x, _ in admitted], [a for _, a in admitted], "o-", color=colour)
+    ax.plot(xs, [p["goodput_per_s"] for p in points], "--", color=colour)
+
+
+def rate_sweep(
+    sweeps: dict[Cell, dict], backends: Sequence[str], workloads: Sequence[str], colours: dict
+) -> bytes:
+    """Against offered load (requests/s, log x; ``inf`` = everything at once), as vLLM's serving
+    benchmark plots it: per workload (a row each) TTFT, ingress and throughput (admitted and
+    goodput), a line per backend; a vertical mark where a backend saturated."""
+    fig, axes = _figure(len(workloads), len(SWEEP_PANELS), 3.0)
+    for row, workload in enumerate(workloads):
+        row_axes = axes[row * len(SWEEP_PANELS) : (row + 1) * len(SWEEP_PANELS)]
+        for backend in backends:
+            sweep = sweeps.get((backend, workload))
+            if sweep is None:
+                continue
+            points, colour = sweep["points"], colours[backend]
+            xs, labels = _rate_positions([p["rate"] for p in points])
+            for ax, (name, _, factor) in zip(row_axes, SWEEP_PANELS, strict=True):
+                if name == "goodput_per_s":
+                    _sweep_rates(ax, points, xs, colour)
+                else:
+                    _sweep_latency(ax, points, name, factor, xs, colour)
+                if sweep.get("saturated_at") is not None:
+                    ax.axvline(float(sweep["saturated_at"]), color=colour, alpha=0.4, linestyle=":")
+                ax.set_xscale("log")
+                ax.set_xticks(xs, labels)
+                ax.minorticks_off()
+        for ax, (name, label, _) in zip(row_axes, SWEEP_PANELS, strict=True):
+            ax.set(title=workload, xlabel="offered load (req/s)", ylabel=label)
+            if name == "goodput_per_s":  # rates span decades; the diagonal is "keeps up"
+                ax.set_yscale("log")
+                ax.axline((1, 1), slope=1, color="#999", linewidth=0.8, linestyle=":")
+            else:
+                ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+    _backend_legend(fig, [b for b in backends if any((b, w) in sweeps for w in workloads)], colours)
+    return _png(fig)
+
+
+def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict, x_axis: XAxis) -> list[str]:
+    """Plot ``panel`` against ``x_axis``; returns the workload families drawn."""
+    factor, unit = panel.scale()
+    cells = {cell: m for cell, m in panel.cells.items() if x_axis.value(cell[1]) is not None}
+    families = sorted({x_axis.family(w) for _, w in cells})
+    xs_seen, ys = set(), []
     for backend in backends:
         for k, fam in enumerate(families):
             points = sorted(
-                ((image_count(w), m) for (b, w), m in images.items() if b == backend and family(w) == fam),
+                (
+                    (x_axis.value(w), m)
+                    for (b, w), m in cells.items()
+                    if b == backend and x_axis.family(w) == fam
+                ),
                 key=lambda point: point[0],
             )
             if not points:
@@ -217,26 +339,38 @@ def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict) -> lis
             err = np.array([_error(m, panel.stat, factor) for _, m in points]).T
             style = LINESTYLES[k % len(LINESTYLES)]
             ax.errorbar(x, y, yerr=err, color=colours[backend], linestyle=style, marker="o", capsize=3)
-            counts.update(x)
+            xs_seen.update(x)
             ys += y
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(counts), [str(n) for n in sorted(counts)])
-    ax.minorticks_off()
+    positive = sorted(x for x in xs_seen if x > 0)
+    ax.set_xscale("log", base=x_axis.base)
+    if x_axis.base == 2:
+        ax.set_xticks(positive, [str(n) for n in positive])
+        ax.minorticks_off()
+    for x, label in x_axis.marks:
+        ax.axvline(x, color="#777", linestyle=":", linewidth=1)
+        ax.annotate(label, (x, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                    ha="right", fontsize="x-small", color="#555")  # fmt: skip
+    if x_axis.budget is not None and panel.unit == "s":
+        ax.axhline(x_axis.budget / factor, color=FAILED_COLOUR, linestyle="--", linewidth=1)
+        ax.annotate(f"step budget {x_axis.budget / factor:g} {unit}", (0.01, x_axis.budget / factor),
+                    xycoords=("axes fraction", "data"), va="bottom", fontsize="x-small",
+                    color=FAILED_COLOUR)  # fmt: skip
+        ys.append(x_axis.budget / factor)
     _use_log(ax, panel, ys)
     if not panel.log:
         ax.set_ylim(bottom=0)
-    ax.set(xlabel="images per request", ylabel=panel.axis_label())
+    ax.set(xlabel=x_axis.label, ylabel=panel.axis_label())
     ax.grid(alpha=0.3)
     return families
 
 
-def against_images(panels: Sequence[Panel], backends: Sequence[str], colours: dict) -> bytes:
-    """Each panel as lines against images per request (log2 x), a line per backend and workload family."""
+def against(panels: Sequence[Panel], backends: Sequence[str], colours: dict, x_axis: XAxis = IMAGES) -> bytes:
+    """Each panel as lines against ``x_axis`` (log x), a line per backend and workload family."""
     cols = min(2, len(panels))
     fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
     families: set[str] = set()
     for ax, panel in zip(axes, panels, strict=False):
-        families.update(_line_panel(ax, panel, backends, colours))
+        families.update(_line_panel(ax, panel, backends, colours, x_axis))
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     if len(families) > 1:

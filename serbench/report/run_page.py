@@ -14,12 +14,13 @@ from __future__ import annotations
 import shlex
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serbench import compare
 from serbench.metrics import metric
 from serbench.report.page import (
+    DASH,
     MEDIAN,
     P99,
     TIMES,
@@ -36,6 +37,8 @@ from serbench.report.page import (
     write_page,
 )
 from serbench.scenarios import SCENARIOS
+from serbench.scenarios.stream import fitting_batches
+from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_value
 
 Column = tuple[str, str]  # (metric name, statistic)
@@ -47,9 +50,14 @@ class FigureSpec:
 
     ``kind``: "bars" (grouped by workload), "cdf" (raw samples of the first
     column's metric, one axes per workload) or "images" (lines against
-    images per request; bars when the file has fewer than two image counts)
-    or "timeline" (the memory scenario's psutil timeline in ``info``, drawn
-    when the file has one; its columns only say which metric must exist).
+    images per request; bars when the file has fewer than two image counts),
+    "batch" (lines against the batch of ``outputs-B`` workloads, the step
+    budget dashed) and "size" (log-log lines against the bytes of ``tensor-N``
+    workloads, the 256 B and 64 KiB thresholds marked): both left out when
+    the file has fewer than two such workloads; "sweep" (the ipc rate sweep in
+    ``info["sweep"]``, drawn when a case has one); or "timeline" (the memory
+    scenario's psutil timeline in ``info``, drawn when the file has one; the
+    columns of these two only say which metric must exist).
     """
 
     kind: str
@@ -65,6 +73,18 @@ SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
             "bars", "Encode and decode time of one request", (("encode_s", MEDIAN), ("decode_s", MEDIAN))
         ),
         FigureSpec("bars", "Bytes and frames on the wire", (("wire_bytes", MEDIAN), ("frames", MEDIAN))),
+        FigureSpec(
+            "batch",
+            "One engine step's encode and decode against batch (outputs-B)",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("decode_cpu_s", MEDIAN)),
+            table=False,
+        ),
+        FigureSpec(
+            "size",
+            "Latency against tensor size (tensor-N): 256 B inline threshold, 64 KiB zmq copy threshold",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("roundtrip_s", MEDIAN), ("oob_frames", MEDIAN)),
+            table=False,
+        ),
     ),
     "ipc": (
         FigureSpec("cdf", "Time to first token, per request", (("ttft_s", MEDIAN), ("ttft_s", P99))),
@@ -74,7 +94,29 @@ SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
             "TTFT and ITL against images per request: median and p99",
             (("ttft_s", MEDIAN), ("ttft_s", P99), ("itl_s", MEDIAN), ("itl_s", P99)),
         ),
+        FigureSpec(
+            "bars",
+            "TTFT's parts, per request: ingress (encode → engine decoded), queue, first step; egress",
+            (("ingress_s", MEDIAN), ("ingress_s", P99), ("queue_s", MEDIAN), ("egress_s", MEDIAN)),
+        ),
         FigureSpec("bars", "Throughput", (("req_per_s", MEDIAN), ("payload_gb_per_s", MEDIAN))),
+        FigureSpec(
+            "batch",
+            "The output path: the frontend's decode per step and egress against batch (step budget dashed)",
+            (("step_decode_s", MEDIAN), ("step_decode_s", P99), ("egress_s", MEDIAN), ("egress_s", P99)),
+        ),
+        FigureSpec(
+            "size",
+            "Ingress against tensor size (tensor-N): p50 and p99, thresholds marked",
+            (("ingress_s", MEDIAN), ("ingress_s", P99)),
+            table=False,
+        ),
+        FigureSpec(
+            "sweep",
+            "Against offered load (--rate sweep): TTFT, ingress, admitted rate and goodput",
+            (("ttft_s", MEDIAN),),
+            table=False,
+        ),
     ),
     "memory": (
         FigureSpec(
@@ -120,9 +162,15 @@ def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> s
     for backend in look.backends(records):
         cells = "".join(case_cell(by_cell.get((backend, w)), name, stat) for w in workloads)
         rows.append(f"<tr><th>{look.backend(backend)}</th>{cells}</tr>")
-    repeated = any(len(r["metrics"].get(name, {}).get("values", ())) > 1 for r in records)
+    counts = [len(r["metrics"][name]["values"]) for r in _ok(records) if name in r["metrics"]]
+    repeated = any(n > 1 for n in counts)
     what = "median [95% CI of the median]" if repeated else "one value per case"
     caption = f"{metric(name).label}: {what if stat == MEDIAN else stat}"
+    if repeated and counts:
+        low, high = min(counts), max(counts)
+        caption += f"; n = {low}" + (f"{DASH}{high}" if high > low else "") + " per case"
+        if low < MIN_DISTRIBUTION:
+            caption += f"; (n=K): fewer than {MIN_DISTRIBUTION} samples, a value without CI or p99"
     return table(["backend", *map(e, workloads)], rows, "numbers", caption)
 
 
@@ -158,19 +206,40 @@ def _timeline(records: Sequence[dict], look: Look) -> bytes | None:
     return plots.timelines(workload, timelines, look.backends(ok), look.colours)
 
 
+def _sweep(records: Sequence[dict], look: Look) -> bytes | None:
+    """The rate sweeps of ``records`` (None: no case swept)."""
+    # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+    from serbench.report import plots
+
+    swept = [r for r in _ok(records) if "sweep" in r.get("info", {})]
+    sweeps = {(r["backend"], r["workload"]): r["info"]["sweep"] for r in swept}
+    if not sweeps:
+        return None
+    workloads = unique(w for _, w in sweeps)
+    return plots.rate_sweep(sweeps, look.backends(_ok(records)), workloads, look.colours)
+
+
 def _draw(spec: FigureSpec, columns: Sequence[Column], records: Sequence[dict], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
     if spec.kind == "timeline":
         return _timeline(records, look)
+    if spec.kind == "sweep":
+        return _sweep(records, look)
     panels = [_panel(records, name, stat) for name, stat in columns]
     backends = look.backends(records)
     workloads = unique(r["workload"] for r in records)
     if spec.kind == "cdf":
         return plots.cdf(panels[0], backends, workloads, look.colours)
-    if spec.kind == "images" and len({plots.image_count(w) for w in workloads} - {None}) >= 2:
-        return plots.against_images(panels, backends, look.colours)
+    x_axis = {"images": plots.IMAGES, "batch": plots.BATCH, "size": plots.SIZE}.get(spec.kind)
+    step_s = {r["info"].get("step_s") for r in _ok(records) if "step_s" in r.get("info", {})}
+    if spec.kind == "batch" and len(step_s) == 1:  # the step budget the ipc cases ran under
+        x_axis = replace(x_axis, budget=step_s.pop())
+    if x_axis is not None and len({x_axis.value(w) for w in workloads} - {None}) >= 2:
+        return plots.against(panels, backends, look.colours, x_axis)
+    if spec.kind in ("batch", "size"):
+        return None  # fewer than two points: the bars and tables already show them
     return plots.bars(panels, backends, workloads, look.colours)
 
 
@@ -179,6 +248,21 @@ def _specs(scenario: str, records: Sequence[dict]) -> tuple[FigureSpec, ...]:
     if scenario in SECTIONS:
         return SECTIONS[scenario]
     return tuple(FigureSpec("bars", metric(n).label, ((n, MEDIAN),)) for n in _metric_names(records))
+
+
+def _fitting_html(records: Sequence[dict], look: Look) -> str:
+    """The output path's verdict: per backend and family, the largest batch whose decode fits the step."""
+    fitting = fitting_batches(records)
+    if not fitting:
+        return ""
+    rows = [
+        f"<tr><th>{look.backend(backend)}</th><td>{e(family)}</td><td>{cell['fits'] or 'none'}</td>"
+        f"<td>{cell['over'] or 'none measured'}</td></tr>"
+        for (backend, family), cell in fitting.items()
+    ]
+    caption = "the largest measured batch whose median decode CPU per step fits the step"
+    headers = ["backend", "workload", "fits the step at", "first batch over it"]
+    return "<h3>Largest batch whose decode fits the step</h3>" + table(headers, rows, "numbers", caption)
 
 
 def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
@@ -198,6 +282,7 @@ def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
     rest = [name for name in present if name not in shown]
     if rest:
         parts += ["<h3>Other metrics</h3>", *(metric_table(records, name, MEDIAN, look) for name in rest)]
+    parts.append(_fitting_html(records, look))
     if not present:
         parts += ["<p class='banner bad'>Every case of this scenario failed: see the failed cases.</p>"]
     return section(f"scenario-{scenario}", scenario, "".join(parts))

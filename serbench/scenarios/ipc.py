@@ -27,8 +27,19 @@ tcp://, or ``shm``, where the requests' large frames are placed in a
 shared-memory region and only references cross the ipc:// socket
 (``serbench.shm``, docs/shm.md).
 
+An output workload (``outputs-B``) measures the way back instead: the
+engine streams its steps to a frontend holding B requests, and the frontend's
+decode time per step meets the step budget (``serbench.scenarios.stream``).
+
 Payload workloads default to one request at a time, so their TTFT and GB/s
-are those of one request, not of a queue.
+are those of one request, not of a queue. TTFT is split into its parts
+(encode, ingress, queue, first step; egress per output message) from the
+engine's stamps (``serbench.scenarios.load``).
+
+``--rate`` takes a list (``10,40,160,inf``): the load then runs once per rate
+on the same engine session, the record's metrics are those of the first rate
+and ``info["sweep"]`` holds every rate's TTFT, ingress, throughput and
+goodput, with where the backend saturated (``load.saturation``).
 
 Integrity is not sampled, it is total: the engine checks every request
 against a checksum computed outside the timed path, and the frontend checks
@@ -40,61 +51,111 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from serbench import conformance, metrics, shm, transport
-from serbench.engine.client import Sender, open_link
+from serbench.engine.client import EngineLink, Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
-from serbench.scenarios import device
+from serbench.scenarios import device, stream
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
-from serbench.scenarios.load import RequestPool, arrival_offsets, load_metrics, run_load
+from serbench.scenarios.load import (
+    RequestPool,
+    arrival_offsets,
+    load_metrics,
+    run_load,
+    saturation,
+    sweep_point,
+)
 from serializers import Serializer, get_serializer
 from workloads import Workload, get_workload
 from workloads.messages import EngineCoreRequest
 from workloads.tree import array_bytes, is_array, iter_leaves
 
-# Per profile and workload kind: what a run measures unless options say otherwise.
+# Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
+# 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
+# payload: 5 requests one at a time, the fewest a median and CI stand on (stats.MIN_DISTRIBUTION).
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("quick", "text"): {"num_prompts": 10, "rate": 40.0, "max_concurrency": None, "floor": 50},
-    ("full", "text"): {"num_prompts": 1000, "rate": 40.0, "max_concurrency": None, "floor": 200},
-    ("quick", "payload"): {"num_prompts": 1, "rate": math.inf, "max_concurrency": 1, "floor": 50},
-    ("full", "payload"): {"num_prompts": 10, "rate": math.inf, "max_concurrency": 1, "floor": 200},
+    ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 20},
+    ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
+    ("quick", "payload"): {"num_prompts": 5, "rates": (math.inf,), "max_concurrency": 1, "floor": 20},
+    ("full", "payload"): {"num_prompts": 20, "rates": (math.inf,), "max_concurrency": 1, "floor": 100},
 }
+FLOOR_TIMEOUT_S = 5.0
+TTFT_SLO_MS = 100.0  # goodput counts requests whose TTFT is within this (vLLM's --goodput ttft:100)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How one ipc case runs; ``engine`` set means a separately started engine."""
+    """How one ipc case runs; ``engine`` set means a separately started engine.
+
+    ``rates``: one load per rate, in order (more than one is a sweep).
+    """
 
     num_prompts: int
-    rate: float
+    rates: tuple[float, ...]
     max_concurrency: int | None
     floor: int
+    ttft_slo_s: float = TTFT_SLO_MS / 1e3
     burstiness: float = 1.0
     step_s: float = 0.005
     transport: str = "ipc"
     engine: str | None = None
     seed: int = 0
-    shm_mb: float | None = None  # the shm region; None: two of the largest requests
     staging: Staging | None = None
+    shm_mb: float | None = None  # the shm region; None: two of the largest requests
 
 
 def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
-    """The profile's defaults for this kind of workload over ``link``, overridden by scenario options."""
+    """The profile's defaults for this kind of workload over ``link``, overridden by scenario options.
+
+    A rate given on the command line also lifts the payload default of one
+    request at a time: offered load is the point of it (``--max-concurrency``
+    still caps it).
+    """
     kind = "payload" if workload.payload_bytes() else "text"
     values = dict(DEFAULTS[(profile.name if profile.name == "full" else "quick", kind)], transport=link)
     opts = profile.options
-    for key in ("num_prompts", "rate", "max_concurrency", "burstiness", "engine", "shm_mb"):
+    if opts.get("ipc_rates") is not None:
+        values["max_concurrency"] = None
+    for key in ("num_prompts", "rates", "max_concurrency", "burstiness", "engine", "shm_mb"):
         if opts.get(f"ipc_{key}") is not None:
             values[key] = opts[f"ipc_{key}"]
-    if opts.get("ipc_step_ms") is not None:
-        values["step_s"] = opts["ipc_step_ms"] / 1e3
+    for key in ("step", "ttft_slo"):
+        if opts.get(f"ipc_{key}_ms") is not None:
+            values[f"{key}_s"] = opts[f"ipc_{key}_ms"] / 1e3
     return Settings(**values, staging=device.staging(profile))
+
+
+def floor_round_trips(link: EngineLink, count: int, idle_s: float) -> list[float]:
+    """``count`` empty-message round trips, each after ``idle_s`` of a quiet link.
+
+    A request meets a link that has rested at least since the engine's last
+    step; on a VM the first message after a rest pays for waking every thread
+    on its way (here ~0.1 ms back to back, ~0.4 ms after a 5 ms rest), so the
+    floor a request is read against is measured the same way.
+    """
+    samples = []
+    for _ in range(count):
+        time.sleep(idle_s)
+        samples.append(transport.round_trip(link.push, link.pull, FLOOR_TIMEOUT_S))
+    return samples
+
+
+@contextlib.contextmanager
+def _frozen_gc() -> Iterator[None]:
+    """No cyclic-collector pauses from what exists before the load (as ``server.Engine.serve``)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass
@@ -118,8 +179,8 @@ def _references(request: EngineCoreRequest, enabled: bool) -> Iterator[Reference
         yield None
         return
     tensors = [array_bytes(leaf) for leaf in iter_leaves(request) if is_array(leaf)]
-    with transport.UnixStream(tensors) as stream:
-        yield References(stream, transport.Memcpy(tensors))
+    with transport.UnixStream(tensors) as unix:
+        yield References(unix, transport.Memcpy(tensors))
 
 
 def region_bytes(serializer: Serializer, pool: RequestPool, megabytes: float | None) -> int:
@@ -134,36 +195,57 @@ def region_bytes(serializer: Serializer, pool: RequestPool, megabytes: float | N
 def measure(
     backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send
 ) -> dict[str, Any]:
-    """One ipc case: the floor, the load, and for payload workloads the unix-socket reference.
+    """One ipc case: the floor, the load at each rate, and for payload workloads the references.
 
-    Unix-socket samples are taken between requests when the load leaves gaps
-    (one request at a time, the payload default), so both sides of the
-    payload-vs-unix ratio see the same machine; the rest are taken after.
+    Unix-socket and memcpy samples are taken between requests of the first rate's
+    load when it leaves gaps (one request at a time, the payload default), so both
+    sides of each ratio see the same machine; the rest are taken after.
     ``sender`` sends the frontend's request frames; tests swap in a faulty one.
     """
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
     pool = RequestPool(workload, cfg.num_prompts)
     verification = conformance.verify(serializer, pool.requests, "request")
-    offsets = arrival_offsets(cfg.num_prompts, cfg.rate, cfg.burstiness, cfg.seed)
     payload = workload.payload_bytes()
+    loads = []
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
     references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
     staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
     session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes, staging)
-    with references as refs, session as (link, local):
-        floor = transport.round_trip_floor(link.push, link.pull, cfg.floor)
-        tracked, duration = run_load(
-            link, serializer, pool, offsets, cfg.max_concurrency, sender, bool(payload), refs and refs.sample
-        )
+    with references as refs, session as (link, local), _frozen_gc():
+        floor = floor_round_trips(link, cfg.floor, cfg.step_s)
+        for k, rate in enumerate(cfg.rates):
+            offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
+            between = refs.sample if refs and k == 0 else None
+            tracked, egress, duration = run_load(
+                link,
+                serializer,
+                pool,
+                offsets,
+                cfg.max_concurrency,
+                sender,
+                bool(payload),
+                between,
+                first=k * cfg.num_prompts,
+            )
+            loads.append((rate, offsets, tracked, egress, duration))
         while refs and len(refs.unix) < cfg.num_prompts:
             refs.sample()
-    measured, info = load_metrics(tracked, duration, payload)
+    runs = [
+        (rate, offsets, tracked, duration, *load_metrics(tracked, egress, duration, payload, local))
+        for rate, offsets, tracked, egress, duration in loads
+    ]
+    measured, info = runs[0][4], runs[0][5]
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
     info.update(
         settings=_settings_info(cfg), payload_bytes=payload, local_engine=local, verification=verification
     )
     info["ttft_over_floor"] = measured["ttft_s"]["median"] / measured["floor_rtt_s"]["median"]
+    if "ingress_s" in measured:
+        info["ingress_over_floor"] = measured["ingress_s"]["median"] / measured["floor_rtt_s"]["median"]
+    if len(runs) > 1:
+        points = [sweep_point(r, o, t, d, m, cfg.ttft_slo_s) for r, o, t, d, m, _ in runs]
+        info["sweep"] = {"points": points, **saturation(points)}
     if shm_bytes:
         info["shm_region_bytes"] = shm_bytes
     if refs:
@@ -177,18 +259,33 @@ def measure(
 
 def _settings_info(cfg: Settings) -> dict[str, Any]:
     info = dataclasses.asdict(cfg)
-    info["rate"] = "inf" if math.isinf(cfg.rate) else cfg.rate  # JSON has no infinity
+    info["rates"] = [_rate_text(r) for r in cfg.rates]  # JSON has no infinity
     return info
+
+
+def _rate_text(rate: float) -> str | float:
+    return "inf" if math.isinf(rate) else rate
 
 
 # ---- option values (ValueError says why one is refused) --------------------------
 
 
-def _rate(text: str) -> float:
-    rate = float(text)
-    if not rate > 0:
-        raise ValueError(f"must be > 0 or 'inf', got {text!r}")
-    return rate
+def _rates(text: str) -> tuple[float, ...]:
+    """``40`` or a sweep ``10,40,160,inf``: each > 0 or 'inf', none twice."""
+    rates = tuple(float(part) for part in text.split(","))
+    bad = [r for r in rates if not r > 0]
+    if bad or not rates:
+        raise ValueError(f"each rate must be > 0 or 'inf', got {text!r}")
+    if len(set(rates)) != len(rates):
+        raise ValueError(f"a rate is given twice in {text!r}")
+    return rates
+
+
+def _positive_ms(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a finite number of ms > 0, got {text!r}")
+    return value
 
 
 def _burstiness(text: str) -> float:
@@ -225,7 +322,18 @@ class Ipc(Scenario):
     transports = transport.KINDS
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
-        Option("--rate", "ipc_rate", _rate, "requests per second, 'inf' = all at once"),
+        Option(
+            "--rate",
+            "ipc_rates",
+            _rates,
+            "requests per second, 'inf' = all at once; a list (10,40,160,inf) sweeps the offered load",
+        ),
+        Option(
+            "--ttft-slo-ms",
+            "ipc_ttft_slo_ms",
+            _positive_ms,
+            f"goodput counts requests with TTFT within this ({TTFT_SLO_MS:g})",
+        ),
         Option("--burstiness", "ipc_burstiness", _burstiness, "gamma shape of arrival gaps (1 = Poisson)"),
         Option("--max-concurrency", "ipc_max_concurrency", positive_int, "requests in flight at most"),
         Option("--step-ms", "ipc_step_ms", _step_ms, "simulated model time per engine step (5)"),
@@ -252,5 +360,8 @@ class Ipc(Scenario):
             device.check(profile)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        cfg = settings_for(profile, get_workload(case.workload), case.transport)
+        workload = get_workload(case.workload)
+        cfg = settings_for(profile, workload, case.transport)
+        if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
+            return stream.measure(case.spec, case.workload, cfg.step_s, cfg.engine, cfg.transport)
         return measure(case.spec, case.workload, cfg)

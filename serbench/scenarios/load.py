@@ -5,14 +5,23 @@
 ``EngineLink`` and takes every output, keeping one ``Tracked`` per request;
 ``account`` and ``acknowledge`` check each output and ack as it arrives
 (value, position and end of every token: integrity is total, not sampled);
-``load_metrics`` turns the record into TTFT, ITL, E2E and throughput.
+``load_metrics`` turns the record into TTFT (and its parts), ITL, E2E and
+throughput; ``sweep_point`` summarizes one rate of a rate sweep.
+
+TTFT's parts come from the engine's stamps in each outputs header
+(``serbench.engine.protocol``): ``encode_s`` (the frontend's encode),
+``ingress_s`` (just before encode → the engine holds the decoded request:
+the serializer's and the transport's share), ``queue_s`` (decoded → the
+first step that schedules it), ``first_step_s`` (that step → its output
+decoded at the frontend); ``egress_s`` is each outputs message's way back
+(engine encode → frontend decoded). They subtract one process's clock from
+another's, so they exist only for a local engine (one host, one clock).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,14 +32,15 @@ import numpy as np
 
 from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
-from serbench.engine.protocol import Control, IntegrityError, frames_checksum, request_checksum
+from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
+from serbench.stats import MIN_DISTRIBUTION
 from serializers import Serializer
 from workloads import Workload, output_token
-from workloads.messages import EngineCoreOutputs, EngineCoreRequest
+from workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
 
-clock = time.perf_counter
-
-POOL_BYTES = 1 << 29  # distinct payload requests kept in memory; beyond, they repeat
+# Distinct payload requests built per case; beyond, they repeat under new ids (each arrives in
+# fresh engine memory all the same). Building them is not timed but costs the run ~0.3 s per 100 MB.
+POOL_BYTES = 1 << 27
 
 
 def arrival_offsets(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -80,42 +90,58 @@ class RequestPool:
 
 @dataclass
 class Tracked:
-    """What the frontend knows of one request in flight."""
+    """What the frontend knows of one request in flight (times from ``protocol.clock``).
+
+    ``created`` is just before its encode; ``decoded`` and ``scheduled`` are
+    the engine's stamps (``first`` of the outputs header with its first token).
+    """
 
     created: float
     max_tokens: int
+    encode_s: float = 0.0
     times: list[float] = field(default_factory=list)
     acked: float | None = None
     to_device: float | None = None  # the engine's stage after decode, when it has a device
+    decoded: float | None = None
+    scheduled: float | None = None
 
     @property
     def finished(self) -> bool:
         return len(self.times) >= self.max_tokens
 
 
-def account(outputs: EngineCoreOutputs, tracked: dict[str, Tracked], at: float) -> int:
-    """Check one outputs message token by token; returns how many requests it finished."""
+def account(
+    outputs: EngineCoreOutputs | FlatEngineCoreOutputs, tracked: dict[str, Tracked], at: float
+) -> int:
+    """Check one outputs message token by token (either layout); returns how many requests it finished."""
     finished = 0
-    for out in outputs.outputs:
-        state = tracked.get(out.request_id)
+    for rid, new_token_ids, finish_reason in outputs.entries():
+        state = tracked.get(rid)
         if state is None:
-            raise IntegrityError(f"output for a request never sent: {out.request_id!r}")
+            raise IntegrityError(f"output for a request never sent: {rid!r}")
         if state.finished:
-            raise IntegrityError(f"output after the end of request {out.request_id!r} (duplicated message?)")
+            raise IntegrityError(f"output after the end of request {rid!r} (duplicated message?)")
         position = len(state.times)
-        expected = output_token(out.request_id, position)
-        if out.new_token_ids != [expected]:
+        expected = output_token(rid, position)
+        if new_token_ids != [expected]:
             raise IntegrityError(
-                f"request {out.request_id!r} token {position}: got {out.new_token_ids}, expected [{expected}]"
+                f"request {rid!r} token {position}: got {new_token_ids}, expected [{expected}]"
             )
         state.times.append(at)
         last = state.finished
-        if (out.finish_reason is not None) != last:
-            raise IntegrityError(
-                f"request {out.request_id!r}: finish_reason {out.finish_reason!r} at token {position}"
-            )
+        if (finish_reason is not None) != last:
+            raise IntegrityError(f"request {rid!r}: finish_reason {finish_reason!r} at token {position}")
         finished += last
     return finished
+
+
+def stamp(ctrl: Control, tracked: dict[str, Tracked]) -> None:
+    """Keep the engine's stamps of the requests whose first token this outputs message holds."""
+    for rid, (decoded, scheduled) in ctrl.data.get("first", {}).items():
+        state = tracked.get(rid)
+        if state is None or state.decoded is not None:
+            raise IntegrityError(f"unexpected first-token stamp for {rid!r}")
+        state.decoded, state.scheduled = decoded, scheduled
 
 
 def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
@@ -137,17 +163,22 @@ def run_load(
     sender: Sender,
     ack: bool,
     between: Callable[[], Any] | None = None,
-) -> tuple[dict[str, Tracked], float]:
-    """Send request i at ``offsets[i]`` s, take every output; (per-request record, duration).
+    first: int = 0,
+) -> tuple[dict[str, Tracked], list[float], float]:
+    """Send request i at ``offsets[i]`` s, take every output; (per-request record, egress, duration).
 
     At most ``max_concurrency`` requests are in flight (None: no cap). With
     ``ack`` the engine acknowledges each request once decoded; ``between``
     runs before each request sent while none is in flight (an interleaved
-    reference measurement that disturbs no request).
+    reference measurement that disturbs no request). Requests are the pool's
+    ``first``, ``first + 1``, ...: a later load of the same session sends
+    ids of its own. ``egress`` holds, per outputs message, engine encode →
+    frontend decoded.
     """
     pool.encode_checksums(serializer)
     waiting = deque(range(len(offsets)))
     tracked: dict[str, Tracked] = {}
+    egress: list[float] = []
     active = 0
     start = last_progress = clock()
     while waiting or active:
@@ -155,13 +186,14 @@ def run_load(
         while waiting and can_send and offsets[waiting[0]] <= clock() - start:
             if between is not None and not active:
                 between()
-            index = waiting.popleft()
+            index = first + waiting.popleft()
             request, checksum = pool.get(index)
             encoded = pool.encoded_checksum(index)
             created = clock()
             frames = serializer.encode(request)
+            encode_s = clock() - created
             link.send("request", frames, sender, checksum=checksum, encoded=encoded, ack=ack)
-            tracked[request.request_id] = Tracked(created, request.sampling_params.max_tokens)
+            tracked[request.request_id] = Tracked(created, request.sampling_params.max_tokens, encode_s)
             active += 1
             can_send = max_concurrency is None or active < max_concurrency
         due = offsets[waiting[0]] - (clock() - start) if waiting and can_send else STALL_TIMEOUT_S
@@ -183,9 +215,12 @@ def run_load(
             raise IntegrityError(
                 f"frontend could not decode an outputs message: {type(exc).__name__}: {exc}"
             ) from exc
-        active -= account(outputs, tracked, clock())
+        decoded = clock()
+        egress.append(decoded - ctrl.data.get("sent", decoded))
+        stamp(ctrl, tracked)
+        active -= account(outputs, tracked, decoded)
         last_progress = now
-    return tracked, clock() - start
+    return tracked, egress, clock() - start
 
 
 def _lost(tracked: dict[str, Tracked]) -> str:
@@ -207,22 +242,34 @@ def serving_summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def load_metrics(tracked: dict[str, Tracked], duration: float, payload: int) -> tuple[dict, dict]:
-    """TTFT, ITL, E2E and throughput metrics (and their serving summary) from a finished load."""
-    ttft = [t.times[0] - t.created for t in tracked.values()]
-    e2e = [t.times[-1] - t.created for t in tracked.values()]
-    itl = [b - a for t in tracked.values() for a, b in zip(t.times, t.times[1:], strict=False)] or [0.0]
-    tokens = sum(len(t.times) for t in tracked.values())
+def load_metrics(
+    tracked: dict[str, Tracked], egress: list[float], duration: float, payload: int, same_clock: bool
+) -> tuple[dict, dict]:
+    """TTFT and its parts, ITL, E2E and throughput metrics (and their serving summary) from a finished
+    load. The parts that subtract the engine's stamps need ``same_clock`` (a local engine)."""
+    states = list(tracked.values())
+    ttft = [t.times[0] - t.created for t in states]
+    e2e = [t.times[-1] - t.created for t in states]
+    itl = [b - a for t in states for a, b in zip(t.times, t.times[1:], strict=False)] or [0.0]
+    tokens = sum(len(t.times) for t in states)
     measured = {
         "ttft_s": metrics.measured("ttft_s", ttft),
-        "ttft_p99_s": metrics.measured("ttft_p99_s", [np.percentile(ttft, 99)]),
         "itl_s": metrics.measured("itl_s", itl),
         "e2e_s": metrics.measured("e2e_s", e2e),
+        "encode_s": metrics.measured("encode_s", [t.encode_s for t in states]),
         "req_per_s": metrics.measured("req_per_s", [len(tracked) / duration]),
         "output_tokens_per_s": metrics.measured("output_tokens_per_s", [tokens / duration]),
     }
+    if len(ttft) >= MIN_DISTRIBUTION:  # a p99 of fewer is not one
+        measured["ttft_p99_s"] = metrics.measured("ttft_p99_s", [np.percentile(ttft, 99)])
+    if same_clock:
+        measured["ingress_s"] = metrics.measured("ingress_s", [t.decoded - t.created for t in states])
+        measured["queue_s"] = metrics.measured("queue_s", [t.scheduled - t.decoded for t in states])
+        first_step = [t.times[0] - t.scheduled for t in states]
+        measured["first_step_s"] = metrics.measured("first_step_s", first_step)
+        measured["egress_s"] = metrics.measured("egress_s", egress)
     if payload:
-        transfers = [t.acked - t.created for t in tracked.values()]
+        transfers = [t.acked - t.created for t in states]
         measured["payload_gb_per_s"] = metrics.measured(
             "payload_gb_per_s", [payload / s / 1e9 for s in transfers]
         )
@@ -231,3 +278,45 @@ def load_metrics(tracked: dict[str, Tracked], duration: float, payload: int) -> 
             measured["to_device_s"] = metrics.measured("to_device_s", staged)
     serving = {"ttft": serving_summary(ttft), "itl": serving_summary(itl), "e2e": serving_summary(e2e)}
     return measured, {"serving": serving, "duration_s": duration, "output_tokens": tokens}
+
+
+def sweep_point(
+    rate: float,
+    offsets: Sequence[float],
+    tracked: dict[str, Tracked],
+    duration: float,
+    measured: dict,
+    ttft_slo_s: float,
+) -> dict[str, Any]:
+    """One rate of a sweep: offered and achieved load, goodput, TTFT and ingress, as a JSON-able dict.
+
+    ``offered_per_s`` is the schedule's own rate ((n-1) / last arrival; a Poisson
+    draw of n requests is off its nominal rate by about 1/sqrt(n)), ``admitted_per_s``
+    the rate the requests got their first token at ((n-1) / (last first token - first
+    request created)): below the offered rate, the engine (or the frontend) no
+    longer keeps up — saturated. ``goodput_per_s``: requests with TTFT within
+    ``ttft_slo_s`` per second of the load (vLLM's goodput).
+    """
+    states = list(tracked.values())
+    span = max(t.times[0] for t in states) - min(t.created for t in states)
+    admitted = (len(states) - 1) / span if span > 0 else math.inf
+    offered = (len(offsets) - 1) / offsets[-1] if offsets[-1] > 0 else math.inf
+    good = sum(t.times[0] - t.created <= ttft_slo_s for t in states)
+    return {
+        "rate": "inf" if math.isinf(rate) else rate,
+        "offered_per_s": None if math.isinf(offered) else offered,
+        "admitted_per_s": None if math.isinf(admitted) else admitted,
+        "goodput_per_s": good / duration,
+        "ttft_slo_s": ttft_slo_s,
+        "metrics": {k: measured[k] for k in ("ttft_s", "ingress_s", "req_per_s") if k in measured},
+    }
+
+
+def saturation(points: Sequence[dict[str, Any]], keep_up: float = 0.9) -> dict[str, Any]:
+    """Where a sweep saturates: the lowest finite offered rate whose admitted rate falls below
+    ``keep_up`` of it (None: none did), and the capacity, the admitted rate with everything sent
+    at once (None without a rate ``inf``)."""
+    finite = [p for p in points if p["rate"] != "inf" and p["offered_per_s"] and p["admitted_per_s"]]
+    behind = [p["rate"] for p in finite if p["admitted_per_s"] < keep_up * p["offered_per_s"]]
+    capacity = next((p["admitted_per_s"] for p in points if p["rate"] == "inf"), None)
+    return {"saturated_at": min(behind, default=None), "capacity_per_s": capacity, "keep_up": keep_up}

@@ -1,4 +1,16 @@
-"""micro: encode and decode of one workload request in one process.
+"""micro: encode and decode of one workload message in one process.
+
+The message is the workload's (``Workload.message``): a request, or for an
+output workload (``outputs-B``) one engine step's outputs for B requests, so
+micro times the per-step encode on the engine and decode on the frontend.
+Timing starts after ``gc.freeze()``, as a serving process does once started
+(vLLM's engine and API server both freeze their start-up heap): otherwise a
+decode that builds thousands of objects pays for the collector walking
+torch's ~10^5 objects, 5-10x the decode itself on this machine.
+
+For an output workload micro also takes ``decode_cpu_s``: the decode's CPU
+time (``time.thread_time``), which preemption on a loaded machine does not
+inflate, the same clock as the ipc output path's ``step_decode_s``.
 
 Beside the backend's own timings it times one plain copy of the payload
 (``np.copyto`` into a buffer already mapped) in the same interleaved loop, so
@@ -8,6 +20,8 @@ zero-copy backend is a small fraction of one copy, an in-band one several.
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -59,21 +73,39 @@ def wire_bytes(frames: list) -> int:
     return sum(memoryview(frame).nbytes for frame in frames)
 
 
+def array_count(message: Any) -> int:
+    """Tensors and ndarrays in a message: each leaves inline or as an out-of-band frame."""
+    return sum(1 for leaf in iter_leaves(message) if is_array(leaf))
+
+
 class Micro(Scenario):
     name = "micro"
-    description = "encode / decode one request in-process: calibrated loops, median + CI, bytes, frames"
+    description = (
+        "encode / decode one message (a request, or one engine step) in-process: "
+        "calibrated loops, median + CI, bytes, frames"
+    )
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         serializer = get_serializer(case.backend)
-        message = get_workload(case.workload).request(0)
-        verification = conformance.verify(serializer, [message], "request")
+        workload = get_workload(case.workload)
+        message = workload.message(0)
+        verification = conformance.verify(serializer, [message], workload.kind)
         frames = serializer.encode(message)
         payload = payload_bytes(message)
+        gc.freeze()
         samples, info = interleaved(operations(serializer, message), profile)
 
         metrics = {name: measured(name, values) for name, values in samples.items()}
+        if workload.kind == "outputs":  # the frontend's CPU per step, as the ipc output path counts it
+            ops = operations(serializer, message)
+            cpu, _ = interleaved({"decode_cpu_s": ops["decode_s"]}, profile, time.thread_time)
+            metrics["decode_cpu_s"] = measured("decode_cpu_s", cpu["decode_cpu_s"])
         metrics["wire_bytes"] = measured("wire_bytes", [wire_bytes(frames)])
         metrics["frames"] = measured("frames", [len(frames)])
+        arrays, out_of_band = array_count(message), len(frames) - 1
+        if arrays:
+            metrics["oob_frames"] = measured("oob_frames", [out_of_band])
+            metrics["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
         if payload:
             metrics["payload_gb_per_s"] = measured(
                 "payload_gb_per_s", [payload / t / 1e9 for t in samples["roundtrip_s"]]
