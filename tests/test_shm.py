@@ -29,7 +29,7 @@ IMAGES = "images-4"  # four 9.6 MB tensors
 
 
 def settings(**changes) -> Settings:
-    base = {"num_prompts": 3, "rate": math.inf, "max_concurrency": 1, "floor": 3, "step_s": 0.001}
+    base = {"num_prompts": 3, "rates": (math.inf,), "max_concurrency": 1, "floor": 3, "step_s": 0.001}
     return Settings(**{**base, "transport": "shm", **changes})
 
 
