@@ -8,7 +8,11 @@ in ``setup``), not failed.
 The grid is every built-in backend by every built-in workload;
 ``SERBENCH_ASV_BACKENDS`` / ``SERBENCH_ASV_WORKLOADS`` (specs separated by
 spaces, e.g. ``"pickle msgspec-frombuffer:threshold=inf"``) narrow or change
-it — the asv test uses them to stay quick.
+it — the asv test uses them to stay quick. ``SERBENCH_ASV_TRANSPORTS``
+(e.g. ``"ipc shm"``) adds the ipc and memory scenarios' transports: a case
+over another transport than ipc is the backend parameter ``spec@transport``,
+as in a results file; the default (ipc alone) keeps the parameters of
+commits from before transports were a dimension.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def grid(variable: str, default: list[str]) -> list[str]:
 
 BACKENDS = grid("SERBENCH_ASV_BACKENDS", list(BUILTINS))
 WORKLOADS = grid("SERBENCH_ASV_WORKLOADS", default_workloads())
+TRANSPORTS = grid("SERBENCH_ASV_TRANSPORTS", ["ipc"])
+LABELS = [b if t == "ipc" else f"{b}@{t}" for b in BACKENDS for t in TRANSPORTS]
 
 
 class Unsupported(str):
@@ -65,8 +71,13 @@ def measure_grid(scenario: str, workloads: list[str]) -> dict[tuple[str, str], A
     # in this commit and in older ones alike.
     profile = PROFILES["quick"]
     outcomes: dict[tuple[str, str], Any] = {}
-    for case in SCENARIOS[scenario].cases(BACKENDS, workloads):
-        if case.backend not in BACKENDS:
+    over = (tuple(TRANSPORTS),) if TRANSPORTS != ["ipc"] else ()
+    try:
+        cases = SCENARIOS[scenario].cases(BACKENDS, workloads, *over)
+    except TypeError:  # a commit from before transports: its cases are the ipc ones only
+        cases = SCENARIOS[scenario].cases(BACKENDS, workloads)
+    for case in cases:
+        if case.backend not in LABELS:
             continue
         try:
             outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
@@ -87,7 +98,7 @@ class ScenarioTracks:
     """
 
     scenario: str
-    params = [BACKENDS, WORKLOADS]
+    params = [LABELS, WORKLOADS]
     param_names = PARAM_NAMES
 
     def setup(self, cache: dict, backend: str, workload: str) -> None:

@@ -87,6 +87,7 @@ METRICS: dict[str, Metric] = {
         Metric("output_tokens_per_s", "tokens/s", "output tokens", higher_is_better=True, log_axis=False),
         Metric("floor_rtt_s", "s", "empty-message round trip (floor)", yardstick=True),
         Metric("unix_gb_per_s", "GB/s", "raw unix socket (reference)", higher_is_better=True, yardstick=True),
+        Metric("memcpy_gb_per_s", "GB/s", "one memcpy (reference)", higher_is_better=True, yardstick=True),
         # the engine's stage after decode (--engine-device): decoded → on the device, synchronized
         Metric("to_device_s", "s", "device stage (decoded → on device)", summary=True),
         # memory (``copies`` is a ratio of page-granular RSS readings: a
@@ -122,6 +123,18 @@ METRICS: dict[str, Metric] = {
             summary=True,
         ),
         Metric("encode_to_use_s", "s", "encode → engine used", summary=True),
+        # memory, as the kernel shares it out (PSS: a page mapped by both sides counts half in each,
+        # so shared memory counts once in the sum), read while both sides hold the request
+        Metric("pss_engine_bytes", "bytes", "engine PSS above baseline, at use", log_axis=False),
+        Metric("pss_frontend_bytes", "bytes", "frontend PSS above baseline, at use", log_axis=False),
+        Metric(
+            "copies_total",
+            "ratio",
+            "frontend + engine copies (extra PSS / payload)",
+            resolution=0.01,
+            summary=True,
+            log_axis=False,
+        ),
         Metric("pinned_bytes", "bytes", "engine pinned host memory", resolution=0.0, log_axis=False),
     )
 }

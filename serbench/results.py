@@ -30,6 +30,7 @@ from specs import Spec, SpecError, format_spec, parse_spec
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")
 CaseKey = tuple[str, str, str]  # scenario, backend, workload: a measured case
+TRANSPORT_MARK = "@"  # a record's backend "spec@transport": the case ran over a non-default transport
 
 
 def now() -> str:
@@ -103,6 +104,23 @@ def record(
         "error": error,
         "duration_s": duration_s,
     }
+
+
+def with_transport(spec: str, transport: str | None = None) -> str:
+    """A record's ``backend``: the spec, then ``@transport`` unless the transport is the default (None).
+
+    The transport is part of the case's identity this way, so every table,
+    comparison and export keyed by backend shows ``spec@shm`` as a row of its
+    own, while results written before transports were a dimension (plain
+    specs) still match the default transport's rows.
+    """
+    return f"{spec}{TRANSPORT_MARK}{transport}" if transport else spec
+
+
+def split_backend(label: str) -> tuple[str, str | None]:
+    """(spec, transport or None) of a record's ``backend``; inverse of ``with_transport``."""
+    spec, mark, transport = label.rpartition(TRANSPORT_MARK)
+    return (spec, transport) if mark and spec and transport.isidentifier() else (label, None)
 
 
 def case_key(rec: dict) -> CaseKey:
@@ -190,23 +208,25 @@ def load(path: str | Path) -> dict:
     return data
 
 
-def backend_label(data: dict, spec: str) -> str:
-    """How tables and legends name a backend: its spec, except that a factory named by
-    dotted path (``mypkg.myser:factory``) shows as the backend's own ``name`` (options kept)."""
+def backend_label(data: dict, backend: str) -> str:
+    """How tables and legends name a record's backend: its spec (and ``@transport``), except
+    that a factory named by dotted path (``mypkg.myser:factory``) shows as the backend's own
+    ``name`` (options kept)."""
+    spec, transport = split_backend(backend)
     name = (data["backends"].get(spec) or {}).get("name")
     try:
         parsed = parse_spec(spec)
     except SpecError:
-        return spec
+        return backend
     if not name or not parsed.is_dotted_path:
-        return spec
-    return format_spec(Spec(str(name), parsed.options))
+        return backend
+    return with_transport(format_spec(Spec(str(name), parsed.options)), transport)
 
 
-def safety_mark(data: dict, spec: str) -> str:
+def safety_mark(data: dict, backend: str) -> str:
     """`` (unsafe)`` for a backend declared unsafe, `` (safety undeclared)`` for one that made no
-    claim (treated as unsafe all the same), nothing for a safe one."""
-    safe = (data["backends"].get(spec) or {}).get("safe", True)
+    claim (treated as unsafe all the same), nothing for a safe one; whatever its transport."""
+    safe = (data["backends"].get(split_backend(backend)[0]) or {}).get("safe", True)
     return "" if safe else " (unsafe)" if safe is False else " (safety undeclared)"
 
 

@@ -9,6 +9,14 @@ baseline is what the measured part cost at its peak. The kernel raises the
 high-water mark before it unmaps anything, so a temporary that is freed
 before the reading still counts — which sampling alone would miss.
 
+RSS counts a shared page in every process that maps it, so two sides that
+share memory (``serbench.shm``) both show it. ``proportional`` reads the
+kernel's PSS and USS instead (psutil's ``memory_full_info``, from
+``smaps_rollup``): PSS charges a page shared by N processes 1/N to each, so
+summed over the sides shared memory counts once; USS is what only this
+process maps. Each side's PSS baseline is read when every side exists (a
+fork changes how the pages inherited from the parent are shared out).
+
 While the sides run, the caller samples their RSS with psutil from outside
 (the measured processes run no sampler of their own), for plots only.
 """
@@ -47,6 +55,12 @@ def status_bytes(field: str, pid: int | str = "self") -> int:
         if name == field:
             return int(value.split()[0]) * 1024
     raise KeyError(f"{field} not in /proc/{pid}/status")
+
+
+def proportional(pid: int | None = None) -> tuple[int, int]:
+    """(PSS, USS) of a process (this one by default), in bytes."""
+    info = psutil.Process(pid).memory_full_info()
+    return info.pss, info.uss
 
 
 def reset_peak() -> int:
@@ -90,6 +104,8 @@ class SideResult:
     baseline_bytes: int
     peak_bytes: int  # high-water mark above the baseline during run()
     result: dict[str, Any]
+    baseline_pss_bytes: int = 0  # PSS and USS once every side existed, just before run()
+    baseline_uss_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,8 +126,9 @@ def _side_main(conn: Connection, side: Side) -> None:
         baseline = reset_peak()
         conn.send(("ready", baseline))
         conn.recv()  # go: every side has its baseline
+        shared = proportional()
         result = side.run(state)
-        conn.send(("done", peak_above(baseline), result))
+        conn.send(("done", peak_above(baseline), result, *shared))
     except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     wait([conn])  # until the caller says exit (or kills this process)
@@ -183,8 +200,8 @@ class _Run:
             self._sample(watched, timeline, start)
             for conn in wait(list(pending.values()), SAMPLE_INTERVAL_S):
                 name = next(n for n, c in pending.items() if c is conn)
-                peak, result = _receive(conn, name, "done")
-                results[name] = SideResult(self.baselines[name], peak, result)
+                peak, result, pss, uss = _receive(conn, name, "done")
+                results[name] = SideResult(self.baselines[name], peak, result, pss, uss)
                 del pending[name]
         return Measurement(results, _thin(timeline), start)
 

@@ -30,6 +30,7 @@ from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
+from serbench.transport import DEFAULT_KIND
 from serializers import declared_safety, describe, get_serializer
 
 CONFORMANCE_TIMEOUT_S = 120
@@ -40,12 +41,13 @@ class Plan:
     backends: list[str]
     workloads: list[str]
     scenarios: list[str]
+    transports: tuple[str, ...] = (DEFAULT_KIND,)  # for the scenarios that link two processes
 
     def cases(self) -> list[Case]:
         return [
             case
             for name in self.scenarios
-            for case in get_scenario(name).cases(self.backends, self.workloads)
+            for case in get_scenario(name).cases(self.backends, self.workloads, self.transports)
         ]
 
 
@@ -71,7 +73,7 @@ UNSUPPORTED = "unsupported"
 def run_case(case: Case, profile: Profile) -> dict:
     """Runs in a child: one scenario measurement, or ``{"unsupported": reason}`` (nothing timed)
     when the backend declares the case's workload unsupported."""
-    reason = conformance.case_unsupported(get_serializer(case.backend), case.workload)
+    reason = conformance.case_unsupported(get_serializer(case.spec), case.workload)
     if reason is not None:
         return {UNSUPPORTED: reason}
     return get_scenario(case.scenario).run(case, profile)
@@ -133,7 +135,7 @@ def _measure(
         if on_case:
             on_case(index, len(cases), case)
         start = time.perf_counter()
-        error = _conformance_error(backends[case.backend])
+        error = _conformance_error(backends[case.spec])
         outcome: dict = {}
         if error is None:
             try:
@@ -172,7 +174,7 @@ def execute(
     cases = plan.cases()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = _check_backends(sorted({c.backend for c in cases}))
+        results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
         results.save()
         _measure(cases, profile, results.data["backends"], results, on_case)
     return results
@@ -192,7 +194,7 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     cases = plan.cases()
     keys = [[c.scenario, c.backend, c.workload] for c in cases]
     env = environment.collect(argv)
-    backends = _check_backends(sorted({c.backend for c in cases}))
+    backends = _check_backends(sorted({c.spec for c in cases}))
     print(json.dumps({"cases": keys}), file=replies, flush=True)
     for line in requests:
         request = json.loads(line)

@@ -27,7 +27,7 @@ from serbench.compare import (
     ranking,
 )
 from serbench.metrics import METRICS, metric
-from serbench.results import backend_label, ok_records, safety_mark
+from serbench.results import backend_label, ok_records, safety_mark, split_backend
 from serbench.scenarios.stream import fitting_batches
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, format_value, scale_for
@@ -330,7 +330,9 @@ def reproduce_command(row: MetricComparison, base: dict, head: dict) -> str:
     """A command that measures this case again locally: a gate of base against the working
     tree, or a plain run when there is no base commit or head is the same commit (a gate of
     a commit against itself says nothing about the change)."""
-    selection = ["--scenarios", row.scenario, "--backends", row.backend, "--workloads", row.workload]
+    spec, link = split_backend(row.backend)
+    selection = ["--scenarios", row.scenario, "--backends", spec, "--workloads", row.workload]
+    selection += ["--transport", link] if link else []
     commit = base["environment"].get("git_commit") or ""
     if commit and commit != head["environment"].get("git_commit"):
         return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])

@@ -17,9 +17,15 @@ arrives. The folder can be removed as soon as both sides are connected —
 established unix-socket connections outlive their file — so a process killed
 afterwards leaves nothing behind.
 
-Two references live here too: the round trip of the empty message (the
-transport's own floor) and ``UnixStream``, the same bytes over a plain unix
-socket, which payload throughput through ZeroMQ is read against.
+The transports a local link can be (``KINDS``): ``ipc`` and ``tcp`` carry
+every frame through ZeroMQ; ``shm`` carries the control frames through the
+same ipc:// sockets and places the payload frames in a shared-memory region
+(``serbench.shm``, docs/shm.md).
+
+Three references live here too: the round trip of the empty message (the
+transport's own floor), ``UnixStream``, the same bytes over a plain unix
+socket, and ``Memcpy``, one copy of them within a process: every transport's
+payload throughput is read against both limits.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ import zmq
 from serbench.isolation import kill_tree
 
 IPC_PREFIX = "serbench-ipc-"
+KINDS = ("ipc", "tcp", "shm")  # how a local frontend and engine are linked
+DEFAULT_KIND = "ipc"
 PING = b""  # the empty message: its round trip is the transport's own floor
 LOOPBACK_NAMES = {"localhost"}
 
@@ -189,8 +197,13 @@ def round_trip_floor(push: zmq.Socket, pull: zmq.Socket, count: int, timeout_s: 
     return [round_trip(push, pull, timeout_s) for _ in range(count)]
 
 
-def _unix_reader(sock: socket.socket, size: int) -> None:
-    """Child side of the unix-socket stream: read messages of ``size`` bytes, ack each with one byte."""
+def _unix_reader(sock: socket.socket, other_end: socket.socket, size: int) -> None:
+    """Child side of the unix-socket stream: read messages of ``size`` bytes, ack each with one byte.
+
+    It closes its copy of the writer's end first, so that the writer's death (even kill -9) ends
+    it: otherwise it would wait forever, holding every pipe it inherited (the runner's among them).
+    """
+    other_end.close()
     while True:
         # Fresh, untouched memory per message, as zmq receives into: pages fault in during the copy.
         view = memoryview(np.empty(size, np.uint8))
@@ -215,7 +228,7 @@ class UnixStream:
         self.views = [memoryview(frame).cast("B") for frame in frames]
         size = sum(v.nbytes for v in self.views)
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, size))
+        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, self.sock, size))
         self.reader.start()
         child.close()
 
@@ -239,3 +252,25 @@ class UnixStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Memcpy:
+    """One plain copy of the same bytes into memory faulted in beforehand: the reference for shm GB/s.
+
+    A transport that places the payload in shared memory once cannot beat
+    this; one that streams it through a socket pays it at least twice (into
+    and out of the kernel).
+    """
+
+    def __init__(self, frames: Sequence[Any]) -> None:
+        self.sources = [np.frombuffer(memoryview(frame).cast("B"), np.uint8) for frame in frames]
+        self.target = np.ones(sum(s.nbytes for s in self.sources), np.uint8)  # ones: every page faulted in
+
+    def sample(self) -> float:
+        """Seconds to copy the bytes once."""
+        start = time.perf_counter()
+        offset = 0
+        for source in self.sources:
+            np.copyto(self.target[offset : offset + source.nbytes], source)
+            offset += source.nbytes
+        return time.perf_counter() - start

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from serbench import gate, results
 from serbench.commands.compare import conclude
-from serbench.commands.options import add_comparison_options, tolerances
+from serbench.commands.options import add_comparison_options, tolerances, transports
 from serbench.errors import UsageError
 
 # The default matrix: quick enough for every pull request, wide enough to
@@ -33,6 +33,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     repo = gate.repository_root(Path.cwd())
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
     run_args = ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
+    if args.transport:  # passed only when given: a base revision from before --transport still runs
+        run_args += ("--transport", ",".join(transports(args.transport)))
     base, head = gate.measure(repo, args.base, run_args, args.rounds, folder, say)
     results.write_json_atomic(folder / "base.json", base)
     results.write_json_atomic(folder / "head.json", head)
@@ -55,6 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
+    parser.add_argument(
+        "--transport",
+        help="links for the ipc and memory scenarios, as `serbench run --transport` (default: ipc)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=DEFAULT_ROUNDS, help=f"runs per revision (default {DEFAULT_ROUNDS})"
     )

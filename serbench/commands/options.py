@@ -11,6 +11,7 @@ from serbench.errors import UsageError
 from serbench.export import FORMATS
 from serbench.profiles import PROFILES, Profile
 from serbench.scenarios import SCENARIOS
+from serbench.transport import DEFAULT_KIND, KINDS
 
 
 def split_specs(text: str) -> list[str]:
@@ -22,6 +23,17 @@ def split_specs(text: str) -> list[str]:
         elif part:
             items.append(part)
     return items
+
+
+def transports(text: str | None) -> tuple[str, ...]:
+    """``--transport`` parsed: one or more of ``transport.KINDS``; UsageError otherwise."""
+    chosen = tuple(dict.fromkeys(split_specs(text or DEFAULT_KIND)))
+    unknown = [t for t in chosen if t not in KINDS]
+    if unknown or not chosen:
+        raise UsageError(
+            f"--transport: unknown {', '.join(unknown) or 'empty'}; transports: {', '.join(KINDS)}"
+        )
+    return chosen
 
 
 def add_max_regression(parser: argparse.ArgumentParser) -> None:

@@ -10,10 +10,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from serbench import report, results, runner, text
-from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs
+from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs, transports
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
+from serbench.transport import DEFAULT_KIND, KINDS
 from serializers import BUILTINS, get_serializer
 from workloads import default_workloads, expand, get_workload
 
@@ -26,6 +27,7 @@ def plan(args: argparse.Namespace) -> Plan:
         if args.workloads
         else default_workloads(),
         scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
+        transports=transports(args.transport),
     )
     for spec in chosen.backends:
         get_serializer(spec)
@@ -100,6 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`serbench list` shows the rest, e.g. outputs-1024:logprobs=5,layout=flat, tensor-sweep)",
     )
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    parser.add_argument(
+        "--transport",
+        help=f"comma-separated links between frontend and engine for ipc and memory: {', '.join(KINDS)} "
+        f"(default {DEFAULT_KIND}); a case over another than the default is the row BACKEND@TRANSPORT",
+    )
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
     speed.add_argument("--full", action="store_true", help="publication-quality profile")

@@ -7,25 +7,33 @@ ends the session on the way out, checking that the engine finished every
 request. An error from the engine, its death or its silence raises
 ``EngineError``; a message the frontend did not expect raises
 ``IntegrityError``.
+
+Over ``shm`` the link owns a shared-memory region (``serbench.shm``): a
+request's large frames are placed there and referenced from its header;
+the engine's ``release`` messages are taken in passing, and a request that
+does not fit waits for them (backpressure).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing as mp
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from serbench import transport
+from serbench import shm, transport
 from serbench.engine.protocol import Control, EngineError, IntegrityError, control, parse_control
 from serbench.isolation import kill_tree
 
+log = logging.getLogger("serbench.engine")
 clock = time.perf_counter
 Sender = Callable[[zmq.Socket, list], Any]  # sends one message's frames (tests swap in faulty ones)
 
@@ -36,11 +44,20 @@ STALL_TIMEOUT_S = 10.0  # no output at all while requests are unfinished: lost
 class EngineLink:
     """The frontend's end of one session with an engine."""
 
-    def __init__(self, push: zmq.Socket, pull: zmq.Socket, where: str, proc: mp.Process | None) -> None:
+    def __init__(
+        self,
+        push: zmq.Socket,
+        pull: zmq.Socket,
+        where: str,
+        proc: mp.Process | None,
+        placer: shm.Placer | None = None,
+    ) -> None:
         self.push = push
         self.pull = pull
         self.where = where
         self.proc = proc
+        self.placer = placer
+        self.pending: deque[tuple[Control | None, list]] = deque()  # taken while waiting for room
         self.session = uuid.uuid4().hex
         self.frame_sizes = False  # the engine asked for each message's frame sizes in its header
         self.poller = zmq.Poller()
@@ -51,15 +68,58 @@ class EngineLink:
     def send(
         self, kind: str, frames: Sequence[Any] = (), sender: Sender = transport.send, **data: Any
     ) -> None:
+        """Send one message; over shm a request's large frames go to the region, the rest inline."""
+        if self.placer is not None and kind == "request":
+            placement = self._place(frames)
+            data["shm"], frames = [placement.block, placement.refs], placement.inline
         if self.frame_sizes and frames:
             data["sizes"] = [memoryview(frame).nbytes for frame in frames]
         sender(self.push, [control(kind, self.session, **data), *frames])
+
+    def _place(self, frames: Sequence[Any]) -> shm.Placement:
+        """Place ``frames`` in the region, waiting for releases while it is full (messages that
+        arrive meanwhile are kept for ``recv``)."""
+        while (placement := self.placer.place(frames)) is None:
+            got = self._receive(STALL_TIMEOUT_S)
+            if got is None:
+                raise EngineError(
+                    f"shared memory full ({self.placer.ring.held_bytes} of {self.placer.region.size} bytes "
+                    f"held) and nothing released for {STALL_TIMEOUT_S:g} s"
+                )
+            if not self._released(got):
+                self.pending.append(got)
+        return placement
+
+    def _released(self, got: tuple[Control | None, list]) -> bool:
+        """Take a ``release`` from the engine: that request's space is free again."""
+        ctrl = got[0]
+        if ctrl is None or ctrl.kind != "release":
+            return False
+        if self.placer is None:
+            raise IntegrityError("the engine released shared memory this link never placed")
+        try:
+            self.placer.release(ctrl.data.get("block"))
+        except shm.ShmError as exc:
+            raise IntegrityError(f"engine: {exc}") from None
+        return True
 
     def recv(self, timeout_s: float) -> tuple[Control | None, list] | None:
         """The next message of this session (None header = the empty message), or None on timeout.
 
         Raises EngineError for an ``error`` from the engine or its death.
         """
+        if self.pending:
+            return self.pending.popleft()
+        deadline = clock() + timeout_s
+        while True:
+            got = self._receive(max(deadline - clock(), 0.0))
+            if got is None or not self._released(got):
+                return got
+            if clock() >= deadline:
+                return None
+
+    def _receive(self, timeout_s: float) -> tuple[Control | None, list] | None:
+        """Like ``recv``, from the socket alone, ``release`` messages included."""
         deadline = clock() + timeout_s
         while True:
             remaining = deadline - clock()
@@ -108,7 +168,7 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
     # the child starts with it loaded, as before).
     from serbench.engine.server import run_local
 
-    folder = transport.private_ipc_dir() if kind == "ipc" else None
+    folder = transport.private_ipc_dir() if kind in ("ipc", "shm") else None  # shm: control via ipc://
     bind = (
         transport.ipc_addresses(folder)
         if folder
@@ -140,11 +200,29 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
 
 
 @contextlib.contextmanager
+def _region(kind: str, engine_url: str | None, size: int) -> Iterator[shm.Region | None]:
+    """The session's shared-memory region over ``shm`` (None otherwise), closed after.
+
+    Refused for an engine on another host: a region exists on one machine only.
+    """
+    if kind != "shm":
+        yield None
+        return
+    if engine_url and not transport.is_loopback(engine_url):
+        raise EngineError(f"--transport shm needs the engine on this host, not {engine_url}")
+    for name in shm.reclaim_orphans():
+        log.warning("removed shared memory %s left by a crashed earlier run", name)
+    with shm.Region.create(max(size, shm.INLINE_BELOW)) as region:  # small messages place nothing
+        yield region
+
+
+@contextlib.contextmanager
 def open_link(
     backend: str,
     step_s: float,
     engine_url: str | None = None,
-    local_transport: str = "ipc",
+    local_transport: str = transport.DEFAULT_KIND,
+    shm_bytes: int = 0,
     staging: dict[str, str] | None = None,
     workload: str | None = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
@@ -152,7 +230,9 @@ def open_link(
 
     With ``engine_url`` (tcp://HOST:PORT) the engine is one started with
     ``serbench engine``; without, one is forked for this session, linked by
-    ``local_transport`` ("ipc" or "tcp"). ``staging`` (``device``, ``pin``)
+    ``local_transport`` (``transport.KINDS``). Over ``shm`` (which also works
+    with an engine started on this host) the requests' large frames go
+    through a region of ``shm_bytes``. ``staging`` (``device``, ``pin``)
     asks the engine to stage each request on a device after decode
     (``serbench.engine.staging``); the engine refuses a session it cannot stage.
     ``workload`` names the workload whose steps the engine streams (an output
@@ -164,17 +244,23 @@ def open_link(
             addrs = transport.tcp_addresses(engine_url)
         else:
             addrs, proc, folder = stack.enter_context(_local_engine(local_transport))
+        # Made after the fork, so the engine maps it only as it attaches: read-only.
+        region = stack.enter_context(_region(local_transport, engine_url, shm_bytes))
         ctx = zmq.Context()
         stack.callback(ctx.term)
         push, pull = transport.connect_frontend(ctx, addrs)
         stack.callback(pull.close)
         stack.callback(push.close)
-        link = EngineLink(push, pull, addrs.requests, proc)
+        link = EngineLink(push, pull, addrs.requests, proc, shm.Placer(region) if region else None)
         extra = {"workload": workload} if workload else {}
+        if region:
+            extra["shm"] = {"name": region.name, "size": region.size}
         link.send("start", backend=backend, step_s=step_s, **(staging or {}), **extra)
         link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
+        if region:
+            region.unlink()  # both sides mapped it: from now on nothing outlives the two processes
         yield link, proc is not None
         link.send("end")
         done = link.expect("done", STALL_TIMEOUT_S)

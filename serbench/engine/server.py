@@ -19,6 +19,13 @@ checksum when the session ends (or once more than ``VERIFY_BACKLOG_BYTES``
 wait), so that checking costs no step time; it reports a mismatch, a failed
 decode or a duplicate as an ``error``, and the frontend fails the case on it.
 
+Over shared memory (``serbench.shm``) a session's ``start`` names the
+frontend's region, which the engine maps read-only; a request's large frames
+are views of it, decoded in place. Such a request is checked as soon as it
+finishes, by a third thread (the checksum reads the region, so a frontend
+that wrote over it too early fails the case), and its space is then
+``release``d to the frontend.
+
 Two ways to run one: ``run_local`` is the body of the engine a frontend forks
 for one session (``serbench.engine.client``); ``serve_forever`` is the
 standalone engine of ``serbench engine``, serving sessions one after another.
@@ -47,7 +54,7 @@ from typing import Any
 
 import zmq
 
-from serbench import transport
+from serbench import shm, transport
 from serbench.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
@@ -104,6 +111,8 @@ class Session:
     seen: set[str] = field(default_factory=set)
     unverified: list[Unverified] = field(default_factory=list)
     unverified_bytes: int = 0
+    region: shm.Region | None = None  # the frontend's shared memory, mapped read-only
+    held: dict[str, tuple[Unverified, int]] = field(default_factory=dict)  # in the region, with its block
 
 
 @dataclass
@@ -137,7 +146,23 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
         )
     workload = ctrl.data.get("workload")
     steps = get_workload(workload) if isinstance(workload, str) else Workload()
-    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), steps, stager)
+    region = _attach(ctrl, bind_address)
+    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), steps, stager, region=region)
+
+
+def _attach(ctrl: Control, bind_address: str) -> shm.Region | None:
+    """The region a ``start`` names, mapped read-only; ValueError if it cannot be."""
+    shared = ctrl.data.get("shm")
+    if shared is None:
+        return None
+    if not transport.is_loopback(bind_address):
+        raise ValueError(f"refusing shared memory on non-loopback {bind_address}: it exists on one host only")
+    if not isinstance(shared, dict):
+        raise ValueError(f"bad shm in start message: {shared!r}")
+    try:
+        return shm.Region.attach(shared.get("name"), shared.get("size"))
+    except (shm.ShmError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 class Engine:
@@ -159,6 +184,7 @@ class Engine:
         self.bind_address = bind_address
         self.allow_unsafe = allow_unsafe
         self.events: queue.Queue[tuple] = queue.Queue()
+        self.finished: queue.Queue[tuple] = queue.Queue()  # (session, request id | None = end): to check
         self.stopping = threading.Event()
         self.session: Session | None = None
         self.running: dict[str, Running] = {}
@@ -197,8 +223,7 @@ class Engine:
             elif ctrl.kind == "request":
                 self._receive_request(session, ctrl, frames[1:])
             elif ctrl.kind == "end":
-                self._verify(session)
-                self.events.put(("end", session.id))
+                self.finished.put((session, None))  # after the checks of the requests before it
             else:
                 log.warning("ignored unknown message kind %r", ctrl.kind)
 
@@ -214,7 +239,10 @@ class Engine:
     def _receive_request(self, session: Session, ctrl: Control, frames: list) -> None:
         """Decode, stage on the device if the session has one, hand over to the scheduler
         (acknowledged if asked, with the stage's seconds), then check integrity."""
+        placed = ctrl.data.get("shm")
         try:
+            if placed is not None:
+                frames = _placed_frames(session, placed, frames)
             request = session.decoder.decode(frames, EngineCoreRequest)
             decoded = clock()
         except Exception as exc:
@@ -243,10 +271,15 @@ class Engine:
             decoded = clock()  # with a device, the request is held once it is there
         if ctrl.data.get("ack"):
             self.events.put(("ack", session.id, rid, ready))
-        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
         encoded = ctrl.data.get("encoded")
         kept = frames if encoded is not None else None
-        session.unverified.append(Unverified(request, ctrl.data.get("checksum"), kept, encoded))
+        entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded)
+        if placed is not None:
+            session.held[rid] = (entry, placed[0])
+        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
+        if placed is not None:
+            return  # checked when it finishes (``_check_loop``), then its space is released
+        session.unverified.append(entry)
         session.unverified_bytes += payload_bytes(request) + sum(memoryview(f).nbytes for f in kept or ())
         if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
             self._verify(session)
@@ -254,15 +287,40 @@ class Engine:
     def _verify(self, session: Session) -> None:
         """Check every request received but not yet checked against its checksum."""
         for entry in session.unverified:
-            actual = request_checksum(entry.request)
-            if actual != entry.checksum:
-                message = (
-                    f"request {entry.request.request_id!r} decoded differs from the one sent: payload "
-                    f"checksum {actual:#010x}, sent {entry.checksum!r}; "
-                    f"{integrity_fault(entry.frames or (), entry.frames_checksum)}"
-                )
-                self.events.put(("error", session.id, message))
+            self._check(session, entry)
         session.unverified, session.unverified_bytes = [], 0
+
+    def _check(self, session: Session, entry: Unverified) -> None:
+        """Report a request whose decoded payload differs from the one sent, and why."""
+        actual = request_checksum(entry.request)
+        if actual != entry.checksum:
+            message = (
+                f"request {entry.request.request_id!r} decoded differs from the one sent: payload "
+                f"checksum {actual:#010x}, sent {entry.checksum!r}; "
+                f"{integrity_fault(entry.frames or (), entry.frames_checksum)}"
+            )
+            self.events.put(("error", session.id, message))
+
+    # ---- check thread: requests in shared memory, and the end of a session ----
+
+    def _check_loop(self) -> None:
+        """Check each finished shm request and release its space; end a session after its checks."""
+        while not self.stopping.is_set():
+            try:
+                session, rid = self.finished.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if rid is None:
+                self._verify(session)
+                session.held.clear()
+                if session.region is not None:
+                    session.region.close()
+                self.events.put(("end", session.id))
+                continue
+            entry, block = session.held.pop(rid)
+            self._check(session, entry)
+            del entry  # the last views of its space on this side
+            self.events.put(("release", session.id, block))
 
     # ---- main thread: scheduler ----------------------------------------
 
@@ -275,7 +333,9 @@ class Engine:
         """
         gc.freeze()
         receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
+        checker = threading.Thread(target=self._check_loop, name="engine-check", daemon=True)
         receiver.start()
+        checker.start()
         ended = 0
         try:
             while not self.stopping.is_set() and (sessions is None or ended < sessions):
@@ -286,6 +346,7 @@ class Engine:
         finally:
             self.stopping.set()
             receiver.join()
+            checker.join()
 
     def _next_events(self) -> list[tuple]:
         """Every event so far; when idle, wait (briefly) for the first one."""
@@ -319,6 +380,8 @@ class Engine:
             self.running[rest[1]] = Running(max(1, rest[2]), rest[3])
         elif kind == "ack":
             self._send([control("ack", current, request_id=rest[1], **rest[2])])
+        elif kind == "release":
+            self._send([control("release", current, block=rest[1])])
         elif kind == "end":
             self._send([control("done", current, unfinished=len(self.running))])
             self.session, self.running = None, {}
@@ -346,6 +409,8 @@ class Engine:
             state.position += 1
             if last:
                 del self.running[rid]
+                if rid in session.held:
+                    self.finished.put((session, rid))
         message = session.workload.step(scheduled)
         message.timestamp = time.time()
         sent = clock()
@@ -364,6 +429,15 @@ class Engine:
         except zmq.Again:
             log.warning("frontend took no output for %g s: session dropped", SEND_TIMEOUT_S)
             self.session, self.running = None, {}
+
+
+def _placed_frames(session: Session, placed: Any, inline: list) -> list:
+    """A request's frames from its shm references (ValueError if they are not usable)."""
+    if session.region is None:
+        raise ValueError("request references shared memory, but the session has none")
+    if not (isinstance(placed, list) and len(placed) == 2 and type(placed[0]) is int):
+        raise ValueError(f"bad shm field {placed!r}: expected [block, references]")
+    return shm.gather(session.region.view, placed[1], inline)
 
 
 # ---- the engine process of a local ipc case ---------------------------------

@@ -71,12 +71,14 @@ class Look:
     def backend(self, name: str) -> str:
         """A backend's label with its colour swatch and, if it is or may be unsafe, a mark."""
         swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
+        spec, transport = results.split_backend(name)
         mark = ""
-        if name in self.unsafe:
+        if spec in self.unsafe:
             mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
-        elif name in self.undeclared:
+        elif spec in self.undeclared:
             mark = ' <span class="badge bad" title="declares no safety: treated as unsafe">undeclared</span>'
-        return f"<span class='backend'>{swatch}{e(self.labels.get(name, name))}{mark}</span>"
+        label = results.with_transport(self.labels.get(spec, spec), transport)
+        return f"<span class='backend'>{swatch}{e(label)}{mark}</span>"
 
 
 # ---------------------------------------------------------------- metric cells

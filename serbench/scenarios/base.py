@@ -15,6 +15,8 @@ from itertools import product
 from typing import Any, ClassVar
 
 from serbench.profiles import Profile
+from serbench.results import split_backend, with_transport
+from serbench.transport import DEFAULT_KIND
 
 
 def positive_int(text: str) -> int:
@@ -27,7 +29,11 @@ def positive_int(text: str) -> int:
 
 @dataclass(frozen=True)
 class Case:
-    """One measured case: a scenario run on one backend and one workload."""
+    """One measured case: a scenario run on one backend and one workload.
+
+    ``backend`` is the backend spec, followed by ``@transport`` when the case
+    runs over a transport other than the default (``results.with_transport``).
+    """
 
     scenario: str
     backend: str
@@ -36,6 +42,15 @@ class Case:
     @property
     def label(self) -> str:
         return f"{self.scenario} {self.backend} × {self.workload}"
+
+    @property
+    def spec(self) -> str:
+        """The backend spec alone, without the transport."""
+        return split_backend(self.backend)[0]
+
+    @property
+    def transport(self) -> str:
+        return split_backend(self.backend)[1] or DEFAULT_KIND
 
 
 @dataclass(frozen=True)
@@ -59,10 +74,20 @@ class Scenario:
     name: ClassVar[str]
     description: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
+    transports: ClassVar[tuple[str, ...]] = ()  # the links it can run over; () = none (in-process)
 
-    def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
-        """The cases this scenario measures for the chosen backends and workloads."""
-        return [Case(self.name, b, w) for b, w in product(backends, workloads)]
+    def cases(
+        self, backends: list[str], workloads: list[str], transports: tuple[str, ...] = (DEFAULT_KIND,)
+    ) -> list[Case]:
+        """The cases this scenario measures for the chosen backends, workloads and transports."""
+        return [Case(self.name, b, w) for b, w in product(self.over(backends, transports), workloads)]
+
+    def over(self, backends: list[str], transports: tuple[str, ...]) -> list[str]:
+        """Each backend once per transport this scenario runs over (the default one unmarked)."""
+        if not self.transports:
+            return list(backends)
+        chosen = [t for t in transports if t in self.transports]
+        return [with_transport(b, None if t == DEFAULT_KIND else t) for b in backends for t in chosen]
 
     def check(self, profile: Profile) -> None:
         """Refuse, before any case runs, settings this machine cannot measure (UsageError)."""

@@ -19,7 +19,13 @@ tcp://HOST:PORT``), through ``serbench.engine.client``. In one run it measures
    scheduled — only once it is there: TTFT and the payload GB/s then run
    until device-ready, and ``to_device_s`` is the stage itself;
 3. for payload workloads, the same payload bytes streamed over a plain unix
-   socket between two processes: the reference for that GB/s.
+   socket between two processes, and copied once within one (memcpy): the
+   two references for that GB/s.
+
+The link is the case's transport (``--transport``): ZeroMQ over ipc:// or
+tcp://, or ``shm``, where the requests' large frames are placed in a
+shared-memory region and only references cross the ipc:// socket
+(``serbench.shm``, docs/shm.md).
 
 An output workload (``outputs-B``) measures the way back instead: the
 engine streams its steps to a frontend holding B requests, and the frontend's
@@ -49,10 +55,10 @@ import gc
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from serbench import conformance, metrics, transport
+from serbench import conformance, metrics, shm, transport
 from serbench.engine.client import EngineLink, Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
@@ -67,7 +73,7 @@ from serbench.scenarios.load import (
     saturation,
     sweep_point,
 )
-from serializers import get_serializer
+from serializers import Serializer, get_serializer
 from workloads import Workload, get_workload
 from workloads.messages import EngineCoreRequest
 from workloads.tree import array_bytes, is_array, iter_leaves
@@ -103,21 +109,22 @@ class Settings:
     engine: str | None = None
     seed: int = 0
     staging: Staging | None = None
+    shm_mb: float | None = None  # the shm region; None: two of the largest requests
 
 
-def settings_for(profile: Profile, workload: Workload) -> Settings:
-    """The profile's defaults for this kind of workload, overridden by scenario options.
+def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
+    """The profile's defaults for this kind of workload over ``link``, overridden by scenario options.
 
     A rate given on the command line also lifts the payload default of one
     request at a time: offered load is the point of it (``--max-concurrency``
     still caps it).
     """
     kind = "payload" if workload.payload_bytes() else "text"
-    values = dict(DEFAULTS[(profile.name if profile.name == "full" else "quick", kind)])
+    values = dict(DEFAULTS[(profile.name if profile.name == "full" else "quick", kind)], transport=link)
     opts = profile.options
     if opts.get("ipc_rates") is not None:
         values["max_concurrency"] = None
-    for key in ("num_prompts", "rates", "max_concurrency", "burstiness", "transport", "engine"):
+    for key in ("num_prompts", "rates", "max_concurrency", "burstiness", "engine", "shm_mb"):
         if opts.get(f"ipc_{key}") is not None:
             values[key] = opts[f"ipc_{key}"]
     for key in ("step", "ttft_slo"):
@@ -151,25 +158,48 @@ def _frozen_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
+@dataclass
+class References:
+    """The payload's two yardsticks, sampled side by side: a unix-socket stream and one memcpy."""
+
+    stream: transport.UnixStream
+    memcpy: transport.Memcpy
+    unix: list[float] = field(default_factory=list)
+    copy: list[float] = field(default_factory=list)
+
+    def sample(self) -> None:
+        self.unix.append(self.stream.sample())
+        self.copy.append(self.memcpy.sample())
+
+
 @contextlib.contextmanager
-def _unix_reference(request: EngineCoreRequest, enabled: bool) -> Iterator[transport.UnixStream | None]:
-    """A unix-socket stream of the request's raw tensor bytes, or None when not wanted."""
+def _references(request: EngineCoreRequest, enabled: bool) -> Iterator[References | None]:
+    """The references for the request's raw tensor bytes, or None when not wanted."""
     if not enabled:
         yield None
         return
     tensors = [array_bytes(leaf) for leaf in iter_leaves(request) if is_array(leaf)]
-    with transport.UnixStream(tensors) as stream:
-        yield stream
+    with transport.UnixStream(tensors) as unix:
+        yield References(unix, transport.Memcpy(tensors))
+
+
+def region_bytes(serializer: Serializer, pool: RequestPool, megabytes: float | None) -> int:
+    """The shm region: ``megabytes`` if given, else room for two of the largest requests (one in
+    use, the next being written)."""
+    if megabytes is not None:
+        return round(megabytes * 1e6)
+    largest = max(shm.placed_bytes(serializer.encode(request)) for request in pool.requests)
+    return max(2 * largest, shm.INLINE_BELOW)
 
 
 def measure(
     backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send
 ) -> dict[str, Any]:
-    """One ipc case: the floor, the load at each rate, and for payload workloads the unix-socket reference.
+    """One ipc case: the floor, the load at each rate, and for payload workloads the references.
 
-    Unix-socket samples are taken between requests of the first rate's load when
-    it leaves gaps (one request at a time, the payload default), so both sides
-    of the payload-vs-unix ratio see the same machine; the rest are taken after.
+    Unix-socket and memcpy samples are taken between requests of the first rate's
+    load when it leaves gaps (one request at a time, the payload default), so both
+    sides of each ratio see the same machine; the rest are taken after.
     ``sender`` sends the frontend's request frames; tests swap in a faulty one.
     """
     workload = get_workload(workload_spec)
@@ -177,16 +207,16 @@ def measure(
     pool = RequestPool(workload, cfg.num_prompts)
     verification = conformance.verify(serializer, pool.requests, "request")
     payload = workload.payload_bytes()
-    unix: list[float] = []
     loads = []
-    reference = _unix_reference(pool.get(0)[0], bool(payload) and not cfg.engine)
+    shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
+    references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
     staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
-    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, staging)
-    with reference as stream, session as (link, local), _frozen_gc():
+    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes, staging)
+    with references as refs, session as (link, local), _frozen_gc():
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
             offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
-            between = (lambda: unix.append(stream.sample())) if stream and k == 0 else None
+            between = refs.sample if refs and k == 0 else None
             tracked, egress, duration = run_load(
                 link,
                 serializer,
@@ -199,8 +229,8 @@ def measure(
                 first=k * cfg.num_prompts,
             )
             loads.append((rate, offsets, tracked, egress, duration))
-        while stream and len(unix) < cfg.num_prompts:
-            unix.append(stream.sample())
+        while refs and len(refs.unix) < cfg.num_prompts:
+            refs.sample()
     runs = [
         (rate, offsets, tracked, duration, *load_metrics(tracked, egress, duration, payload, local))
         for rate, offsets, tracked, egress, duration in loads
@@ -216,9 +246,14 @@ def measure(
     if len(runs) > 1:
         points = [sweep_point(r, o, t, d, m, cfg.ttft_slo_s) for r, o, t, d, m, _ in runs]
         info["sweep"] = {"points": points, **saturation(points)}
-    if unix:
-        measured["unix_gb_per_s"] = metrics.measured("unix_gb_per_s", [payload / s / 1e9 for s in unix])
-        info["payload_vs_unix"] = measured["payload_gb_per_s"]["median"] / measured["unix_gb_per_s"]["median"]
+    if shm_bytes:
+        info["shm_region_bytes"] = shm_bytes
+    if refs:
+        for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
+            measured[name] = metrics.measured(name, [payload / s / 1e9 for s in samples])
+        rate = measured["payload_gb_per_s"]["median"]
+        info["payload_vs_unix"] = rate / measured["unix_gb_per_s"]["median"]
+        info["payload_vs_memcpy"] = rate / measured["memcpy_gb_per_s"]["median"]
     return {"metrics": measured, "info": info}
 
 
@@ -267,6 +302,13 @@ def _step_ms(text: str) -> float:
     return value
 
 
+def _megabytes(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a size in MB > 0, got {text!r}")
+    return value
+
+
 def _engine_url(text: str) -> str:
     transport.tcp_addresses(text)  # ValueError says what is wrong with it
     return text
@@ -277,6 +319,7 @@ class Ipc(Scenario):
     description = (
         "frontend and engine processes over real ZeroMQ under load: TTFT, ITL, E2E, floor, integrity"
     )
+    transports = transport.KINDS
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
         Option(
@@ -295,11 +338,10 @@ class Ipc(Scenario):
         Option("--max-concurrency", "ipc_max_concurrency", positive_int, "requests in flight at most"),
         Option("--step-ms", "ipc_step_ms", _step_ms, "simulated model time per engine step (5)"),
         Option(
-            "--transport",
-            "ipc_transport",
-            str,
-            "local link: ipc:// (default) or tcp://",
-            choices=("ipc", "tcp"),
+            "--shm-mb",
+            "ipc_shm_mb",
+            _megabytes,
+            "shared-memory region over --transport shm, in MB (default: two of the largest requests)",
         ),
         Option(
             "--engine",
@@ -319,7 +361,7 @@ class Ipc(Scenario):
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         workload = get_workload(case.workload)
-        cfg = settings_for(profile, workload)
+        cfg = settings_for(profile, workload, case.transport)
         if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
-            return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
-        return measure(case.backend, case.workload, cfg)
+            return stream.measure(case.spec, case.workload, cfg.step_s, cfg.engine, cfg.transport)
+        return measure(case.spec, case.workload, cfg)

@@ -21,6 +21,19 @@ machine-independent: a zero-copy regression moves them by whole units,
 noise by a few hundredths. ``info.phases`` says when, and at what peak,
 each step ended; ``info.timeline`` is the psutil RSS of both sides.
 
+RSS counts a shared page in both processes, so over ``shm`` each side shows
+the region; ``copies_total`` is the sum of both sides' extra PSS at the
+moment both hold the request (the engine right after use, the frontend right
+after the engine's acknowledgement, while the engine waits) over the
+payload: shared memory counts once there, and the payload of a zero-copy
+path is 1.0.
+
+The case's transport (``--transport``) links the two: ZeroMQ over ipc:// or
+tcp://, or ``shm``, where the frontend creates a region sized for the
+message (its pages fault in as the payload is placed, so they count), sends
+a small header with the references and the inline frames, and the engine
+decodes views of the mapped region (docs/shm.md).
+
 With ``--engine-device`` (``serbench.scenarios.device``) the engine stages
 the decoded request on the device before it uses it (the use then reads the
 device's copy back, one tensor at a time), and ``pinned_bytes`` says how much
@@ -37,20 +50,22 @@ msgspec-frombuffer:threshold=256`` asks for one row only.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import torch
 import zmq
 
-from serbench import conformance, transport
+from serbench import conformance, shm, transport
 from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.rss import Measurement, Side, measure, status_bytes
+from serbench.rss import Measurement, Side, measure, proportional, status_bytes
 from serbench.scenarios import device
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serializers import get_serializer
@@ -134,7 +149,7 @@ class Sent:
 
 @dataclass(frozen=True)
 class Route:
-    """Everything both sides know before a repetition."""
+    """Everything both sides know before a repetition (``shm_bytes``: the region over shm, else 0)."""
 
     backend: str
     request: Sent
@@ -142,6 +157,33 @@ class Route:
     addresses: transport.Addresses
     staging: Staging | None = None
     sizes: list[int] | None = None  # the request's frame sizes, where the engine receives into pinned buffers
+    shm_bytes: int = 0
+
+
+class Placed(msgspec.Struct, array_like=True):
+    """Frame 0 of a message over shm: the region and where the placed frames are."""
+
+    name: str
+    size: int
+    refs: list[list[int]]
+
+
+def _gather_placed(frames: list) -> tuple[list, shm.Region]:
+    """A message received over shm: its frames, the placed ones as views of the mapped region."""
+    header = msgspec.msgpack.decode(memoryview(frames[0]), type=Placed)
+    region = shm.Region.attach(header.name, header.size)
+    region.unlink()  # mapped on both sides: nothing may outlive them
+    return shm.gather(region.view, header.refs, frames[1:]), region
+
+
+def _send_frames(push: zmq.Socket, frames: list, region: shm.Region | None) -> None:
+    """Send a message; over shm its large frames are placed in ``region`` first."""
+    if region is None:
+        transport.send(push, frames)
+        return
+    placement = shm.Placer(region).place(frames)
+    header = msgspec.msgpack.encode(Placed(region.name, region.size, placement.refs))
+    transport.send(push, [header, *placement.inline])
 
 
 @dataclass
@@ -152,6 +194,7 @@ class EngineSide:
     stager: Stager | None
     pull: zmq.Socket
     push: zmq.Socket
+    region: shm.Region | None = None  # over shm, once the request arrived
 
 
 def engine_setup(route: Route) -> EngineSide:
@@ -169,16 +212,20 @@ def engine_setup(route: Route) -> EngineSide:
 def engine_receive(route: Route, engine: EngineSide) -> tuple[list[Any], int]:
     """The request's frames, and how many of their bytes landed straight in pinned buffers."""
     if engine.stager is None or not engine.stager.receives_pinned:
-        return transport.recv(engine.pull, RECV_TIMEOUT_S), 0
+        frames = transport.recv(engine.pull, RECV_TIMEOUT_S)
+        if route.shm_bytes:
+            frames, engine.region = _gather_placed(frames)
+        return frames, 0
     if not engine.pull.poll(int(RECV_TIMEOUT_S * 1000), zmq.POLLIN):
         raise transport.TransportTimeout(f"nothing received within {RECV_TIMEOUT_S:g} s")
     return recv_pinned(engine.pull, route.sizes), sum(route.sizes)
 
 
 def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
-    """Receive, decode, stage (with a device), use (checksum every tensor), then tell the frontend.
+    """Receive, decode, stage (with a device), use (checksum every tensor), read PSS, then tell the
+    frontend, holding the request until the frontend has read its PSS too.
 
-    Returns each step's stamp and, with a device, the bytes the engine pinned.
+    Returns each step's stamp, the (PSS, USS) held and, with a device, the bytes the engine pinned.
     """
     frames, pinned = engine_receive(route, engine)
     steps = {"received": stamp()}
@@ -190,28 +237,41 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
         steps["staged"] = stamp()
     route.request.check(decoded, frames)
     steps["used"] = stamp()
+    held = proportional()
     transport.send(engine.push, [transport.PING])
+    if not transport.is_ping(transport.recv(engine.pull, RECV_TIMEOUT_S)):
+        raise ValueError("the frontend answered something other than its reading")
+    del decoded, frames  # held until here on purpose
+    engine.region = None
+    steps["held"] = held
     return {**steps, "pinned_bytes": pinned} if engine.stager else steps
 
 
-def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket]:
-    """The serializer, warmed up on the miniature's encode; sockets connected."""
+def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]:
+    """The serializer, warmed up on the miniature's encode; sockets connected; over shm, the
+    region (not faulted in: its pages count when the payload is placed)."""
     serializer = get_serializer(route.backend)
     serializer.encode(route.warmup.message)
     push, pull = transport.connect_frontend(zmq.Context(), route.addresses)
-    return serializer, push, pull
+    region = shm.Region.create(route.shm_bytes, populate=False) if route.shm_bytes else None
+    return serializer, push, pull, region
 
 
-def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket]) -> dict[str, Any]:
+def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]) -> dict:
     """Encode and send; keep the frames alive until the engine has used the request."""
-    serializer, push, pull = state
+    serializer, push, pull, region = state
     start = stamp()
     frames = serializer.encode(route.request.message)
     encoded = stamp()
-    transport.send(push, frames)
+    _send_frames(push, frames, region)
     if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
         raise ValueError("the engine answered something other than its acknowledgement")
-    return {"start": start, "encoded": encoded, "acknowledged": stamp()}
+    acknowledged = stamp()
+    held = proportional()
+    transport.send(push, [transport.PING])
+    if region is not None:
+        region.unlink()
+    return {"start": start, "encoded": encoded, "acknowledged": acknowledged, "held": held}
 
 
 def sides(route: Route) -> list[Side]:
@@ -228,7 +288,7 @@ def phases(m: Measurement) -> dict[str, dict[str, float]]:
         step: {"t_s": round(value[0] - m.started, 4), "peak_bytes": value[1] - side.baseline_bytes}
         for side in m.sides.values()
         for step, value in side.result.items()
-        if isinstance(value, tuple)  # a stamp; the engine's pinned_bytes is not one
+        if isinstance(value, tuple) and step != "held"  # a stamp; pinned_bytes and held are not
     }
 
 
@@ -244,14 +304,34 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
             [m.sides["engine"].result["used"][0] - m.sides["frontend"].result["start"][0] for m in runs],
         ),
     }
+    held = {name: [held_above(m, name)[0] for m in runs] for name in ("engine", "frontend")}
+    metrics["pss_engine_bytes"] = measured("pss_engine_bytes", held["engine"])
+    metrics["pss_frontend_bytes"] = measured("pss_frontend_bytes", held["frontend"])
     if payload:
         metrics["copies"] = measured("copies", [b / payload for b in engine])
         metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
+        total = [e + f for e, f in zip(held["engine"], held["frontend"], strict=True)]
+        metrics["copies_total"] = measured("copies_total", [b / payload for b in total])
     staged = [m.sides["engine"].result for m in runs if "staged" in m.sides["engine"].result]
     if staged:
         metrics["to_device_s"] = measured("to_device_s", [r["staged"][0] - r["decoded"][0] for r in staged])
         metrics["pinned_bytes"] = measured("pinned_bytes", [r["pinned_bytes"] for r in staged])
     return metrics
+
+
+def held_above(m: Measurement, name: str) -> tuple[int, int]:
+    """A side's (PSS, USS) above its baseline while both sides held the request."""
+    side = m.sides[name]
+    pss, uss = side.result["held"]
+    return pss - side.baseline_pss_bytes, uss - side.baseline_uss_bytes
+
+
+def _free_tcp_addresses() -> transport.Addresses:
+    """Two loopback tcp:// endpoints on ports free right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return transport.tcp_addresses(f"tcp://127.0.0.1:{port}")
 
 
 def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int] | None:
@@ -268,20 +348,29 @@ def repeat(
     """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
     cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
-    verification = conformance.verify(get_serializer(case.backend), [message], "request")
-    request, warmup = Sent.of(message, case.backend), Sent.of(miniature(message), case.backend)
-    sizes = frame_sizes(case.backend, message, staging)
+    verification = conformance.verify(get_serializer(case.spec), [message], "request")
+    request, warmup = Sent.of(message, case.spec), Sent.of(miniature(message), case.spec)
+    sizes = frame_sizes(case.spec, message, staging)
+    shm_bytes = 0
+    if case.transport == "shm":
+        if sizes is not None:
+            raise ValueError("--pin receive reads ZeroMQ frames into pinned buffers: not over shm")
+        shm.reclaim_orphans()
+        shm_bytes = max(shm.placed_bytes(get_serializer(case.spec).encode(message)), 1)
     runs: list[Measurement] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         with transport.ipc_dir() as folder:
-            route = Route(case.backend, request, warmup, transport.ipc_addresses(folder), staging, sizes)
+            tcp = case.transport == "tcp"
+            addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
+            route = Route(case.spec, request, warmup, addresses, staging, sizes, shm_bytes)
             runs.append(measure(sides(route), timeout_s))
     return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
     name = "memory"
+    transports = transport.KINDS
     description = (
         "peak RSS above baseline of frontend and engine processes, encode → send → decode → use; "
         "adds each msgpack backend at its default threshold again with threshold=inf (zero-copy off)"
@@ -300,10 +389,15 @@ class Memory(Scenario):
     def check(self, profile: Profile) -> None:
         device.check(profile)
 
-    def cases(self, backends: list[str], workloads: list[str]) -> list[Case]:
+    def cases(
+        self,
+        backends: list[str],
+        workloads: list[str],
+        transports: tuple[str, ...] = (transport.DEFAULT_KIND,),
+    ) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""
         variants = [spec for b in backends for spec in (b, zero_copy_off(b)) if spec]
-        return super().cases(variants, workloads)
+        return super().cases(variants, workloads, transports)
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         staging = device.staging(profile)
@@ -314,6 +408,9 @@ class Memory(Scenario):
             "repetitions": len(runs),
             "staging": staging.describe() if staging else None,
             "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
+            "uss_above_baseline_bytes": {
+                name: [held_above(m, name)[1] for m in runs] for name in first.sides
+            },
             "phases": phases(first),
             "timeline": first.timeline,
             "verification": verification,
