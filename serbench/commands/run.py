@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serbench import report, runner, text
+from serbench import instructions, report, runner, text
 from serbench.commands.options import add_scenario_options, profile, split_specs
 from serbench.errors import EXIT_INTERRUPTED
 from serbench.results import output_folder
@@ -47,6 +47,11 @@ def _point_latest(folder: Path) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix; write results.json; print the summary."""
     chosen, settings = plan(args), profile(args)
+    if settings.options.get("measure") == "instructions" and not instructions.launched():
+        problem = instructions.cannot_launch()
+        if problem is None:  # the same command again, in one valgrind process (docs/instructions.md)
+            return instructions.run_under_callgrind([sys.executable, "-m", "serbench", *args.argv])
+        print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from serbench import instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.scenarios.base import Case, Scenario
+from serbench.scenarios.base import Case, Option, Scenario
 from serbench.timing import interleaved
 from serializers import Serializer, get_serializer
 from workloads import get_workload
@@ -58,22 +59,50 @@ def wire_bytes(frames: list) -> int:
     return sum(memoryview(frame).nbytes for frame in frames)
 
 
+# What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
+# the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
+COUNTED = {"encode_s": "encode_instructions", "decode_s": "decode_instructions"}
+MEASURES = ("time", "instructions")
+
+
 class Micro(Scenario):
     name = "micro"
     description = "encode / decode one request in-process: calibrated loops, median + CI, bytes, frames"
+    options = (
+        Option(
+            "--measure",
+            "measure",
+            str,
+            "micro: wall time (default), or instructions per encode / decode counted under "
+            "valgrind's callgrind, one valgrind process for the run (docs/instructions.md)",
+            choices=MEASURES,
+        ),
+    )
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
         serializer = get_serializer(case.backend)
         message = get_workload(case.workload).request(0)
         frames = serializer.encode(message)
         payload = payload_bytes(message)
+        on_the_wire = {
+            "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
+            "frames": measured("frames", [len(frames)]),
+        }
+        note = {}
+        if profile.options.get("measure") == "instructions":
+            reason = instructions.unavailable()
+            if reason is None:  # under valgrind a wall clock measures valgrind: counts only
+                ops = operations(serializer, message)
+                counts, info = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
+                metrics = {name: measured(name, [value]) for name, value in counts.items()}
+                return {"metrics": {**metrics, **on_the_wire}, "info": {**info, "payload_bytes": payload}}
+            note = {"instructions": f"not counted: {reason}"}
         samples, info = interleaved(operations(serializer, message), profile)
 
         metrics = {name: measured(name, values) for name, values in samples.items()}
-        metrics["wire_bytes"] = measured("wire_bytes", [wire_bytes(frames)])
-        metrics["frames"] = measured("frames", [len(frames)])
+        metrics.update(on_the_wire)
         if payload:
             metrics["payload_gb_per_s"] = measured(
                 "payload_gb_per_s", [payload / t / 1e9 for t in samples["roundtrip_s"]]
             )
-        return {"metrics": metrics, "info": {**info, "payload_bytes": payload}}
+        return {"metrics": metrics, "info": {**info, **note, "payload_bytes": payload}}
