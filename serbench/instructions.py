@@ -49,7 +49,8 @@ from pathlib import Path
 OUT_ENV = "SERBENCH_CALLGRIND_OUT"
 HASH_SEED = "0"
 WINDOW_INSTRUCTIONS = 20_000_000
-PERIOD = 100  # calls: windows of at least this many calls are whole multiples of it
+PERIOD = 100  # calls: windows are whole multiples of it ...
+PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
 MISSING = "valgrind not found on PATH (Debian: apt-get install valgrind)"
 
 # valgrind.h's client request for x86-64, as a function ``request(args, default)``:
@@ -186,9 +187,12 @@ def count(fn: Callable[[], object], calls: int) -> int:
 
 def window(estimate: float) -> int:
     """Calls per window for an operation of about ``estimate`` instructions: about
-    ``WINDOW_INSTRUCTIONS`` in all, rounded up to whole ``PERIOD``s once it is that long."""
+    ``WINDOW_INSTRUCTIONS`` in all, and whole ``PERIOD``s of calls unless a period alone
+    would hold more than ``PERIOD_LIMIT`` windows' worth (in-band pickle of 38 MB)."""
     calls = max(1, math.ceil(WINDOW_INSTRUCTIONS / max(estimate, 1.0)))
-    return calls if calls < PERIOD else math.ceil(calls / PERIOD) * PERIOD
+    if estimate * PERIOD > PERIOD_LIMIT * WINDOW_INSTRUCTIONS:
+        return calls
+    return math.ceil(calls / PERIOD) * PERIOD
 
 
 def _difference(fn: Callable[[], object], calls: int) -> int:
