@@ -37,12 +37,12 @@ def counts(value: float) -> dict:
 
 
 def test_a_count_is_compared_with_its_own_tolerance_not_the_wall_clock_threshold() -> None:
-    assert one(counts(100_000), counts(100_400))["decode_instructions"].verdict == compare.NO_CHANGE
-    slower = one(counts(100_000), counts(101_000), max_regression=0.10)["decode_instructions"]
+    assert one(counts(100_000), counts(101_400))["decode_instructions"].verdict == compare.NO_CHANGE
+    slower = one(counts(100_000), counts(102_000), max_regression=0.10)["decode_instructions"]
     assert slower.verdict == compare.REGRESSION and slower.exact
-    assert slower.ratio == pytest.approx(1.01) and slower.detectable == pytest.approx(0.005)
-    assert one(counts(100_000), counts(99_000))["decode_instructions"].verdict == compare.IMPROVEMENT
-    loose = one(counts(100_000), counts(101_000), overrides={"decode_instructions": 0.02})
+    assert slower.ratio == pytest.approx(1.02) and slower.detectable == pytest.approx(0.015)
+    assert one(counts(100_000), counts(98_000))["decode_instructions"].verdict == compare.IMPROVEMENT
+    loose = one(counts(100_000), counts(102_000), overrides={"decode_instructions": 0.03})
     assert loose["decode_instructions"].verdict == compare.NO_CHANGE
 
 
