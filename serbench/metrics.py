@@ -70,9 +70,9 @@ METRICS: dict[str, Metric] = {
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
         # micro --measure instructions: per call, under callgrind (docs/instructions.md). Two runs
         # of one command agree within 0.05 %, but the heap a process built before the case moves
-        # a count by up to ~1 % (measured: A/A trials 0.990-1.009), so 1.5 % is the code's
-        Metric("encode_instructions", "count", "encode instructions", tolerance=0.015, summary=True),
-        Metric("decode_instructions", "count", "decode instructions", tolerance=0.015, summary=True),
+        # a count by up to 2.1 % (an A/A gate: 1.021), so only a change above 3 % is the code's
+        Metric("encode_instructions", "count", "encode instructions", tolerance=0.03, summary=True),
+        Metric("decode_instructions", "count", "decode instructions", tolerance=0.03, summary=True),
         # ipc
         Metric("ttft_s", "s", "TTFT", summary=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True),

@@ -37,12 +37,12 @@ def counts(value: float) -> dict:
 
 
 def test_a_count_is_compared_with_its_own_tolerance_not_the_wall_clock_threshold() -> None:
-    assert one(counts(100_000), counts(101_400))["decode_instructions"].verdict == compare.NO_CHANGE
-    slower = one(counts(100_000), counts(102_000), max_regression=0.10)["decode_instructions"]
+    assert one(counts(100_000), counts(102_900))["decode_instructions"].verdict == compare.NO_CHANGE
+    slower = one(counts(100_000), counts(104_000), max_regression=0.10)["decode_instructions"]
     assert slower.verdict == compare.REGRESSION and slower.exact
-    assert slower.ratio == pytest.approx(1.02) and slower.detectable == pytest.approx(0.015)
-    assert one(counts(100_000), counts(98_000))["decode_instructions"].verdict == compare.IMPROVEMENT
-    loose = one(counts(100_000), counts(102_000), overrides={"decode_instructions": 0.03})
+    assert slower.ratio == pytest.approx(1.04) and slower.detectable == pytest.approx(0.03)
+    assert one(counts(100_000), counts(96_000))["decode_instructions"].verdict == compare.IMPROVEMENT
+    loose = one(counts(100_000), counts(104_000), overrides={"decode_instructions": 0.05})
     assert loose["decode_instructions"].verdict == compare.NO_CHANGE
 
 
@@ -136,21 +136,22 @@ def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One run under callgrind: the test backend as is and 2 % slowed."""
+    """One run under callgrind: the test backend as is and 10 % slowed."""
     if instructions.cannot_launch():
         pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
     out, tmp = tmp_path_factory.mktemp("counted"), tmp_path_factory.mktemp("tmp")
-    done = _run(out, f"{SLOWED.format(1.0, 0)},{SLOWED.format(1.02, 1)}", tmp=tmp)
+    done = _run(out, f"{SLOWED.format(1.0, 0)},{SLOWED.format(1.10, 1)}", tmp=tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     assert not list(tmp.iterdir()), "dumps left behind"
     return {r["backend"]: r for r in json.loads((out / "results.json").read_text())["records"]}
 
 
-def test_counts_see_a_two_percent_slowdown_made_of_real_work(counted: dict) -> None:
-    plain, slowed = counted[SLOWED.format(1.0, 0)], counted[SLOWED.format(1.02, 1)]
+def test_counts_see_a_slowdown_made_of_real_work(counted: dict) -> None:
+    """Within the 2.5 % that the process's history can move a count (docs/instructions.md)."""
+    plain, slowed = counted[SLOWED.format(1.0, 0)], counted[SLOWED.format(1.10, 1)]
     for name in ("encode_instructions", "decode_instructions"):
         ratio = slowed["metrics"][name]["median"] / plain["metrics"][name]["median"]
-        assert ratio == pytest.approx(1.02, abs=0.002), name
+        assert ratio == pytest.approx(1.10, abs=0.025), name
     assert plain["metrics"]["decode_instructions"]["median"] > 10_000
 
 

@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=MEASURES,
         default="time",
         help="instructions: also count each micro case's instructions per encode / decode under "
-        "callgrind (one valgrind process per side) and compare them within 1.5 %%, beside the "
+        "callgrind (one valgrind process per side) and compare them within 3 %%, beside the "
         "wall-clock rounds (docs/instructions.md)",
     )
     add_comparison_options(parser)
