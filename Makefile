@@ -14,9 +14,12 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 
-# Headless Chromium for the report test (Debian package).
+# Debian packages the tests need: headless Chromium (the report test), valgrind
+# (instruction counts under callgrind, docs/instructions.md).
+SYSTEM_DEPS := chromium valgrind
 system-deps:
-	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@missing="$(foreach p,$(SYSTEM_DEPS),$(if $(shell command -v $(p)),,$(p)))"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 run: install
 	$(BIN)/serbench run

@@ -15,6 +15,12 @@ from ``serbench.compare.compare`` with the gate's default threshold; a trial
     python scripts/gate_quality.py --trials 20 --rounds 15 --out reports/gate-quality
     python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
+    python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
+
+With ``--measure instructions`` a trial is what ``serbench gate --measure
+instructions`` adds to the timed rounds: one ``serbench run --measure
+instructions`` per side (one valgrind process each, both at once), every case
+counted once, compared with the counts' own tolerance (docs/instructions.md).
 
 The load average during each trial is recorded: on a shared machine it says
 how much noise the gate had to stay quiet on.
@@ -26,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from serbench import compare, gate, results
@@ -46,9 +53,23 @@ def _only(doc: dict, backend: str) -> dict:
     return {**doc, "records": records}
 
 
-def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, rounds: int) -> dict:
-    """One interleaved gate run; the merged base and head results are stored in ``folder``."""
-    common = ("--workloads", workloads, "--scenarios", "micro")
+def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: str) -> tuple[dict, dict]:
+    """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
+    if measure == "instructions":
+        counted = gate.count(sides, folder, log=print)
+        if counted is None:
+            raise SystemExit("this serbench cannot count instructions")
+        return counted[0], counted[1]
+    with gate.measurers(sides, folder, log=print) as started:
+        base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
+    return results.merge(base_runs), results.merge(head_runs)
+
+
+def run_trial(
+    folder: Path, backend: str, factors: list[float], workloads: str, rounds: int, measure: str = "time"
+) -> dict:
+    """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``."""
+    common = ("--workloads", workloads, "--scenarios", "micro", "--measure", measure)
     slots = range(len(factors) + 1)
     base_specs = ",".join(_spec(backend, 1.0, slot) for slot in slots)
     head_specs = ",".join(_spec(backend, f, slot) for slot, f in zip(slots, [1.0, *factors], strict=True))
@@ -58,16 +79,18 @@ def run_trial(folder: Path, backend: str, factors: list[float], workloads: str, 
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
-    with gate.measurers(sides, folder, log=print) as started:
-        base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
+    start = time.perf_counter()
+    base, head = _measured(sides, folder, rounds, measure)
     meta = {
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "cpus": os.cpu_count(),
         "rounds": rounds,
+        "measure": measure,
+        "wall_s": round(time.perf_counter() - start, 1),
     }
-    results.write_json_atomic(folder / "base.json", results.merge(base_runs))
-    results.write_json_atomic(folder / "head.json", results.merge(head_runs))
+    results.write_json_atomic(folder / "base.json", base)
+    results.write_json_atomic(folder / "head.json", head)
     results.write_json_atomic(folder / "trial.json", {"backend": backend, "factors": factors, **meta})
     return meta
 
@@ -96,7 +119,7 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
         comparison = compare.compare(
             reference, _only(head, _spec(trial["backend"], factor, slot)), max_regression
         )
-        flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.3f}" for r in comparison.regressions]
+        flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.4f}" for r in comparison.regressions]
     return flagged
 
 
@@ -151,8 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backend", default="msgspec-frombuffer", help="the backend that gets slowed")
     parser.add_argument("--workloads", default=gate_command.DEFAULT_WORKLOADS)
-    parser.add_argument("--factors", default="1.03,1.05,1.07,1.10", help="slowdowns to detect")
-    parser.add_argument("--max-regression", default="10%")
+    parser.add_argument(
+        "--factors", help="slowdowns to detect (default 1.03,1.05,1.07,1.10; instructions 1.005,1.01,1.02)"
+    )
+    parser.add_argument("--measure", choices=gate_command.MEASURES, default="time")
+    parser.add_argument(
+        "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
+    )
     parser.add_argument("--out", default="reports/gate-quality")
     parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
     args = parser.parse_args(argv)
@@ -162,12 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     rounds = args.rounds or gate_command.DEFAULT_ROUNDS
-    factors = [float(f) for f in args.factors.split(",")]
+    default = "1.005,1.01,1.02" if args.measure == "instructions" else "1.03,1.05,1.07,1.10"
+    factors = [float(f) for f in (args.factors or default).split(",")]
     for t in range(args.trials):
-        meta = run_trial(out / f"trial-{t + 1:02d}", args.backend, factors, args.workloads, rounds)
-        flagged = evaluate(out / f"trial-{t + 1:02d}", max_regression)
+        folder = out / f"trial-{t + 1:02d}"
+        meta = run_trial(folder, args.backend, factors, args.workloads, rounds, args.measure)
+        flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
-        print(f"trial {t + 1}/{args.trials} (load {meta['load_before']:.1f}): {hits}", file=sys.stderr)
+        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s"
+        print(f"trial {t + 1}/{args.trials} ({load}): {hits}", file=sys.stderr)
     report(out, max_regression)
     return 0
 

@@ -43,6 +43,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -66,6 +67,8 @@ CASE_METRIC = "error"
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129
+# The power at which ``detectable`` states the smallest slowdown a comparison would catch.
+POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class MetricComparison:
     ci_high: float | None
     verdict: str  # "regression" | "improvement" | "no change" | "failed in head" | "fixed in head"
     exact: bool  # machine-independent metric compared exactly
+    detectable: float | None = None  # smallest slowdown told from noise (0.02 = 2 %); a count: its tolerance
 
     @property
     def case(self) -> tuple[str, str, str]:
@@ -271,6 +275,26 @@ def unpaired(measured: dict) -> bool:
     return len(measured.get("rounds") or [1]) < 2
 
 
+def detectable(
+    ratio: float | None, low: float | None, high: float | None, higher_is_better: bool
+) -> float | None:
+    """The smallest slowdown (0.02 = 2 %) that a comparison as noisy as this one tells from no
+    change with probability ``POWER``: its minimum detectable effect. None without an interval.
+
+    The interval's lower half-width (in log ratio, on the slowdown's side)
+    stands for ``z`` standard errors; a true slowdown is significant with
+    probability ``POWER`` when it is ``z + z_power`` of them above 1 (the usual
+    2.8 standard errors at 95 % and 80 %). What the machine lets the gate see,
+    before the threshold's say: a slowdown below it cannot be told from noise
+    in this run, whatever ``--max-regression`` is.
+    """
+    if ratio is None or low is None or high is None or min(ratio, low, high) <= 0:
+        return None
+    below = math.log(high / ratio) if higher_is_better else math.log(ratio / low)
+    z = NormalDist().inv_cdf((1 + CONFIDENCE) / 2)
+    return math.exp(below * (z + NormalDist().inv_cdf(POWER)) / z) - 1
+
+
 def exact_verdict(name: str, base: float, head: float) -> str:
     """Any increase beyond the metric's resolution is a regression (lower is better)."""
     resolution = metric(name).resolution
@@ -285,19 +309,27 @@ def compare_metric(
     case: tuple[str, str, str], name: str, base: dict, head: dict, threshold: float, strict: bool = False
 ) -> MetricComparison:
     """One row: medians, ratio head/base with its interval, verdict (``unpaired_verdict``
-    when either side is one process, unless ``strict``)."""
+    when either side is one process, unless ``strict``), the smallest slowdown it could have
+    caught. A count (``Metric.tolerance``) is one number a side: its ratio is compared with
+    the threshold directly."""
     b, h = base["median"], head["median"]
-    exact = metric(name).exact
-    if exact:
+    facts = metric(name)
+    exact, mde = facts.exact or facts.counted, None
+    if facts.exact:
         ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
+    elif facts.counted:
+        ratio = low = high = h / b if b else None
+        verdict = statistical_verdict(ratio, ratio, ratio, threshold, facts.higher_is_better)
+        mde = threshold
     else:
         ratio, low, high = ratio_estimate(base, head)
-        verdict = statistical_verdict(ratio, low, high, threshold, metric(name).higher_is_better)
+        verdict = statistical_verdict(ratio, low, high, threshold, facts.higher_is_better)
         if not strict and (unpaired(base) or unpaired(head)):
             verdict = unpaired_verdict(verdict)
+        mde = detectable(ratio, low, high, facts.higher_is_better)
     unit = head.get("unit") or base.get("unit", "")
-    return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact)
+    return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact, mde)
 
 
 def _case_row(case: tuple[str, str, str], verdict: str) -> MetricComparison:
@@ -317,10 +349,11 @@ def compare(
 ) -> Comparison:
     """Compare two loaded results documents (see ``results.load``).
 
-    ``max_regression`` is the tolerated slowdown (0.10 = 10 %);
-    ``overrides`` maps a metric name to its own threshold. Sampled metrics of
-    plain runs (one process a side) get indicative verdicts, which do not fail,
-    unless ``strict``; exact metrics and failures are judged the same either way.
+    ``max_regression`` is the tolerated slowdown (0.10 = 10 %) of a sampled
+    metric; a count's is its ``Metric.tolerance``; ``overrides`` maps a metric
+    name to its own threshold. Sampled metrics of plain runs (one process a
+    side) get indicative verdicts, which do not fail, unless ``strict``; exact
+    metrics, counts and failures are judged the same either way.
     """
     overrides = overrides or {}
     base_cases, head_cases = _by_case(base), _by_case(head)
@@ -337,7 +370,8 @@ def compare(
             rows.append(_case_row(case, FIXED_IN_HEAD))
             continue
         for name in filter(compared, b["metrics"].keys() & h["metrics"].keys()):
-            threshold = overrides.get(name, max_regression)
+            tolerance = metric(name).tolerance
+            threshold = overrides.get(name, max_regression if tolerance is None else tolerance)
             rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold, strict))
     return Comparison(
         rows=worst_first(sorted(rows, key=lambda r: (*r.case, r.metric))),

@@ -17,6 +17,19 @@ A base revision without ``--worker`` is measured the older way, a fresh
 ``serbench run`` of every case per round, and so is head then, so that both
 revisions are measured alike. The command, its options and the verdict are
 ``serbench.commands.gate``'s.
+
+Where the machine has CPUs to spare, the workers run on a set of their own,
+as pyperf's ``--affinity`` pins its workers (``worker_cpus``): the CPUs the
+kernel isolates, else the last two of four or more. Both sides share that set:
+a base pinned to one core and a head to another would turn any difference
+between the two cores into a verdict.
+
+``count`` adds instruction counts (``--measure instructions``, see
+``serbench.instructions``): after the timed rounds, one ``serbench run
+--measure instructions`` per side — one valgrind process measuring every
+micro case — both at once, each on a CPU of its own (a count does not depend
+on what else runs), once: a count repeats to within 0.1 %, so more rounds
+would only repeat it.
 """
 
 from __future__ import annotations
@@ -41,6 +54,27 @@ from serbench.isolation import kill_tree
 from serbench.results import CaseKey
 
 RUN_TIMEOUT_S = 1800
+ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
+
+
+def _cpu_list(text: str) -> set[int]:
+    """The kernel's CPU list format: ``"2-3,6"`` → {2, 3, 6}."""
+    cpus: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def worker_cpus() -> frozenset[int] | None:
+    """The CPUs the timed workers are pinned to: the isolated ones we may use, else the last
+    two when four or more are ours (leaving the rest to everything else); None (not pinned)
+    on a smaller machine, where pinning would only take the scheduler's choice away."""
+    available = os.sched_getaffinity(0)
+    isolated = _cpu_list(ISOLATED_CPUS.read_text()) & available if ISOLATED_CPUS.exists() else set()
+    if isolated:
+        return frozenset(isolated)
+    return frozenset(sorted(available)[-2:]) if len(available) >= 4 else None
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -82,19 +116,22 @@ class Revision:
     code: Path
     run_args: tuple[str, ...]
 
-    def run(self, *extra: str, **popen: Any) -> subprocess.Popen:
-        """``python -m serbench run`` with this side's options and its code first on the path."""
+    def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
+        """``python -m serbench run`` with this side's options and its code first on the path,
+        pinned to ``cpus`` when given."""
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.code), os.environ.get("PYTHONPATH")])),
         }
         command = [sys.executable, "-m", "serbench", "run", *self.run_args, *extra]
-        return subprocess.Popen(command, cwd=self.code, env=env, text=True, **popen)
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        return subprocess.Popen(command, cwd=self.code, env=env, text=True, preexec_fn=pin, **popen)
 
-    def has_worker(self) -> bool:
-        """Whether this side's ``serbench run`` has ``--worker`` (revisions before it do not)."""
+    def has(self, flag: str) -> bool:
+        """Whether this side's ``serbench run`` has ``flag`` (``--worker``, ``--measure``: older
+        revisions lack them)."""
         proc = self.run("--help", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        return "--worker" in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        return flag in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
 
 
 def _last_line(path: Path, default: str) -> str:
@@ -106,10 +143,12 @@ class Worker:
     """A revision's ``serbench run --worker`` process (see ``runner.work``): started once, then
     one case measured per request, so a measurement costs only itself; stderr goes to ``log``."""
 
-    def __init__(self, revision: Revision, log: Path) -> None:
+    def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
         self.revision, self.log = revision, log
         with log.open("w") as err:
-            self.proc = revision.run("--worker", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            self.proc = revision.run(
+                "--worker", cpus=cpus, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
+            )
         announced = self._reply()
         if not announced:
             self.close()
@@ -154,13 +193,20 @@ class OneShot:
 
     cases = None  # unknown until run: every round measures them all
 
-    def __init__(self, revision: Revision, log: Path) -> None:
-        self.revision, self.log = revision, log
+    def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
+        self.revision, self.log, self.cpus = revision, log, cpus
 
     def measure(self, out: Path, case: None = None) -> dict:
         """Every case measured into ``out``; its loaded results."""
+        return self.finish(self.start(out), out)
+
+    def start(self, out: Path) -> subprocess.Popen:
+        """The run that measures every case into ``out``, started."""
         with self.log.open("a") as err:
-            proc = self.revision.run("--out", str(out), stdout=subprocess.DEVNULL, stderr=err)
+            return self.revision.run("--out", str(out), cpus=self.cpus, stdout=subprocess.DEVNULL, stderr=err)
+
+    def finish(self, proc: subprocess.Popen, out: Path) -> dict:
+        """Wait for ``proc`` (from ``start``); its loaded results, or GateError."""
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -185,14 +231,17 @@ def measurers(
 ) -> Iterator[list[Measurer]]:
     """A worker per revision, or a process per round for both if one of them has no worker
     (the two are measured alike either way); all stopped on exit."""
-    workers = all(revision.has_worker() for revision in revisions)
+    workers = all(revision.has("--worker") for revision in revisions)
     if not workers:
         log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
     kind = Worker if workers else OneShot
+    cpus = worker_cpus()
+    if cpus:
+        log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
     started: list[Measurer] = []
     try:
         for revision in revisions:
-            started.append(kind(revision, out / f"{revision.label}.log"))
+            started.append(kind(revision, out / f"{revision.label}.log", cpus))
         yield started
     finally:
         for measurer in started:
@@ -232,11 +281,60 @@ def interleave(
     return runs
 
 
+def count(revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print) -> list[dict] | None:
+    """Every case of each revision's options counted once, the revisions at once, each on a CPU
+    of its own where there are several; their results, or None (with a note) when a side's
+    ``serbench run`` has no ``--measure`` (a revision older than instruction counts)."""
+    if not all(revision.has("--measure") for revision in revisions):
+        log("note: a revision predates `serbench run --measure`: instructions not counted")
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    runs = []
+    for i, revision in enumerate(revisions):
+        cpu = frozenset({available[i % len(available)]}) if len(available) > 1 else None
+        runner = OneShot(revision, out / f"{revision.label}-instructions.log", cpu)
+        folder = out / f"{revision.label}-instructions"
+        runs.append((runner, runner.start(folder), folder))
+    start = time.perf_counter()
+    try:
+        counted = [runner.finish(proc, folder) for runner, proc, folder in runs]
+    finally:
+        for _, proc, _ in runs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait()
+    log(f"instructions counted: {time.perf_counter() - start:.1f} s")
+    return counted
+
+
+def add_counts(timed: dict, counted: dict) -> dict:
+    """``timed`` with the metrics that only ``counted`` has added to each of its cases; a case
+    whose count failed fails (``serbench compare`` then says whether it did on one side only)."""
+    counts = {results.case_key(rec): rec for rec in counted["records"]}
+    records = []
+    for rec in timed["records"]:
+        other = counts.get(results.case_key(rec))
+        if other is not None and not rec.get("error"):
+            if other.get("error"):
+                rec = {**rec, "error": f"counting instructions: {other['error']}"}
+            else:
+                rec = {**rec, "metrics": {**other["metrics"], **rec["metrics"]}}
+        records.append(rec)
+    return {**timed, "records": records}
+
+
 def measure(
-    repo: Path, base_ref: str, run_args: Sequence[str], rounds: int, out: Path, log: Callable[[str], None]
+    repo: Path,
+    base_ref: str,
+    run_args: Sequence[str],
+    rounds: int,
+    out: Path,
+    log: Callable[[str], None],
+    count_args: Sequence[str] | None = None,
 ) -> tuple[dict, dict]:
     """``base_ref`` and the working tree of ``repo``, each case measured on both ``rounds``
-    times (``run_args`` select the cases); the merged results of base and of head.
+    times (``run_args`` select the cases); the merged results of base and of head, with
+    instruction counts added when ``count_args`` (the options of the counting run) are given.
 
     GateError for anything that stops the measurement: a bad ref, git, a worker
     that stops or a run that takes too long.
@@ -250,6 +348,12 @@ def measure(
             ]
             with measurers(revisions, out, log) as started:
                 base_runs, head_runs = interleave(started, rounds, out, log)
+            base, head = results.merge(base_runs), results.merge(head_runs)
+            if count_args is not None:
+                counting = [Revision(r.label, r.code, tuple(count_args)) for r in revisions]
+                counted = count(counting, out, log)
+                if counted:
+                    base, head = add_counts(base, counted[0]), add_counts(head, counted[1])
     except (subprocess.TimeoutExpired, OSError) as exc:
         raise GateError(str(exc)) from None
-    return results.merge(base_runs), results.merge(head_runs)
+    return base, head

@@ -369,10 +369,12 @@ def _cells(row: MetricComparison) -> list[str]:
         format_value(row.head_median, row.unit),
         ratio,
         interval,
+        "" if row.detectable is None else f"{row.detectable:.1%}",
     ]
 
 
-HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI"]
+# "detects": the smallest slowdown each comparison would have caught (``compare.detectable``).
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI", "detects"]
 
 
 def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:

@@ -72,7 +72,7 @@ MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", 
 
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     side = gate.Revision("head", REPO, MICRO_TEXT)
-    assert side.has_worker()
+    assert side.has("--worker")
     worker = gate.Worker(side, tmp_path / "head.log")
     try:
         assert worker.cases == [("micro", "msgspec-frombuffer", "text-sonnet")]
@@ -99,7 +99,7 @@ def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path)
 def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
     sides = [gate.Revision("base", tmp_path, ()), gate.Revision("head", REPO, ())]
-    monkeypatch.setattr(gate.Revision, "has_worker", lambda self: self.label == "head")
+    monkeypatch.setattr(gate.Revision, "has", lambda self, flag: self.label == "head")
     notes: list[str] = []
     with gate.measurers(sides, tmp_path, notes.append) as started:
         assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]

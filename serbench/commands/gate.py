@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serbench import gate, results
+from serbench import gate, instructions, results
 from serbench.commands.compare import conclude
 from serbench.commands.options import add_comparison_options, tolerances, transports
 from serbench.errors import UsageError
@@ -18,6 +18,7 @@ DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
 DEFAULT_WORKLOADS = "text-sonnet,images-4"
 DEFAULT_SCENARIOS = "micro"
 DEFAULT_ROUNDS = 15
+MEASURES = ("time", "instructions")
 
 
 def say(message: str) -> None:
@@ -32,10 +33,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 1")
     repo = gate.repository_root(Path.cwd())
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
-    run_args = ("--backends", args.backends, "--workloads", args.workloads, "--scenarios", args.scenarios)
+    cases = ("--backends", args.backends, "--workloads", args.workloads)
     if args.transport:  # passed only when given: a base revision from before --transport still runs
-        run_args += ("--transport", ",".join(transports(args.transport)))
-    base, head = gate.measure(repo, args.base, run_args, args.rounds, folder, say)
+        cases += ("--transport", ",".join(transports(args.transport)))
+    run_args = (*cases, "--scenarios", args.scenarios)
+    base, head = gate.measure(repo, args.base, run_args, args.rounds, folder, say, count_args(args, cases))
     results.write_json_atomic(folder / "base.json", base)
     results.write_json_atomic(folder / "head.json", head)
     if not args.markdown:
@@ -43,6 +45,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
     code = conclude(args, base, head)
     print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
     return code
+
+
+def count_args(args: argparse.Namespace, cases: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The options of the instruction-counting run (``--measure instructions``: the micro cases),
+    or None (with a note saying why, when they were asked for) when nothing is counted."""
+    if args.measure != "instructions":
+        return None
+    problem = instructions.cannot_launch()
+    if "micro" not in args.scenarios.split(","):
+        problem = "instructions are counted for micro cases and --scenarios has no micro"
+    if problem:
+        say(f"note: {problem}: no instruction counts, wall time only")
+        return None
+    return (*cases, "--scenarios", "micro", "--measure", "instructions")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,6 +82,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
+    )
+    parser.add_argument(
+        "--measure",
+        choices=MEASURES,
+        default="time",
+        help="instructions: also count each micro case's instructions per encode / decode under "
+        "callgrind (one valgrind process per side) and compare them within 3 %%, beside the "
+        "wall-clock rounds (docs/instructions.md)",
     )
     add_comparison_options(parser)
     parser.set_defaults(func=cmd_gate)

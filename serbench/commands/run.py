@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serbench import report, results, runner, text
+from serbench import instructions, report, results, runner, text
 from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs, transports
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.runner import Plan
@@ -60,6 +60,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     chosen, settings = plan(args), profile(args)
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
+    if settings.options.get("measure") == "instructions" and not instructions.launched():
+        problem = instructions.cannot_launch()
+        if problem is None:  # the same command again, in one valgrind process (docs/instructions.md)
+            return instructions.run_under_callgrind([sys.executable, "-m", "serbench", *args.argv])
+        print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from serbench import conformance
+from serbench import conformance, instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.scenarios.base import Case, Scenario
+from serbench.scenarios.base import Case, Option, Scenario
 from serbench.timing import interleaved
 from serializers import Serializer, get_serializer
 from workloads import get_workload
@@ -78,11 +78,27 @@ def array_count(message: Any) -> int:
     return sum(1 for leaf in iter_leaves(message) if is_array(leaf))
 
 
+# What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
+# the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
+COUNTED = {"encode_s": "encode_instructions", "decode_s": "decode_instructions"}
+MEASURES = ("time", "instructions")
+
+
 class Micro(Scenario):
     name = "micro"
     description = (
         "encode / decode one message (a request, or one engine step) in-process: "
         "calibrated loops, median + CI, bytes, frames"
+    )
+    options = (
+        Option(
+            "--measure",
+            "measure",
+            str,
+            "micro: wall time (default), or instructions per encode / decode counted under "
+            "valgrind's callgrind, one valgrind process for the run (docs/instructions.md)",
+            choices=MEASURES,
+        ),
     )
 
     def run(self, case: Case, profile: Profile) -> dict[str, Any]:
@@ -92,6 +108,23 @@ class Micro(Scenario):
         verification = conformance.verify(serializer, [message], workload.kind)
         frames = serializer.encode(message)
         payload = payload_bytes(message)
+        on_the_wire = {
+            "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
+            "frames": measured("frames", [len(frames)]),
+        }
+        arrays, out_of_band = array_count(message), len(frames) - 1
+        if arrays:
+            on_the_wire["oob_frames"] = measured("oob_frames", [out_of_band])
+            on_the_wire["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
+        facts = {"payload_bytes": payload, "verification": verification}
+        if profile.options.get("measure") == "instructions":
+            reason = instructions.unavailable()
+            if reason is None:  # under valgrind a wall clock measures valgrind: counts only
+                ops = operations(serializer, message)
+                counts, info = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
+                metrics = {name: measured(name, [value]) for name, value in counts.items()}
+                return {"metrics": {**metrics, **on_the_wire}, "info": {**info, **facts}}
+            facts["instructions"] = f"not counted: {reason}"
         gc.freeze()
         samples, info = interleaved(operations(serializer, message), profile)
 
@@ -103,10 +136,5 @@ class Micro(Scenario):
             ops = operations(serializer, message)
             cpu, _ = interleaved({"decode_cpu_s": ops["decode_s"]}, profile, time.thread_time)
             metrics["decode_cpu_s"] = measured("decode_cpu_s", cpu["decode_cpu_s"])
-        metrics["wire_bytes"] = measured("wire_bytes", [wire_bytes(frames)])
-        metrics["frames"] = measured("frames", [len(frames)])
-        arrays, out_of_band = array_count(message), len(frames) - 1
-        if arrays:
-            metrics["oob_frames"] = measured("oob_frames", [out_of_band])
-            metrics["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
-        return {"metrics": metrics, "info": {**info, "payload_bytes": payload, "verification": verification}}
+        metrics.update(on_the_wire)
+        return {"metrics": metrics, "info": {**info, **facts}}

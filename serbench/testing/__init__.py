@@ -25,8 +25,13 @@ class Slowed:
     slowdown is exactly ``factor`` of the operation's cost on average over a
     timing loop (a timed spin after each call measured short: the freeing of
     the returned result happens outside the call, and a sub-microsecond spin
-    drowns in the wrapper's own bookkeeping).
+    drowns in the wrapper's own bookkeeping). The credit is counted in
+    millionths, in integers, so that the repeats recur exactly: with 1.005, one
+    call in every 200 and never the 201st (float steps of 0.005 drift), which
+    instruction counts, exact to a call, would see.
     """
+
+    UNIT = 1_000_000  # credit per whole extra call
 
     def __init__(self, inner: Any, factor: float) -> None:
         if factor < 1:
@@ -37,14 +42,15 @@ class Slowed:
         self.description = f"{inner.name}, every encode/decode costing {factor:g} calls"
         self.safe = is_safe(inner)
         self.unsupported = unsupported_cases(inner)
-        self._credit = {"encode": 0.0, "decode": 0.0}
+        self._step = round((factor - 1) * self.UNIT)
+        self._credit = {"encode": 0, "decode": 0}
 
     def _stretched(self, op: str, *args: Any) -> Any:
         fn = getattr(self.inner, op)
         out = fn(*args)
-        self._credit[op] += self.factor - 1
-        while self._credit[op] >= 1:
-            self._credit[op] -= 1
+        self._credit[op] += self._step
+        while self._credit[op] >= self.UNIT:
+            self._credit[op] -= self.UNIT
             fn(*args)
         return out
 

@@ -1,0 +1,221 @@
+"""Instruction counts under callgrind: a measurement that a shared machine's noise cannot move.
+
+A wall clock on a busy 2-core VM cannot see a 2 % change in a decoder; the
+number of instructions the decoder executes can. The process that measures
+runs under valgrind's callgrind tool with instrumentation off at start
+(``--instr-atstart=no``: the interpreter and torch import at valgrind's
+uninstrumented speed, ≈ 15 s) and the hash seed fixed (``PYTHONHASHSEED=0``,
+so dict and set layouts repeat from process to process). One such process per
+side measures every case in it: each case runs in a child forked from it, as
+always, and the child switches instrumentation on for its own measurement.
+
+Instrumentation and the counters are driven from inside the process by
+valgrind's client requests (the ``CALLGRIND_*`` macros of ``callgrind.h``),
+called through ctypes — not by ``callgrind_control -i on|off PID``: a client
+request takes effect at an exact point of the program with no second process,
+no ptrace and no polling, so it also works in the forked case children and
+costs microseconds instead of a ``vgdb`` round trip. A client request is a
+fixed instruction sequence that valgrind recognises and a real CPU executes as
+a no-op; ``_STUB`` is that sequence from ``valgrind.h`` for x86-64, assembled
+into one executable page, so no compiler or header is needed at run time.
+
+An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
+less the same difference for a call that does nothing: whatever the counting
+itself costs (the client requests, entering and leaving the loop) and the loop's
+own per-call bookkeeping cancel. N is chosen from a first count so that a window
+holds about ``WINDOW_INSTRUCTIONS``, in whole hundreds of calls when it can be,
+so that anything that recurs every 2, 4, 5, 10, 20, 25, 50 or 100 calls (a free
+list, a buffer pool, the test backend that repeats every hundredth call) falls
+evenly into both windows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+import mmap
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+
+# Where the callgrind process writes its dumps; set by ``run_under_callgrind`` for the process it starts.
+OUT_ENV = "SERBENCH_CALLGRIND_OUT"
+HASH_SEED = "0"
+WINDOW_INSTRUCTIONS = 20_000_000
+PERIOD = 100  # calls: windows are whole multiples of it ...
+PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
+MISSING = "valgrind not found on PATH (Debian: apt-get install valgrind)"
+
+# valgrind.h's client request for x86-64, as a function ``request(args, default)``:
+# rax = args, rdx = default; the four rotations of rdi (by 128 bits in all: a no-op on a
+# real CPU) then ``xchg rbx, rbx`` are what valgrind recognises; the answer comes back in rdx.
+_STUB = bytes.fromhex(
+    "4889f8"  # mov rax, rdi
+    "4889f2"  # mov rdx, rsi
+    "48c1c703"
+    "48c1c70d"
+    "48c1c73d"
+    "48c1c733"  # rol rdi, 3 / 13 / 61 / 51
+    "4887db"  # xchg rbx, rbx
+    "4889d0"  # mov rax, rdx
+    "c3"  # ret
+)
+_RUNNING_ON_VALGRIND = 0x1001
+_CALLGRIND = (ord("C") << 24) | (ord("T") << 16)  # VG_USERREQ_TOOL_BASE('C', 'T')
+_DUMP_STATS = _CALLGRIND + 0
+_ZERO_STATS = _CALLGRIND + 1
+_START_INSTRUMENTATION = _CALLGRIND + 4
+
+
+@cache
+def _client_request() -> Callable[[int], int]:
+    """The stub as a callable ``request(code) -> answer`` (0 when not under valgrind)."""
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(_STUB)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    function = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t)(address)
+
+    def request(code: int) -> int:
+        args = (ctypes.c_size_t * 6)(code, 0, 0, 0, 0, 0)
+        return function(ctypes.addressof(args), 0)
+
+    request.page = page  # the page lives as long as the function that runs from it
+    return request
+
+
+def unavailable() -> str | None:
+    """Why this process cannot count instructions, or None when it can."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"instruction counts need x86-64 (this machine is {platform.machine()})"
+    if not os.environ.get(OUT_ENV) or not _client_request()(_RUNNING_ON_VALGRIND):
+        return "not running under callgrind (`serbench run --measure instructions` starts it)"
+    return None
+
+
+def launched() -> bool:
+    """Whether this process was started by ``run_under_callgrind`` (or descends from one)."""
+    return bool(os.environ.get(OUT_ENV))
+
+
+def cannot_launch() -> str | None:
+    """Why this machine cannot count instructions (no valgrind, not x86-64), or None."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"instruction counts need x86-64 (this machine is {platform.machine()})"
+    if shutil.which("valgrind") is None:
+        return MISSING
+    return None
+
+
+def valgrind_command(out: Path) -> list[str]:
+    """The valgrind prefix that runs a command under callgrind, dumps and log in ``out``.
+
+    valgrind places the program's memory itself, the same way every time (two
+    identical processes counted 14,702,896 and 14,702,917 instructions for 400
+    encodes); ``setarch --addr-no-randomize`` around it made them differ by 0.6 %.
+    """
+    return [
+        shutil.which("valgrind") or "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}/callgrind.%p",
+        "--log-file=" + str(out / "valgrind.%p.log"),
+    ]
+
+
+def run_under_callgrind(command: Sequence[str]) -> int:
+    """Run ``command`` under callgrind and return its exit code (see ``cannot_launch`` first).
+
+    The child inherits stdin, stdout and stderr, so it can stand in for this
+    process (a gate worker's requests and replies pass straight through);
+    SIGTERM is passed on to it and Ctrl-C reaches it directly. The dump folder
+    is removed afterwards.
+    """
+    out = Path(tempfile.mkdtemp(prefix="serbench-callgrind-"))
+    try:
+        env = {**os.environ, OUT_ENV: str(out), "PYTHONHASHSEED": HASH_SEED}
+        proc = subprocess.Popen([*valgrind_command(out), *command], env=env)
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+        try:
+            while True:
+                try:
+                    return proc.wait()
+                except KeyboardInterrupt:
+                    continue  # the child got it too and ends with its own code
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _dumped_instructions() -> int:
+    """The instruction total of this process's latest dump (the file is removed once read)."""
+    out = Path(os.environ[OUT_ENV])
+    parts = list(out.glob(f"callgrind.{os.getpid()}.*"))
+    if not parts:
+        raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
+    latest = max(parts, key=lambda p: int(p.suffix[1:]))
+    text = latest.read_bytes()  # read at instrumented speed: searched, not split into lines
+    latest.unlink()
+    at = text.rfind(b"\ntotals:")
+    if at < 0:
+        raise RuntimeError(f"{latest} has no totals line")
+    return int(text[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
+
+
+def count(fn: Callable[[], object], calls: int) -> int:
+    """Instructions executed by ``calls`` calls of ``fn`` in a loop, counting included.
+
+    Instrumentation must be on (``per_call`` switches it on). The collector
+    runs first, so every window starts from the same heap state (``per_call``
+    freezes what was there before, which would take seconds to traverse).
+    """
+    request = _client_request()
+    gc.collect()
+    request(_ZERO_STATS)
+    for _ in range(calls):
+        fn()
+    request(_DUMP_STATS)
+    return _dumped_instructions()
+
+
+def window(estimate: float) -> int:
+    """Calls per window for an operation of about ``estimate`` instructions: about
+    ``WINDOW_INSTRUCTIONS`` in all, and whole ``PERIOD``s of calls unless a period alone
+    would hold more than ``PERIOD_LIMIT`` windows' worth (in-band pickle of 38 MB)."""
+    calls = max(1, math.ceil(WINDOW_INSTRUCTIONS / max(estimate, 1.0)))
+    if estimate * PERIOD > PERIOD_LIMIT * WINDOW_INSTRUCTIONS:
+        return calls
+    return math.ceil(calls / PERIOD) * PERIOD
+
+
+def _difference(fn: Callable[[], object], calls: int) -> int:
+    return count(fn, 2 * calls) - count(fn, calls)
+
+
+def per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], dict]:
+    """Instructions per call of each function (see the module's docstring), and the calls per window.
+
+    Switches instrumentation on in this process for good: call it in a process
+    of its own (a case's forked child) that measures nothing else afterwards.
+    """
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    _client_request()(_START_INSTRUMENTATION)
+    gc.freeze()
+    noop: dict[int, int] = {}
+    counts, windows = {}, {}
+    for name, fn in fns.items():
+        fn()  # first-call work (imports, caches, specialisation) stays out of the windows
+        calls = windows[name] = window(count(fn, 1))
+        if calls not in noop:
+            noop[calls] = _difference(lambda: None, calls)
+        counts[name] = (_difference(fn, calls) - noop[calls]) / calls
+    return counts, {"calls_per_window": windows}

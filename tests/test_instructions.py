@@ -1,0 +1,164 @@
+"""Instruction counts: the window rule, how counts are compared and merged by the gate, the
+minimum detectable effect, worker pinning, the run without valgrind, and real counts under callgrind."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from test_compare import doc, metric, one, rec, samples
+
+from serbench import compare, gate, instructions, text
+from serbench.commands import gate as gate_command
+
+REPO = Path(__file__).resolve().parent.parent
+SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
+
+
+def test_windows_hold_the_target_count_in_whole_hundreds_of_calls_unless_too_long() -> None:
+    target = instructions.WINDOW_INSTRUCTIONS
+    assert instructions.window(target * 2) == 1
+    assert instructions.window(target / 3) == 3  # a hundred calls would be 33 windows' worth
+    assert instructions.window(target / 10) == 10
+    assert instructions.window(target / 30) == 100
+    assert instructions.window(target / 101) == 200
+    assert instructions.window(target / 1000) == 1000
+
+
+def counts(value: float) -> dict:
+    return {"decode_instructions": metric([value], "count")}
+
+
+def test_a_count_is_compared_with_its_own_tolerance_not_the_wall_clock_threshold() -> None:
+    # A count is one exact number a side: 2.9 % more is slower, but within its 3 % tolerance.
+    assert one(counts(100_000), counts(102_900))["decode_instructions"].verdict == compare.SLOWER_TOLERATED
+    slower = one(counts(100_000), counts(104_000), max_regression=0.10)["decode_instructions"]
+    assert slower.verdict == compare.REGRESSION and slower.exact
+    assert slower.ratio == pytest.approx(1.04) and slower.detectable == pytest.approx(0.03)
+    assert one(counts(100_000), counts(96_000))["decode_instructions"].verdict == compare.IMPROVEMENT
+    loose = one(counts(100_000), counts(104_000), overrides={"decode_instructions": 0.05})
+    assert loose["decode_instructions"].verdict == compare.SLOWER_TOLERATED
+
+
+def test_the_minimum_detectable_effect_grows_with_the_interval() -> None:
+    # A ±2 % interval: 1.96 standard errors below; 2.8 of them make about 2.9 %.
+    expected = math.exp(math.log(1 / 0.98) * (1.95996 + 0.84162) / 1.95996) - 1
+    assert compare.detectable(1.0, 0.98, 1.02, False) == pytest.approx(expected, rel=1e-4)
+    assert compare.detectable(1.0, 0.99, 1.01, False) < compare.detectable(1.0, 0.98, 1.02, False)
+    # A rate: the slowdown side of its interval is the upper one.
+    assert compare.detectable(1.0, 0.90, 1 / 0.98, True) == pytest.approx(expected, rel=1e-4)
+    assert compare.detectable(1.0, None, None, False) is None
+
+
+def test_every_timed_comparison_states_what_it_could_detect() -> None:
+    base, head = doc([rec({"encode_s": metric(samples(1))})]), doc([rec({"encode_s": metric(samples(2))})])
+    comparison = compare.compare(base, head)
+    (row,) = comparison.rows
+    assert 0 < row.detectable < 0.05  # 2 % noise per sample, 60 samples a side
+    header, _, line, *_ = text.comparison_table(comparison, base, head).splitlines()
+    assert header.split()[-1] == "detects" and line.split()[-1] == f"{row.detectable:.1%}"
+
+
+def test_the_gate_adds_counts_to_the_timed_cases_and_a_failed_count_fails_the_case() -> None:
+    timed = doc([rec({"encode_s": metric(samples(1))}, "a"), rec({"encode_s": metric(samples(2))}, "b")])
+    counted = doc([rec(counts(5.0), "a"), rec({}, "b", error="valgrind crashed")])
+    merged = gate.add_counts(timed, counted)
+    a, b = merged["records"]
+    assert set(a["metrics"]) == {"encode_s", "decode_instructions"} and a["error"] is None
+    assert b["error"] == "counting instructions: valgrind crashed"
+    assert timed["records"][1]["error"] is None  # the input is left alone
+
+
+def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_path: Path) -> None:
+    assert gate._cpu_list("0-2,5\n") == {0, 1, 2, 5} and gate._cpu_list("\n") == set()
+    monkeypatch.setattr(gate, "ISOLATED_CPUS", tmp_path / "isolated")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert gate.worker_cpus() is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert gate.worker_cpus() == {14, 15}
+    (tmp_path / "isolated").write_text("4-5\n")
+    assert gate.worker_cpus() == {4, 5}
+
+
+def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    side = gate.Revision("head", REPO, ())
+    proc = side.run("--help", cpus=frozenset({cpu}), stdout=subprocess.PIPE)
+    try:
+        assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
+    finally:
+        proc.communicate(timeout=60)
+
+
+def test_gate_counts_only_micro_and_says_why_not(monkeypatch, capsys) -> None:
+    args = type("Args", (), {"measure": "instructions", "scenarios": "ipc"})()
+    assert gate_command.count_args(args, ("--backends", "x")) is None
+    assert "no micro" in capsys.readouterr().err
+    args.scenarios = "micro"
+    monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
+    assert gate_command.count_args(args, ("--backends", "x")) is None
+    assert "valgrind not found" in capsys.readouterr().err
+    monkeypatch.setattr(instructions, "cannot_launch", lambda: None)
+    assert gate_command.count_args(args, ("--backends", "x"))[-2:] == ("--measure", "instructions")
+    args.measure = "time"
+    assert gate_command.count_args(args, ("--backends", "x")) is None
+
+
+def _run(
+    out: Path, backends: str, path: str | None = None, tmp: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **({"PATH": path} if path is not None else {})}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
+    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--measure", "instructions"]
+    command += ["--backends", backends, "--workloads", "text-sonnet", "--out", str(out)]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"  # a PATH with git but no valgrind
+    bare.mkdir()
+    (bare / "git").symlink_to(shutil.which("git"))
+    done = _run(tmp_path / "out", "msgspec-frombuffer", path=str(bare))
+    assert done.returncode == 0, done.stderr
+    assert "valgrind not found on PATH" in done.stderr
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())["records"]
+    assert record["error"] is None and "decode_s" in record["metrics"]
+    assert not any(name.endswith("_instructions") for name in record["metrics"])
+    assert record["info"]["instructions"].startswith("not counted")
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One run under callgrind: the test backend as is and 10 % slowed."""
+    if instructions.cannot_launch():
+        pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
+    out, tmp = tmp_path_factory.mktemp("counted"), tmp_path_factory.mktemp("tmp")
+    done = _run(out, f"{SLOWED.format(1.0, 0)},{SLOWED.format(1.10, 1)}", tmp=tmp)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(tmp.iterdir()), "dumps left behind"
+    return {r["backend"]: r for r in json.loads((out / "results.json").read_text())["records"]}
+
+
+def test_counts_see_a_slowdown_made_of_real_work(counted: dict) -> None:
+    """Within the 2.5 % that the process's history can move a count (docs/instructions.md)."""
+    plain, slowed = counted[SLOWED.format(1.0, 0)], counted[SLOWED.format(1.10, 1)]
+    for name in ("encode_instructions", "decode_instructions"):
+        ratio = slowed["metrics"][name]["median"] / plain["metrics"][name]["median"]
+        assert ratio == pytest.approx(1.10, abs=0.025), name
+    assert plain["metrics"]["decode_instructions"]["median"] > 10_000
+
+
+def test_a_counting_run_records_counts_and_bytes_but_no_times(counted: dict) -> None:
+    for record in counted.values():
+        assert record["error"] is None
+        counts_and_bytes = {"encode_instructions", "decode_instructions", "wire_bytes", "frames"}
+        assert set(record["metrics"]) == counts_and_bytes
+        assert all(n % instructions.PERIOD == 0 for n in record["info"]["calls_per_window"].values())
