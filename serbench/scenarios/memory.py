@@ -63,6 +63,7 @@ import zmq
 from serbench import conformance, shm, transport
 from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.engine.staging import Stager, Staging, recv_pinned
+from serbench.isolation import run_isolated
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, proportional, status_bytes
@@ -348,7 +349,10 @@ def repeat(
     """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
     cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
-    verification = conformance.verify(get_serializer(case.spec), [message], "request")
+    # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not
+    # stay in the heap the measured sides inherit, where they read as extra frontend copies.
+    check = (get_serializer(case.spec), [message], "request")
+    verification = run_isolated(conformance.verify, check, timeout_s)
     request, warmup = Sent.of(message, case.spec), Sent.of(miniature(message), case.spec)
     sizes = frame_sizes(case.spec, message, staging)
     shm_bytes = 0
