@@ -46,7 +46,7 @@ def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-def _session_processes(sid: int) -> list[psutil.Process]:
+def session_processes(sid: int) -> list[psutil.Process]:
     """Processes still alive in the run's session (its whole tree, even reparented ones)."""
     alive = []
     for proc in psutil.process_iter():
@@ -68,7 +68,7 @@ def _interrupt(proc: subprocess.Popen, how: str) -> None:
 
 def _reap(sid: int) -> None:
     """Kill what a failed run left in its session, so that one failure does not leak processes."""
-    for proc in _session_processes(sid):
+    for proc in session_processes(sid):
         proc.kill()
 
 
@@ -87,7 +87,7 @@ def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path
         _wait_for(lambda: _records(path) >= 1, proc)
         _interrupt(proc, how)
         proc.wait(timeout=EXIT_TIMEOUT_S)
-        leftovers = _session_processes(proc.pid)
+        leftovers = session_processes(proc.pid)
     finally:
         _reap(proc.pid)
         proc.wait()

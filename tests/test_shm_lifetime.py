@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_interrupt import session_processes
 
 from serbench import results, shm
 
@@ -28,22 +29,11 @@ EXIT_TIMEOUT_S = 60
 SHM_MAPPING = f"/dev/shm/{shm.PREFIX}"
 
 
-def _session(sid: int) -> list[psutil.Process]:
-    alive = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return alive
-
-
 def _mappers(sid: int) -> dict[str, psutil.Process]:
     """The session's processes that map a serbench region: "frontend" (read-write), "engine" (read-only),
     once the name is unlinked (the kernel marks the mapping deleted)."""
     found = {}
-    for proc in _session(sid):
+    for proc in session_processes(sid):
         try:
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
         except OSError:
@@ -90,9 +80,9 @@ def test_nothing_is_left_behind(tmp_path: Path, how: str) -> None:
         if how != "normal":
             ENDINGS[how](proc, _mappers(proc.pid))
         proc.wait(timeout=START_TIMEOUT_S if how == "normal" else EXIT_TIMEOUT_S)
-        leftovers = _session(proc.pid)
+        leftovers = session_processes(proc.pid)
     finally:
-        for left in _session(proc.pid):
+        for left in session_processes(proc.pid):
             left.kill()
         proc.wait()
     log = (tmp_path / "stderr.txt").read_text()[-2000:]

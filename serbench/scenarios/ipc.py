@@ -281,14 +281,8 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def _positive_ms(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise ValueError(f"must be a finite number of ms > 0, got {text!r}")
-    return value
-
-
-def _burstiness(text: str) -> float:
+def _positive(text: str) -> float:
+    """A finite number > 0 (a burstiness, milliseconds, megabytes: the option's help says which)."""
     value = float(text)
     if not 0 < value < math.inf:
         raise ValueError(f"must be a finite number > 0, got {text!r}")
@@ -299,13 +293,6 @@ def _step_ms(text: str) -> float:
     value = float(text)
     if not 0 <= value <= MAX_STEP_S * 1e3:
         raise ValueError(f"must be in [0, {MAX_STEP_S * 1e3:g}], got {text!r}")
-    return value
-
-
-def _megabytes(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise ValueError(f"must be a size in MB > 0, got {text!r}")
     return value
 
 
@@ -331,16 +318,16 @@ class Ipc(Scenario):
         Option(
             "--ttft-slo-ms",
             "ipc_ttft_slo_ms",
-            _positive_ms,
+            _positive,
             f"goodput counts requests with TTFT within this ({TTFT_SLO_MS:g})",
         ),
-        Option("--burstiness", "ipc_burstiness", _burstiness, "gamma shape of arrival gaps (1 = Poisson)"),
+        Option("--burstiness", "ipc_burstiness", _positive, "gamma shape of arrival gaps (1 = Poisson)"),
         Option("--max-concurrency", "ipc_max_concurrency", positive_int, "requests in flight at most"),
         Option("--step-ms", "ipc_step_ms", _step_ms, "simulated model time per engine step (5)"),
         Option(
             "--shm-mb",
             "ipc_shm_mb",
-            _megabytes,
+            _positive,
             "shared-memory region over --transport shm, in MB (default: two of the largest requests)",
         ),
         Option(
