@@ -230,6 +230,12 @@ def safety_mark(data: dict, backend: str) -> str:
     return "" if safe else " (unsafe)" if safe is False else " (safety undeclared)"
 
 
+def unsupported(rec: dict) -> bool:
+    """Whether a case was never timed because its backend declares the workload unsupported
+    (recorded with an ``error`` all the same, so nothing downstream mistakes it for a measurement)."""
+    return "unsupported" in (rec.get("info") or {})
+
+
 def ok_records(data: dict, scenario: str | None = None) -> Iterable[dict]:
     """Records without an error, optionally of one scenario."""
     return (r for r in data["records"] if not r.get("error") and scenario in (None, r["scenario"]))

@@ -27,7 +27,7 @@ from serbench.compare import (
     ranking,
 )
 from serbench.metrics import METRICS, metric
-from serbench.results import backend_label, ok_records, safety_mark, split_backend
+from serbench.results import backend_label, ok_records, safety_mark, split_backend, unsupported
 from serbench.scenarios.stream import fitting_batches
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, format_value, scale_for
@@ -63,12 +63,12 @@ def sample_count(rec: dict, name: str) -> int | None:
 
 def _cell(rec: dict | None, name: str, factor: float) -> str:
     """A metric's median in the column's scale, ``(n=K)`` beside it under ``MIN_DISTRIBUTION``
-    samples (a value, not a distribution; a statistic of so few is not shown at all); FAILED or
-    blank if none."""
+    samples (a value, not a distribution; a statistic of so few is not shown at all); FAILED,
+    unsupported (declared by the backend, never timed) or blank if none."""
     if rec is None:
         return ""
     if rec.get("error"):
-        return "FAILED"
+        return "unsupported" if unsupported(rec) else "FAILED"
     measured = rec["metrics"].get(name)
     n = sample_count(rec, name)
     few = n is not None and n < MIN_DISTRIBUTION

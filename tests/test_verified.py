@@ -83,3 +83,25 @@ def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) 
     cfg = Settings(num_prompts=2, rates=(math.inf,), max_concurrency=1, floor=5, step_s=0.0)
     with pytest.raises(EngineError, match=r"llava-0-0'.*codec bug: the frames arrived intact"):
         measure("mutants:mutant:bug=reuse-decode-buffer", "images-2:profile=llava", cfg)
+
+
+def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
+    """A case the backend declares unsupported was never timed: the tables and the report say so."""
+    from serbench import report, text
+    from serbench.results import SCHEMA, record
+    from serbench.stats import summarize
+
+    rec = record("micro", "pickle", "text-sonnet", None, {"unsupported": "no tensors here"}, "unsupported: x")
+    data = {
+        "schema": SCHEMA, "complete": True, "started": "", "finished": "", "profile": "quick",
+        "environment": {}, "backends": {"pickle": {"safe": False}},
+        "records": [
+            rec,
+            record("micro", "pickle", "images-4", None, None, "boom"),
+            record("micro", "msgspec-frombuffer", "text-sonnet", {"decode_s": summarize([1e-5] * 5, "s")}),
+        ],
+    }  # fmt: skip
+    cells = [line.split()[-2:] for line in text.render(data).splitlines() if line.startswith("pickle")]
+    assert ["unsupported", "FAILED"] in cells
+    page = report.render(data)
+    assert ">unsupported</td>" in page and ">failed</td>" in page

@@ -112,11 +112,14 @@ def metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
 
 
 def case_cell(rec: dict | None, name: str, stat: str) -> str:
-    """A record's cell for one metric statistic: its value, "failed", or a dash (no such case or metric)."""
+    """A record's cell for one metric statistic: its value, "failed", "unsupported", or a dash
+    (no such case or metric)."""
     if rec is None:
         return f'<td class="na">{DASH}</td>'
     case = f'data-case="{case_attr(rec)}"'
     if rec.get("error"):
+        if results.unsupported(rec):  # declared by the backend: never timed, not a failure
+            return f'<td class="na" {case}>unsupported</td>'
         return f'<td class="failed" {case}>failed</td>'
     if name not in rec["metrics"]:
         return f'<td class="na" {case}>{DASH}</td>'
