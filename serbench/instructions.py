@@ -256,15 +256,18 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     thread of the parent but the one that forked, torch's among them) before it makes a
     new one, so placeholder threads take those first and wait until ``fn`` is done.
     """
-    release = threading.Event()
+    spare = _glibc_arenas() - 1
+    taken, release = threading.Barrier(spare + 1), threading.Event()
 
     def hold() -> None:
         bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
+        taken.wait()
         release.wait()
 
-    holders = [threading.Thread(target=hold, daemon=True) for _ in range(_glibc_arenas() - 1)]
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(spare)]
     for holder in holders:
         holder.start()
+    taken.wait()  # every holder has its arena before the counting thread asks for one
     outcome: dict[str, tuple | BaseException] = {}
 
     def measure() -> None:
