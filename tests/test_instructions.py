@@ -47,6 +47,7 @@ def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     env = instructions.counting_environment(tmp_path)
     assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
+    assert env["OMP_NUM_THREADS"] == "1"  # no pool thread mapping memory at times of its own
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
     env = instructions.counting_environment(tmp_path)
     assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=3:{instructions.FIXED_MALLOC}"
