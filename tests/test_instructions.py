@@ -33,10 +33,20 @@ def test_windows_hold_the_target_count_in_whole_hundreds_of_calls_unless_too_lon
 
 
 def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() -> None:
-    # Placeholder threads take any arena a finished thread left (or make their own, HOLDERS at
-    # least); the counting thread then gets one more, new.
-    before = instructions._glibc_arenas()
-    (inside,) = instructions._in_new_thread(lambda: (instructions._glibc_arenas(),))
+    # In a forked child, as a case counts, every arena but the forking thread's is free: the
+    # placeholder threads take them (or make their own, HOLDERS at least) and the counting
+    # thread gets one more, new.
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        before = instructions._glibc_arenas()
+        (inside,) = instructions._in_new_thread(lambda: (instructions._glibc_arenas(),))
+        os.write(writer, json.dumps([before, inside]).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as answer:
+        before, inside = json.loads(answer.read())
+    os.waitpid(pid, 0)
     assert inside == max(before, 1 + instructions.HOLDERS) + 1
     with pytest.raises(ZeroDivisionError):
         instructions._in_new_thread(lambda: (1 / 0,))
