@@ -110,21 +110,6 @@ def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
     assert info["payload_bytes"] == get_workload("images-4:profile=llava").payload_bytes()
 
 
-def test_warmup_requests_are_recorded_but_not_measured() -> None:
-    out = measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1, warmup=1))
-    metrics, warm = out["metrics"], out["info"]["warmup"]
-    assert len(metrics["ttft_s"]["values"]) == len(metrics["ingress_s"]["values"]) == 2
-    assert len(warm["ttft_s"]) == len(warm["ingress_s"]) == 1
-    assert 0 < warm["ingress_s"][0] < warm["ttft_s"][0]
-    assert out["info"]["output_tokens"] == 2 * get_workload(IMAGES).output_len  # the warm-up's are apart
-
-
-def test_quick_payload_cases_warm_up_and_text_cases_do_not() -> None:
-    quick = PROFILES["quick"]
-    assert ipc.settings_for(quick, get_workload("images-4")).warmup == 1
-    assert ipc.settings_for(quick, get_workload("text-sonnet")).warmup == 0
-
-
 def test_checked_comes_once_per_finished_request() -> None:
     def checked(rid: str) -> Control:
         return Control("checked", "s", {"request_id": rid})

@@ -67,7 +67,6 @@ from serbench.scenarios import device, stream
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
 from serbench.scenarios.load import (
     RequestPool,
-    Tracked,
     arrival_offsets,
     load_metrics,
     run_load,
@@ -81,26 +80,16 @@ from workloads.tree import array_bytes, is_array, iter_leaves
 
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
-# payload: 5 requests one at a time, the fewest a median and CI stand on (stats.MIN_DISTRIBUTION),
-# after one warm-up request (recorded in ``info["warmup"]``, not in the metrics): the first
-# request of a process meets memory nothing has used lately, on this VM 1.1-1.6x slower.
+# payload: 5 requests one at a time, the fewest a median and CI stand on (stats.MIN_DISTRIBUTION).
+# No warm-up request: once the engine frees each request when it is done, the first request's
+# ingress was 0.70-1.15x the median of the next five (24 payload cases of a default run). The quick
+# floor, a yardstick: 10 round trips (the median of the first 10 of 20 was within 4 % of all 20's
+# in half of a default run's 30 cases, within 27 % in all).
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 20},
+    ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 10},
     ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
-    ("quick", "payload"): {
-        "num_prompts": 5,
-        "rates": (math.inf,),
-        "max_concurrency": 1,
-        "floor": 20,
-        "warmup": 1,
-    },
-    ("full", "payload"): {
-        "num_prompts": 20,
-        "rates": (math.inf,),
-        "max_concurrency": 1,
-        "floor": 100,
-        "warmup": 1,
-    },
+    ("quick", "payload"): {"num_prompts": 5, "rates": (math.inf,), "max_concurrency": 1, "floor": 10},
+    ("full", "payload"): {"num_prompts": 20, "rates": (math.inf,), "max_concurrency": 1, "floor": 100},
 }
 FLOOR_TIMEOUT_S = 5.0
 TTFT_SLO_MS = 100.0  # goodput counts requests whose TTFT is within this (vLLM's --goodput ttft:100)
@@ -110,15 +99,13 @@ TTFT_SLO_MS = 100.0  # goodput counts requests whose TTFT is within this (vLLM's
 class Settings:
     """How one ipc case runs; ``engine`` set means a separately started engine.
 
-    ``rates``: one load per rate, in order (more than one is a sweep), after
-    ``warmup`` requests sent one at a time and kept out of the metrics.
+    ``rates``: one load per rate, in order (more than one is a sweep).
     """
 
     num_prompts: int
     rates: tuple[float, ...]
     max_concurrency: int | None
     floor: int
-    warmup: int = 0
     ttft_slo_s: float = TTFT_SLO_MS / 1e3
     burstiness: float = 1.0
     step_s: float = 0.005
@@ -221,7 +208,7 @@ def measure(
     """
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
-    pool = RequestPool(workload, cfg.warmup + cfg.num_prompts)
+    pool = RequestPool(workload, cfg.num_prompts)
     verification = conformance.verify(serializer, pool.requests, "request")
     payload = workload.payload_bytes()
     loads = []
@@ -231,8 +218,6 @@ def measure(
     session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes, staging)
     with references as refs, session as (link, local), _frozen_gc():
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
-        if cfg.warmup:
-            warm = run_load(link, serializer, pool, [0.0] * cfg.warmup, 1, sender, bool(payload))[0]
         for k, rate in enumerate(cfg.rates):
             offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
             between = refs.sample if refs and k == 0 else None
@@ -245,7 +230,7 @@ def measure(
                 sender,
                 bool(payload),
                 between,
-                first=cfg.warmup + k * cfg.num_prompts,
+                first=k * cfg.num_prompts,
             )
             loads.append((rate, offsets, tracked, egress, duration))
         while refs and len(refs.unix) < cfg.num_prompts:
@@ -265,8 +250,6 @@ def measure(
     if len(runs) > 1:
         points = [sweep_point(r, o, t, d, m, cfg.ttft_slo_s) for r, o, t, d, m, _ in runs]
         info["sweep"] = {"points": points, **saturation(points)}
-    if cfg.warmup:
-        info["warmup"] = warmup_info(warm, local)
     if shm_bytes:
         info["shm_region_bytes"] = shm_bytes
     if refs:
@@ -276,14 +259,6 @@ def measure(
         info["payload_vs_unix"] = rate / measured["unix_gb_per_s"]["median"]
         info["payload_vs_memcpy"] = rate / measured["memcpy_gb_per_s"]["median"]
     return {"metrics": measured, "info": info}
-
-
-def warmup_info(tracked: dict[str, Tracked], same_clock: bool) -> dict[str, list[float]]:
-    """The warm-up requests' TTFT (and ingress, with one clock), in seconds: shown, never in a metric."""
-    info = {"ttft_s": [t.times[0] - t.created for t in tracked.values()]}
-    if same_clock:
-        info["ingress_s"] = [t.decoded - t.created for t in tracked.values()]
-    return info
 
 
 def _settings_info(cfg: Settings) -> dict[str, Any]:
