@@ -209,7 +209,7 @@ def measure(
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
     pool = RequestPool(workload, cfg.num_prompts)
-    verification = conformance.verify(serializer, pool.requests, "request")
+    verification = conformance.verify(serializer, pool.requests, "request", (backend, workload_spec))
     payload = workload.payload_bytes()
     loads = []
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0

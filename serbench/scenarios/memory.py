@@ -351,7 +351,7 @@ def repeat(
     message = get_workload(case.workload).request(0)
     # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not
     # stay in the heap the measured sides inherit, where they read as extra frontend copies.
-    check = (get_serializer(case.spec), [message], "request")
+    check = (get_serializer(case.spec), [message], "request", (case.spec, case.workload))
     verification = run_isolated(conformance.verify, check, timeout_s)
     request, warmup = Sent.of(message, case.spec), Sent.of(miniature(message), case.spec)
     sizes = frame_sizes(case.spec, message, staging)
