@@ -70,6 +70,7 @@ from serbench.engine.protocol import (
     request_checksum,
 )
 from serbench.engine.staging import Stager, Staging
+from serbench.rss import release_free_memory
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
@@ -89,7 +90,8 @@ MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's default, here kept from adapting
 
 def fresh_receive_memory() -> None:
     """Keep glibc's mmap threshold at its default of 128 KiB, so that every large frame is
-    received into freshly mapped memory and unmapped when freed.
+    received into freshly mapped memory and unmapped when freed, and hand back the free heap
+    memory this process inherited (``rss.release_free_memory``).
 
     Left alone, glibc raises the threshold to the size of the last large block
     freed (up to 32 MiB): once a finished request is dropped, some of the next
@@ -98,10 +100,14 @@ def fresh_receive_memory() -> None:
     (images-32 read 80-100 ms and 190-200 ms ingress, alternating). Fixed, each
     request pays for faulting its receive buffers in, as the first request of
     an engine does, and memory freed by the last request is what the kernel
-    hands it. A no-op where glibc is not the allocator.
+    hands it. A frame served from a free heap block instead (one the parent
+    left, or a request's after ``release_free_memory`` at its drop) faults in
+    all the same: the trim gave its pages back. A no-op where glibc is not
+    the allocator.
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        release_free_memory()
 
 
 @dataclass(frozen=True)
@@ -328,6 +334,7 @@ class Engine:
             entry, block, ack = session.held.pop(rid)
             self._check(session, entry)
             del entry  # the last references to its memory (over shm: views of its space) on this side
+            release_free_memory()  # what it left in the heap faults in afresh for the next one
             if block is not None:
                 self.events.put(("release", session.id, block))
             if ack:
