@@ -336,4 +336,4 @@ def test_engine_receives_each_large_message_into_fresh_memory() -> None:
 
     done = subprocess.run([sys.executable, "-c", FRESH_PROBE], capture_output=True, text=True, check=True)
     growth = json.loads(done.stdout.strip().splitlines()[-1])
-    assert all(grew >= 0.9 * (10 << 20) for grew in growth), growth
+    assert all(grew >= (10 << 20) // 2 for grew in growth), growth  # reused pages would add ~0
