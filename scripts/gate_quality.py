@@ -43,8 +43,11 @@ SLOWED = "serbench.testing:slowed:base={backend},factor={factor},slot={slot}"
 LABEL = "slowed"
 
 
-def _spec(backend: str, factor: float, slot: int) -> str:
-    return SLOWED.format(backend=backend, factor=factor, slot=slot)
+def _spec(backend: str, factor: float, slot: int, trial: int | None = None) -> str:
+    """A slot's spec; the trial's number in it gives every trial a process history of its own
+    (other spec strings allocated before each case), so counted trials are not one layout repeated."""
+    label = slot if trial is None else f"{trial}.{slot}"
+    return SLOWED.format(backend=backend, factor=factor, slot=label)
 
 
 def _only(doc: dict, backend: str) -> dict:
@@ -66,13 +69,21 @@ def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: st
 
 
 def run_trial(
-    folder: Path, backend: str, factors: list[float], workloads: str, rounds: int, measure: str = "time"
+    folder: Path,
+    trial: int,
+    backend: str,
+    factors: list[float],
+    workloads: str,
+    rounds: int,
+    measure: str = "time",
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``."""
     common = ("--workloads", workloads, "--scenarios", "micro", "--measure", measure)
     slots = range(len(factors) + 1)
-    base_specs = ",".join(_spec(backend, 1.0, slot) for slot in slots)
-    head_specs = ",".join(_spec(backend, f, slot) for slot, f in zip(slots, [1.0, *factors], strict=True))
+    base_specs = ",".join(_spec(backend, 1.0, slot, trial) for slot in slots)
+    head_specs = ",".join(
+        _spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)
+    )
     sides = [
         gate.Revision("base", REPO, ("--backends", base_specs, *common)),
         gate.Revision("head", REPO, ("--backends", head_specs, *common)),
@@ -91,7 +102,9 @@ def run_trial(
     }
     results.write_json_atomic(folder / "base.json", base)
     results.write_json_atomic(folder / "head.json", head)
-    results.write_json_atomic(folder / "trial.json", {"backend": backend, "factors": factors, **meta})
+    results.write_json_atomic(
+        folder / "trial.json", {"trial": trial, "backend": backend, "factors": factors, **meta}
+    )
     return meta
 
 
@@ -115,9 +128,10 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     flagged = {}
     for slot, factor in enumerate([1.0, *trial["factors"]]):
-        reference = _only(base, _spec(trial["backend"], 1.0, slot))
+        number = trial.get("trial")  # absent in trials stored before it was part of the spec
+        reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
         comparison = compare.compare(
-            reference, _only(head, _spec(trial["backend"], factor, slot)), max_regression
+            reference, _only(head, _spec(trial["backend"], factor, slot, number)), max_regression
         )
         flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.4f}" for r in comparison.regressions]
     return flagged
@@ -194,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     factors = [float(f) for f in (args.factors or default).split(",")]
     for t in range(args.trials):
         folder = out / f"trial-{t + 1:02d}"
-        meta = run_trial(folder, args.backend, factors, args.workloads, rounds, args.measure)
+        meta = run_trial(folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure)
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s"

@@ -19,6 +19,21 @@ fixed instruction sequence that valgrind recognises and a real CPU executes as
 a no-op; ``_STUB`` is that sequence from ``valgrind.h`` for x86-64, assembled
 into one executable page, so no compiler or header is needed at run time.
 
+A count must depend on the code, not on what the process did before the case
+(the previous cases, the paths in ``sys.path``, the spec strings): the same
+decode measured after different allocations read up to 2.1 % apart. Two
+things made that history visible, and both are removed. glibc's heap: a
+buffer that ``realloc`` grows in place in one process is moved in another,
+and ``malloc`` searches free lists of whatever length the history left, so
+the measuring loop runs in a thread of its own, which glibc gives a fresh
+arena and an empty tcache: every process's loop allocates from the same empty
+heap (``per_call``). And glibc's mmap threshold, which rises to the largest
+block freed so far: it decides whether a 9 MB tensor buffer comes from the
+heap or from ``mmap`` (2.4 % of in-band pickle's decode), so the counting
+process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
+pymalloc's pools stay shared with the rest of the process; after the two
+fixes, histories that moved a count by up to 2.1 % move it by at most 0.08 %.
+
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
 itself costs (the client requests, entering and leaving the loop) and the loop's
@@ -41,6 +56,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -48,6 +64,8 @@ from pathlib import Path
 # Where the callgrind process writes its dumps; set by ``run_under_callgrind`` for the process it starts.
 OUT_ENV = "SERBENCH_CALLGRIND_OUT"
 HASH_SEED = "0"
+# glibc's mmap threshold fixed at its initial value: a tunable that is set turns off the dynamic threshold.
+FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
 PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
@@ -129,6 +147,13 @@ def valgrind_command(out: Path) -> list[str]:
     ]
 
 
+def counting_environment(out: Path) -> dict[str, str]:
+    """This process's environment plus what a counting process needs: where its dumps go, the
+    hash seed fixed, and glibc's mmap threshold fixed (added to any tunables already set)."""
+    tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
+    return {**os.environ, OUT_ENV: str(out), "PYTHONHASHSEED": HASH_SEED, "GLIBC_TUNABLES": tunables}
+
+
 def run_under_callgrind(command: Sequence[str]) -> int:
     """Run ``command`` under callgrind and return its exit code (see ``cannot_launch`` first).
 
@@ -139,8 +164,7 @@ def run_under_callgrind(command: Sequence[str]) -> int:
     """
     out = Path(tempfile.mkdtemp(prefix="serbench-callgrind-"))
     try:
-        env = {**os.environ, OUT_ENV: str(out), "PYTHONHASHSEED": HASH_SEED}
-        proc = subprocess.Popen([*valgrind_command(out), *command], env=env)
+        proc = subprocess.Popen([*valgrind_command(out), *command], env=counting_environment(out))
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
         try:
             while True:
@@ -204,10 +228,66 @@ def per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], di
 
     Switches instrumentation on in this process for good: call it in a process
     of its own (a case's forked child) that measures nothing else afterwards.
+    The counting runs in a new thread, for the fresh glibc arena that gives it.
     """
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
+    return _in_new_thread(lambda: _per_call(fns))
+
+
+def _glibc_arenas() -> int:
+    """How many malloc arenas glibc has in this process (the ``<heap>`` entries of ``malloc_info``)."""
+    libc = ctypes.CDLL(None)
+    libc.fdopen.restype = ctypes.c_void_p
+    libc.malloc_info.argtypes, libc.fclose.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+    with tempfile.TemporaryFile() as report:
+        stream = libc.fdopen(os.dup(report.fileno()), b"w")
+        libc.malloc_info(0, ctypes.c_void_p(stream))
+        libc.fclose(ctypes.c_void_p(stream))
+        report.seek(0)
+        return report.read().count(b"<heap nr=")
+
+
+def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
+    """``fn()`` run in a new thread with a malloc arena of its own, fresh; its exception re-raised here.
+
+    glibc gives a new thread an arena left by a thread that ended (after a fork: every
+    thread of the parent but the one that forked, torch's among them) before it makes a
+    new one, so placeholder threads take those first and wait until ``fn`` is done.
+    """
+    spare = _glibc_arenas() - 1
+    taken, release = threading.Barrier(spare + 1), threading.Event()
+
+    def hold() -> None:
+        bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
+        taken.wait()
+        release.wait()
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(spare)]
+    for holder in holders:
+        holder.start()
+    taken.wait()  # every holder has its arena before the counting thread asks for one
+    outcome: dict[str, tuple | BaseException] = {}
+
+    def measure() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as exc:  # re-raised in the calling thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=measure, name="serbench-count")
+    thread.start()
+    thread.join()
+    release.set()
+    for holder in holders:
+        holder.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], dict]:
     _client_request()(_START_INSTRUMENTATION)
     gc.freeze()
     noop: dict[int, int] = {}

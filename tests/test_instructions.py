@@ -32,16 +32,36 @@ def test_windows_hold_the_target_count_in_whole_hundreds_of_calls_unless_too_lon
     assert instructions.window(target / 1000) == 1000
 
 
+def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() -> None:
+    # Placeholder threads take any arena a finished thread left; the counting thread gets a new one.
+    before = instructions._glibc_arenas()
+    (inside,) = instructions._in_new_thread(lambda: (instructions._glibc_arenas(),))
+    assert inside == before + 1
+    with pytest.raises(ZeroDivisionError):
+        instructions._in_new_thread(lambda: (1 / 0,))
+
+
+def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_set(
+    monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    env = instructions.counting_environment(tmp_path)
+    assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
+    env = instructions.counting_environment(tmp_path)
+    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=3:{instructions.FIXED_MALLOC}"
+
+
 def counts(value: float) -> dict:
     return {"decode_instructions": metric([value], "count")}
 
 
 def test_a_count_is_compared_with_its_own_tolerance_not_the_wall_clock_threshold() -> None:
-    # A count is one exact number a side: 2.9 % more is slower, but within its 3 % tolerance.
-    assert one(counts(100_000), counts(102_900))["decode_instructions"].verdict == compare.SLOWER_TOLERATED
-    slower = one(counts(100_000), counts(104_000), max_regression=0.10)["decode_instructions"]
+    # A count is one exact number a side: 0.7 % more is slower, but within its 0.75 % tolerance.
+    assert one(counts(100_000), counts(100_700))["decode_instructions"].verdict == compare.SLOWER_TOLERATED
+    slower = one(counts(100_000), counts(101_000), max_regression=0.10)["decode_instructions"]
     assert slower.verdict == compare.REGRESSION and slower.exact
-    assert slower.ratio == pytest.approx(1.04) and slower.detectable == pytest.approx(0.03)
+    assert slower.ratio == pytest.approx(1.01) and slower.detectable == pytest.approx(0.0075)
     assert one(counts(100_000), counts(96_000))["decode_instructions"].verdict == compare.IMPROVEMENT
     loose = one(counts(100_000), counts(104_000), overrides={"decode_instructions": 0.05})
     assert loose["decode_instructions"].verdict == compare.SLOWER_TOLERATED
@@ -148,7 +168,8 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_counts_see_a_slowdown_made_of_real_work(counted: dict) -> None:
-    """Within the 2.5 % that the process's history can move a count (docs/instructions.md)."""
+    """Within 2.5 %: a repeated call does not cost exactly what an average call does (its
+    allocations land beside the first call's result), so "10 % more calls" is not exactly 10 %."""
     plain, slowed = counted[SLOWED.format(1.0, 0)], counted[SLOWED.format(1.10, 1)]
     for name in ("encode_instructions", "decode_instructions"):
         ratio = slowed["metrics"][name]["median"] / plain["metrics"][name]["median"]
