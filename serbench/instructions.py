@@ -66,6 +66,10 @@ OUT_ENV = "SERBENCH_CALLGRIND_OUT"
 HASH_SEED = "0"
 # glibc's mmap threshold fixed at its initial value: a tunable that is set turns off the dynamic threshold.
 FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
+# No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
+# where everything after it lands, and with it pointer-keyed hash tables (type caches, memos).
+SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas per CPU
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
 PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
@@ -151,7 +155,13 @@ def counting_environment(out: Path) -> dict[str, str]:
     """This process's environment plus what a counting process needs: where its dumps go, the
     hash seed fixed, and glibc's mmap threshold fixed (added to any tunables already set)."""
     tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
-    return {**os.environ, OUT_ENV: str(out), "PYTHONHASHSEED": HASH_SEED, "GLIBC_TUNABLES": tunables}
+    return {
+        **os.environ,
+        OUT_ENV: str(out),
+        "PYTHONHASHSEED": HASH_SEED,
+        "GLIBC_TUNABLES": tunables,
+        **SINGLE_THREADED,
+    }
 
 
 def run_under_callgrind(command: Sequence[str]) -> int:
@@ -256,7 +266,9 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     thread of the parent but the one that forked, torch's among them) before it makes a
     new one, so placeholder threads take those first and wait until ``fn`` is done.
     """
-    spare = _glibc_arenas() - 1
+    # As many placeholders every time (the objects they allocate are the same), enough for the
+    # arenas left: how many the parent's threads made depends on timing.
+    spare = max(HOLDERS, _glibc_arenas() - 1)
     taken, release = threading.Barrier(spare + 1), threading.Event()
 
     def hold() -> None:
