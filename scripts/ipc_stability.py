@@ -12,6 +12,7 @@ load average before and after each run. Exit 1 when the worst exceeds
     python scripts/ipc_stability.py                       # two fresh runs (~1-2 min each)
     python scripts/ipc_stability.py --results A.json B.json
     python scripts/ipc_stability.py -- --backends flat-mmk,pickle   # extra `serbench run` arguments
+    python scripts/ipc_stability.py -- --scenarios micro,ipc,memory  # two whole default runs
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from serbench.results import load, ok_records
@@ -30,12 +32,13 @@ METRICS = ("ttft_s", "ingress_s")
 
 
 def run_once(folder: Path, extra: list[str]) -> Path:
-    """One ``serbench run --scenarios ipc`` into ``folder``; prints the load average around it."""
-    before = os.getloadavg()
+    """One ``serbench run --scenarios ipc`` into ``folder``; prints its wall time and the load
+    average around it."""
+    before, start = os.getloadavg(), time.perf_counter()
     command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--out", str(folder), *extra]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    after = os.getloadavg()
-    print(f"{folder}: load average {before[0]:.2f} before, {after[0]:.2f} after (1 min)")
+    wall, after = time.perf_counter() - start, os.getloadavg()
+    print(f"{folder}: {wall:.0f} s, load average {before[0]:.2f} before, {after[0]:.2f} after (1 min)")
     return folder / "results.json"
 
 

@@ -359,17 +359,28 @@ def sample(count: int, most: int = VERIFY_SAMPLE) -> list[int]:
     return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
 
 
-def verify(serializer: Serializer, messages: Sequence[Any], label: str = "message") -> dict[str, Any]:
+def verify(
+    serializer: Serializer, messages: Sequence[Any], label: str = "message", key: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Round-trip ``messages`` (a sample of them when there are many) bit-exact before they are timed.
 
     Each is encoded, its frames copied as a transport would, decoded as its own
     type and compared with ``assert_same``; an exception or a difference raises
     ``VerificationError`` naming the message and the first difference. Returns
     the check's cost for the case's ``info`` (it runs outside the timed region).
+
+    ``key`` (the backend and workload specs) names messages that are the same
+    in every case that builds them: message ``i`` is ``(*key, label, i)``.
+    Those already round-tripped earlier in this run (``remember``) are not
+    again (``earlier`` counts them), and ``keys`` lists those that were now.
     """
     start = time.perf_counter()
     chosen = sample(len(messages))
+    names = {index: (*key, label, index) for index in chosen} if key else {}
+    earlier = [index for index in chosen if names.get(index) in _VERIFIED]
     for index in chosen:
+        if index in earlier:
+            continue
         original = messages[index]
         try:
             frames = [bytes(memoryview(f).cast("B")) for f in serializer.encode(original)]
@@ -379,4 +390,22 @@ def verify(serializer: Serializer, messages: Sequence[Any], label: str = "messag
                 f"{serializer.name} does not round-trip {label} {index} of {len(messages)}, not timed: "
                 f"{type(exc).__name__}: {exc}"[:500]
             ) from None
-    return {"messages": len(chosen), "of": len(messages), "seconds": round(time.perf_counter() - start, 4)}
+    seconds = round(time.perf_counter() - start, 4)
+    done = {"messages": len(chosen), "of": len(messages), "seconds": seconds, "earlier": len(earlier)}
+    if names:
+        done["keys"] = [list(names[index]) for index in chosen if index not in earlier]
+    return done
+
+
+_VERIFIED: set[tuple] = set()  # messages round-tripped earlier in this run (``remember``)
+
+
+def remember(keys: Sequence[Sequence[Any]]) -> None:
+    """Note messages a case verified (``verify``'s ``keys``): later cases forked from this process
+    do not round-trip them again."""
+    _VERIFIED.update(tuple(k) for k in keys)
+
+
+def forget() -> None:
+    """A new run: nothing verified yet."""
+    _VERIFIED.clear()

@@ -6,7 +6,11 @@ its cases are recorded as failed with the first mismatches. A case whose
 workload the backend declares unsupported is recorded as unsupported (its
 ``error`` says so and why, ``info.unsupported`` holds the reason), never
 timed; every other case verifies its own messages before timing them
-(``conformance.verify``, called by each scenario). Every case, failed
+(``conformance.verify``, called by each scenario), unless an earlier case of
+the run verified the same ones: the runner remembers what each case verified
+(``conformance.remember``) and the cases forked after it inherit that, so
+micro, ipc and memory do not round-trip the same 308 MB request three times.
+Every case, failed
 or not, lands in the results file, which is saved after each one. ``work`` is
 the same loop on request, for the gate's workers.
 """
@@ -142,6 +146,7 @@ def _measure(
                 outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
             except CaseFailed as exc:
                 error = str(exc)
+        _remember_verified(outcome)
         if UNSUPPORTED in outcome:
             error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
             outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
@@ -159,6 +164,13 @@ def _measure(
     results.finish()
 
 
+def _remember_verified(outcome: dict) -> None:
+    """Take the keys of the messages a case verified out of its info, into the run's memory."""
+    verification = (outcome.get("info") or {}).get("verification")
+    if isinstance(verification, dict):
+        conformance.remember(verification.pop("keys", ()))
+
+
 def execute(
     plan: Plan,
     profile: Profile,
@@ -172,6 +184,7 @@ def execute(
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
+    conformance.forget()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
@@ -192,6 +205,7 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     the imports and the conformance checks each time.
     """
     cases = plan.cases()
+    conformance.forget()
     keys = [[c.scenario, c.backend, c.workload] for c in cases]
     env = environment.collect(argv)
     backends = _check_backends(sorted({c.spec for c in cases}))

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from serbench import transport
-from serbench.engine.protocol import EngineError, IntegrityError
+from serbench.engine.protocol import Control, EngineError, IntegrityError
 from serbench.profiles import PROFILES
 from serbench.scenarios import ipc, load
 from serbench.scenarios.ipc import Settings, measure
@@ -108,6 +108,18 @@ def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
     assert len(metrics["unix_gb_per_s"]["values"]) == 2
     assert info["payload_vs_unix"] > 0
     assert info["payload_bytes"] == get_workload("images-4:profile=llava").payload_bytes()
+
+
+def test_checked_comes_once_per_finished_request() -> None:
+    def checked(rid: str) -> Control:
+        return Control("checked", "s", {"request_id": rid})
+
+    tracked = {"a": Tracked(0.0, 1, times=[1.0]), "b": Tracked(0.0, 2, times=[1.0])}
+    load.checked(checked("a"), tracked)
+    assert tracked["a"].checked
+    for rid in ("a", "b", "c"):  # checked twice, not finished, never sent
+        with pytest.raises(IntegrityError, match="unexpected 'checked'"):
+            load.checked(checked(rid), tracked)
 
 
 def _writable_payload(frames: list) -> list[np.ndarray]:

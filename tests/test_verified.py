@@ -79,8 +79,11 @@ def test_a_workload_declared_unsupported_by_id_or_glob() -> None:
 
 def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) -> None:
     """A decoder that reuses its buffer passes the one-message check, then corrupts request 0
-    when request 1 is decoded: the engine finds request 0's frames intact and says codec bug."""
-    cfg = Settings(num_prompts=2, rates=(math.inf,), max_concurrency=1, floor=5, step_s=0.0)
+    when request 1 is decoded while request 0 still runs (both sent at once; request 0 needs 16
+    steps of 5 ms): the engine finds request 0's frames intact and says codec bug. (Sent one at
+    a time, request 0 is checked and dropped when it finishes, before request 1 exists: nothing
+    live to corrupt, as in an engine that frees finished requests.)"""
+    cfg = Settings(num_prompts=2, rates=(math.inf,), max_concurrency=None, floor=5, step_s=0.005)
     with pytest.raises(EngineError, match=r"llava-0-0'.*codec bug: the frames arrived intact"):
         measure("mutants:mutant:bug=reuse-decode-buffer", "images-2:profile=llava", cfg)
 
@@ -105,3 +108,47 @@ def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
     assert ["unsupported", "FAILED"] in cells
     page = report.render(data)
     assert ">unsupported</td>" in page and ">failed</td>" in page
+
+
+class Counting:
+    """msgspec-frombuffer, counting its encodes."""
+
+    def __init__(self) -> None:
+        self.inner = get_serializer("msgspec-frombuffer")
+        self.name = self.inner.name
+        self.encodes = 0
+
+    def encode(self, obj):
+        self.encodes += 1
+        return self.inner.encode(obj)
+
+    def decode(self, frames, type_):
+        return self.inner.decode(frames, type_)
+
+
+def test_a_message_verified_earlier_in_the_run_is_not_round_tripped_again() -> None:
+    serializer, messages = Counting(), list(get_workload("text-sonnet").requests(3))
+    key = ("msgspec-frombuffer", "text-sonnet")
+    conformance.forget()
+    first = conformance.verify(serializer, messages[:2], "request", key)
+    assert (serializer.encodes, first["earlier"]) == (2, 0)
+    assert first["keys"] == [[*key, "request", 0], [*key, "request", 1]]
+    conformance.remember(first["keys"])
+    again = conformance.verify(serializer, messages, "request", key)
+    assert (serializer.encodes, again["earlier"], again["keys"]) == (3, 2, [[*key, "request", 2]])
+    other = conformance.verify(serializer, messages[:1], "request", ("msgspec-frombuffer", "images-4"))
+    assert (serializer.encodes, other["earlier"]) == (4, 0)  # another workload's message 0
+    conformance.forget()
+    assert conformance.verify(serializer, messages[:1], "request", key)["earlier"] == 0
+
+
+def test_a_run_verifies_each_message_once_across_scenarios(tmp_path: Path, ipc_sandbox: Path) -> None:
+    plan = Plan(["msgspec-frombuffer"], [SMALL], ["micro", "ipc", "memory"])
+    run = execute(plan, FAST, tmp_path / "r.json", ["run"])
+    verified = {(r["scenario"], r["backend"]): r["info"]["verification"] for r in run.data["records"]}
+    assert verified["micro", "msgspec-frombuffer"]["earlier"] == 0
+    assert verified["ipc", "msgspec-frombuffer"]["earlier"] == 1  # its request 0 is micro's message
+    assert verified["memory", "msgspec-frombuffer"]["earlier"] == 1
+    # memory's zero-copy-off variant is another backend: verified on its own
+    assert verified["memory", "msgspec-frombuffer:threshold=inf"]["earlier"] == 0
+    assert all("keys" not in v for v in verified.values())  # the run's memory, not the record's

@@ -14,17 +14,20 @@ pinned buffers when ``pin`` is ``receive``), and only then is the request
 acknowledged and handed to the scheduler — it is ready once it is on the
 device, and the ack carries the stage's seconds (``to_device_s``).
 
-The engine keeps what it decoded and checks it against each request's
-checksum when the session ends (or once more than ``VERIFY_BACKLOG_BYTES``
-wait), so that checking costs no step time; it reports a mismatch, a failed
-decode or a duplicate as an ``error``, and the frontend fails the case on it.
+The engine keeps what it decoded until the request finishes; then a third
+thread checks it against the request's checksum and drops it, so that
+checking costs no step time and the request's memory is freed when it is
+done, as a serving engine frees it (a request asking for an ``ack`` gets a
+``checked`` message then: a frontend sending one request at a time waits
+for it, so that no check runs beside the next request). It reports a
+mismatch, a failed decode or a duplicate as an ``error``, and the frontend
+fails the case on it.
 
 Over shared memory (``serbench.shm``) a session's ``start`` names the
 frontend's region, which the engine maps read-only; a request's large frames
-are views of it, decoded in place. Such a request is checked as soon as it
-finishes, by a third thread (the checksum reads the region, so a frontend
-that wrote over it too early fails the case), and its space is then
-``release``d to the frontend.
+are views of it, decoded in place; its check (the checksum reads the
+region, so a frontend that wrote over it too early fails the case) ends
+with its space ``release``d to the frontend.
 
 Two ways to run one: ``run_local`` is the body of the engine a frontend forks
 for one session (``serbench.engine.client``); ``serve_forever`` is the
@@ -38,6 +41,7 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
@@ -66,21 +70,44 @@ from serbench.engine.protocol import (
     request_checksum,
 )
 from serbench.engine.staging import Stager, Staging
+from serbench.rss import release_free_memory
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
 from workloads import Running as Scheduled
 from workloads import Workload, get_workload
 from workloads.messages import EngineCoreRequest
-from workloads.tree import payload_bytes
 
 log = logging.getLogger("serbench.engine")
 
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
-VERIFY_BACKLOG_BYTES = 2 << 30  # decoded payload kept for checking at the end; beyond, checked at once
 PR_SET_PDEATHSIG = 1
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's default, here kept from adapting
+
+
+def fresh_receive_memory() -> None:
+    """Keep glibc's mmap threshold at its default of 128 KiB, so that every large frame is
+    received into freshly mapped memory and unmapped when freed, and hand back the free heap
+    memory this process inherited (``rss.release_free_memory``).
+
+    Left alone, glibc raises the threshold to the size of the last large block
+    freed (up to 32 MiB): once a finished request is dropped, some of the next
+    requests' frames come from heap memory a previous one left (no page
+    faults) and others not, in a pattern set by frame sizes and arena history
+    (images-32 read 80-100 ms and 190-200 ms ingress, alternating). Fixed, each
+    request pays for faulting its receive buffers in, as the first request of
+    an engine does, and memory freed by the last request is what the kernel
+    hands it. A frame served from a free heap block instead (one the parent
+    left, or a request's after ``release_free_memory`` at its drop) faults in
+    all the same: the trim gave its pages back. A no-op where glibc is not
+    the allocator.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        release_free_memory()
 
 
 @dataclass(frozen=True)
@@ -109,10 +136,9 @@ class Session:
     workload: Workload = field(default_factory=Workload)
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
-    unverified: list[Unverified] = field(default_factory=list)
-    unverified_bytes: int = 0
     region: shm.Region | None = None  # the frontend's shared memory, mapped read-only
-    held: dict[str, tuple[Unverified, int]] = field(default_factory=dict)  # in the region, with its block
+    # Decoded, not yet finished and checked: the request, its shm block (None: not placed), ack asked.
+    held: dict[str, tuple[Unverified, int | None, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -269,26 +295,14 @@ class Engine:
                 return
             request, ready["to_device_s"] = staged.request, staged.seconds
             decoded = clock()  # with a device, the request is held once it is there
-        if ctrl.data.get("ack"):
+        ack = bool(ctrl.data.get("ack"))
+        if ack:
             self.events.put(("ack", session.id, rid, ready))
         encoded = ctrl.data.get("encoded")
         kept = frames if encoded is not None else None
         entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded)
-        if placed is not None:
-            session.held[rid] = (entry, placed[0])
+        session.held[rid] = (entry, None if placed is None else placed[0], ack)
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
-        if placed is not None:
-            return  # checked when it finishes (``_check_loop``), then its space is released
-        session.unverified.append(entry)
-        session.unverified_bytes += payload_bytes(request) + sum(memoryview(f).nbytes for f in kept or ())
-        if session.unverified_bytes > VERIFY_BACKLOG_BYTES:
-            self._verify(session)
-
-    def _verify(self, session: Session) -> None:
-        """Check every request received but not yet checked against its checksum."""
-        for entry in session.unverified:
-            self._check(session, entry)
-        session.unverified, session.unverified_bytes = [], 0
 
     def _check(self, session: Session, entry: Unverified) -> None:
         """Report a request whose decoded payload differs from the one sent, and why."""
@@ -301,26 +315,30 @@ class Engine:
             )
             self.events.put(("error", session.id, message))
 
-    # ---- check thread: requests in shared memory, and the end of a session ----
+    # ---- check thread: each finished request, and the end of a session ----
 
     def _check_loop(self) -> None:
-        """Check each finished shm request and release its space; end a session after its checks."""
+        """Check each finished request and drop it (its memory is freed; over shm its space is
+        released, an acked request is reported ``checked``); end a session after its checks."""
         while not self.stopping.is_set():
             try:
                 session, rid = self.finished.get(timeout=POLL_S)
             except queue.Empty:
                 continue
             if rid is None:
-                self._verify(session)
-                session.held.clear()
+                session.held.clear()  # only requests that never finished are left
                 if session.region is not None:
                     session.region.close()
                 self.events.put(("end", session.id))
                 continue
-            entry, block = session.held.pop(rid)
+            entry, block, ack = session.held.pop(rid)
             self._check(session, entry)
-            del entry  # the last views of its space on this side
-            self.events.put(("release", session.id, block))
+            del entry  # the last references to its memory (over shm: views of its space) on this side
+            release_free_memory()  # what it left in the heap faults in afresh for the next one
+            if block is not None:
+                self.events.put(("release", session.id, block))
+            if ack:
+                self.events.put(("checked", session.id, rid))
 
     # ---- main thread: scheduler ----------------------------------------
 
@@ -332,6 +350,7 @@ class Engine:
         a full collection walks ~10^5 objects and stalls a request for ms.
         """
         gc.freeze()
+        fresh_receive_memory()
         receiver = threading.Thread(target=self._receive_loop, name="engine-receive", daemon=True)
         checker = threading.Thread(target=self._check_loop, name="engine-check", daemon=True)
         receiver.start()
@@ -382,6 +401,8 @@ class Engine:
             self._send([control("ack", current, request_id=rest[1], **rest[2])])
         elif kind == "release":
             self._send([control("release", current, block=rest[1])])
+        elif kind == "checked":
+            self._send([control("checked", current, request_id=rest[1])])
         elif kind == "end":
             self._send([control("done", current, unfinished=len(self.running))])
             self.session, self.running = None, {}
@@ -409,8 +430,7 @@ class Engine:
             state.position += 1
             if last:
                 del self.running[rid]
-                if rid in session.held:
-                    self.finished.put((session, rid))
+                self.finished.put((session, rid))
         message = session.workload.step(scheduled)
         message.timestamp = time.time()
         sent = clock()

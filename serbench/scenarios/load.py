@@ -104,6 +104,7 @@ class Tracked:
     to_device: float | None = None  # the engine's stage after decode, when it has a device
     decoded: float | None = None
     scheduled: float | None = None
+    checked: bool = False  # the engine checked it and let it go (asked for with an ack)
 
     @property
     def finished(self) -> bool:
@@ -154,6 +155,14 @@ def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
     state.to_device = ctrl.data.get("to_device_s")
 
 
+def checked(ctrl: Control, tracked: dict[str, Tracked]) -> None:
+    """Note that the engine checked a finished request and dropped it; once per finished request."""
+    state = tracked.get(ctrl.data.get("request_id"))
+    if state is None or not state.finished or state.checked:
+        raise IntegrityError(f"unexpected 'checked' for {ctrl.data.get('request_id')!r}")
+    state.checked = True
+
+
 def run_load(
     link: EngineLink,
     serializer: Serializer,
@@ -168,7 +177,11 @@ def run_load(
     """Send request i at ``offsets[i]`` s, take every output; (per-request record, egress, duration).
 
     At most ``max_concurrency`` requests are in flight (None: no cap). With
-    ``ack`` the engine acknowledges each request once decoded; ``between``
+    ``ack`` the engine acknowledges each request once decoded, and a request
+    stays in flight until the engine has checked and dropped it after its
+    last token (``checked``): a check never runs beside a later request
+    sent one at a time, and that request's memory can be what the last one
+    freed, as in a serving engine; ``between``
     runs before each request sent while none is in flight (an interleaved
     reference measurement that disturbs no request). Requests are the pool's
     ``first``, ``first + 1``, ...: a later load of the same session sends
@@ -207,6 +220,11 @@ def run_load(
         if ctrl is not None and ctrl.kind == "ack":
             acknowledge(ctrl, tracked, now)
             continue
+        if ctrl is not None and ctrl.kind == "checked":
+            checked(ctrl, tracked)
+            active -= 1
+            last_progress = now
+            continue
         if ctrl is None or ctrl.kind != "outputs":
             raise IntegrityError(f"unexpected {ctrl.kind if ctrl else 'empty'!r} message during the load")
         try:
@@ -218,7 +236,8 @@ def run_load(
         decoded = clock()
         egress.append(decoded - ctrl.data.get("sent", decoded))
         stamp(ctrl, tracked)
-        active -= account(outputs, tracked, decoded)
+        finished = account(outputs, tracked, decoded)
+        active -= 0 if ack else finished
         last_progress = now
     return tracked, egress, clock() - start
 

@@ -105,7 +105,7 @@ class Micro(Scenario):
         serializer = get_serializer(case.backend)
         workload = get_workload(case.workload)
         message = workload.message(0)
-        verification = conformance.verify(serializer, [message], workload.kind)
+        verification = conformance.verify(serializer, [message], workload.kind, (case.spec, case.workload))
         frames = serializer.encode(message)
         payload = payload_bytes(message)
         on_the_wire = {
