@@ -31,8 +31,11 @@ heap (``per_call``). And glibc's mmap threshold, which rises to the largest
 block freed so far: it decides whether a 9 MB tensor buffer comes from the
 heap or from ``mmap`` (2.4 % of in-band pickle's decode), so the counting
 process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
-pymalloc's pools stay shared with the rest of the process; after the two
-fixes, histories that moved a count by up to 2.1 % move it by at most 0.08 %.
+It also runs without math-library thread pools (``SINGLE_THREADED``), whose
+threads map memory at times of their own. pymalloc's pools stay shared with
+the rest of the process: what is left of the history moves a count by up to
+0.6 % in A/A trials and 0.9 % in a real A/A gate (docs/instructions.md), so
+counts are compared within 1 % (``serbench.metrics``).
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
