@@ -7,6 +7,7 @@ without it the suite covers every built-in backend and threshold variant.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,11 @@ import pytest
 
 from serbench import transport
 from serializers import BUILTINS
+
+# The suite sends Ctrl-C to processes it starts. Started as a background job of a
+# non-interactive shell, pytest inherits SIGINT ignored and would pass that on through every
+# exec, so Ctrl-C would do nothing; with Python's handler here, children start with the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Backends written outside the package, named by dotted path in tests (tests/plugins).
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
