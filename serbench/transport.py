@@ -67,11 +67,6 @@ class Addresses:
     outputs: str
 
 
-def private_ipc_dir() -> Path:
-    """A fresh folder for ipc socket files that only this user can enter."""
-    return Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
-
-
 def remove_ipc_dir(folder: Path) -> None:
     """Remove an ipc folder and any socket file in it; gone already is fine."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -79,8 +74,8 @@ def remove_ipc_dir(folder: Path) -> None:
 
 @contextlib.contextmanager
 def ipc_dir() -> Iterator[Path]:
-    """A private ipc folder for the duration of a ``with`` block, removed after."""
-    folder = private_ipc_dir()
+    """A fresh folder for ipc socket files, that only this user can enter, removed after the block."""
+    folder = Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
     try:
         yield folder
     finally:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -31,6 +32,24 @@ def test_isolated_child_errors_become_case_failures() -> None:
     assert run_isolated(sum, ([1, 2],), 10) == 3
     with pytest.raises(CaseFailed, match="KeyError: 'boom'"):
         run_isolated(_raise, (), 10)
+
+
+def _make_then_hang(folder: Path) -> None:
+    """Runs in an isolated child: makes something, then hangs until ended."""
+    (folder / "started").touch()
+    made = folder / "made"
+    made.mkdir()
+    try:
+        time.sleep(3600)
+    finally:
+        made.rmdir()
+
+
+def test_an_ended_child_cleans_up_before_it_is_killed(tmp_path: Path) -> None:
+    with pytest.raises(CaseFailed, match="timed out"):
+        run_isolated(_make_then_hang, (tmp_path,), 5)
+    assert (tmp_path / "started").exists(), "the child never ran"
+    assert not (tmp_path / "made").exists(), "killed without its finally"
 
 
 @pytest.mark.parametrize(

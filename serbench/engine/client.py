@@ -168,35 +168,36 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
     # the child starts with it loaded, as before).
     from serbench.engine.server import run_local
 
-    folder = transport.private_ipc_dir() if kind in ("ipc", "shm") else None  # shm: control via ipc://
-    bind = (
-        transport.ipc_addresses(folder)
-        if folder
-        else transport.Addresses("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
-    )
-    context = mp.get_context("fork")
-    reader, writer = context.Pipe(duplex=False)
-    proc = context.Process(target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine")
-    proc.start()
-    writer.close()
-    try:
-        if not reader.poll(STARTUP_TIMEOUT_S):
-            raise EngineError(f"engine did not start within {STARTUP_TIMEOUT_S:g} s")
+    private = kind in ("ipc", "shm")  # shm: control via ipc://
+    with transport.ipc_dir() if private else contextlib.nullcontext() as folder:
+        bind = (
+            transport.ipc_addresses(folder)
+            if folder
+            else transport.Addresses("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        )
+        context = mp.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        proc = context.Process(
+            target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine"
+        )
+        proc.start()
+        writer.close()
         try:
-            status, payload = reader.recv()
-        except EOFError:
-            raise EngineError(f"engine process died at start ({_exit_reason(proc.exitcode)})") from None
-        if status != "ok":
-            raise EngineError(payload)
-        yield payload, proc, folder
-    finally:
-        reader.close()
-        # Even after `done` it is killed, not awaited: it has nothing left to send,
-        # and its own exit (freeing what it decoded) would cost the case time.
-        kill_tree(proc.pid)
-        proc.join(1)
-        if folder:
-            transport.remove_ipc_dir(folder)
+            if not reader.poll(STARTUP_TIMEOUT_S):
+                raise EngineError(f"engine did not start within {STARTUP_TIMEOUT_S:g} s")
+            try:
+                status, payload = reader.recv()
+            except EOFError:
+                raise EngineError(f"engine process died at start ({_exit_reason(proc.exitcode)})") from None
+            if status != "ok":
+                raise EngineError(payload)
+            yield payload, proc, folder
+        finally:
+            reader.close()
+            # Even after `done` it is killed, not awaited: it has nothing left to send,
+            # and its own exit (freeing what it decoded) would cost the case time.
+            kill_tree(proc.pid)
+            proc.join(1)
 
 
 @contextlib.contextmanager
