@@ -401,8 +401,8 @@ _VERIFIED: set[tuple] = set()  # messages round-tripped earlier in this run (``r
 
 
 def remember(keys: Sequence[Sequence[Any]]) -> None:
-    """Note messages a case verified (``verify``'s ``keys``): later cases forked from this process
-    do not round-trip them again."""
+    """Note messages round-tripped earlier in the run (``verify``'s ``keys``): ``verify`` in this
+    process does not round-trip them again."""
     _VERIFIED.update(tuple(k) for k in keys)
 
 

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import faulthandler
 import multiprocessing as mp
+import os
+import pickle
+import shutil
 import signal
+import tempfile
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -42,22 +47,28 @@ def _unwind(signum: int, frame: object) -> None:
     raise Terminated
 
 
-def _child(conn: Connection, fn: Callable[..., Any], args: tuple) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C ends
-    signal.signal(signal.SIGTERM, _unwind)  # the parent ending us: clean up on the way out
+def _outcome(fn: Callable[..., Any], args: tuple) -> tuple[str, Any]:
+    """``("ok", fn(*args))`` or ``("error", one line)``, run as a case's child: the parent
+    decides what Ctrl-C ends, and SIGTERM unwinds through ``finally`` blocks first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _unwind)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)  # blocked by the parent around fork
     faulthandler.disable()  # a crash is recorded as the case's error, not dumped on the terminal
     # Decoded tensors view read-only received frames by design (zero-copy).
     warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
     torch.set_num_threads(1)  # one core per side: the frontend and engine share two
     try:
-        outcome = ("ok", fn(*args))
+        return ("ok", fn(*args))
     except BaseException as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         at = f" (at {where.filename}:{where.lineno})" if where else ""
-        outcome = ("error", f"{type(exc).__name__}: {exc}{at}")
+        return ("error", f"{type(exc).__name__}: {exc}{at}")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # cleaned up: from here an end is immediate
+
+
+def _child(conn: Connection, fn: Callable[..., Any], args: tuple) -> None:
+    outcome = _outcome(fn, args)
     with suppress(OSError):  # a parent that is ending us no longer reads
         conn.send(outcome)
     conn.close()
@@ -118,6 +129,18 @@ def _interrupts_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _payload(status: str, payload: Any) -> Any:
+    if status == "error":
+        raise CaseFailed(payload)
+    return payload
+
+
+def _no_result(code: int | None) -> CaseFailed:
+    if code is not None and code < 0:
+        return CaseFailed(f"process crashed ({_signal_name(code)})")
+    return CaseFailed(f"process exited with code {code} without a result")
+
+
 def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
     """``fn(*args)`` in a fresh child; its return value, or CaseFailed."""
     receiver, sender = _context.Pipe(duplex=False)
@@ -126,22 +149,98 @@ def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
         with _interrupts_deferred():
             proc.start()
         sender.close()
-        ready = wait([receiver, proc.sentinel], timeout)
-        if not ready:
+        if not wait([receiver, proc.sentinel], timeout):
             raise CaseFailed(f"timed out after {timeout:g} s")
         try:
-            status, payload = receiver.recv()
+            return _payload(*receiver.recv())
         except EOFError:
             proc.join(5)
-            code = proc.exitcode
-            if code is not None and code < 0:
-                raise CaseFailed(f"process crashed ({_signal_name(code)})") from None
-            raise CaseFailed(f"process exited with code {code} without a result") from None
-        if status == "error":
-            raise CaseFailed(payload)
-        return payload
+            raise _no_result(proc.exitcode) from None
     finally:
         receiver.close()
         if proc.pid is not None:  # started: an interrupt held during fork lands here, after it
             end_tree(proc.pid)
             proc.join(5)
+
+
+_WORD = 8  # bytes of a pid or an exit code on the zygote's answers pipe
+
+
+def _zygote(orders: int, answers: int, folder: Path) -> None:
+    """The zygote's loop: for each byte ordered, fork a child that runs ``folder/task``; answer its
+    pid, then its exit code. It allocates the same few fixed-size objects every time round."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides what Ctrl-C ends
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)
+    while os.read(orders, 1):
+        pid = os.fork()
+        if pid == 0:
+            _zygote_child(folder)
+        os.write(answers, pid.to_bytes(_WORD, "little"))
+        _, status = os.waitpid(pid, 0)
+        os.write(answers, os.waitstatus_to_exitcode(status).to_bytes(_WORD, "little", signed=True))
+
+
+def _zygote_child(folder: Path) -> None:
+    """A child of the zygote: run the task in ``folder``, leave its outcome beside it, exit."""
+    try:
+        fn, args = pickle.loads((folder / "task").read_bytes())
+        part = folder / "outcome.part"
+        part.write_bytes(pickle.dumps(_outcome(fn, args)))
+        part.rename(folder / "outcome")
+    finally:
+        os._exit(0)
+
+
+def _read_word(fd: int) -> int | None:
+    data = os.read(fd, _WORD)
+    return int.from_bytes(data, "little", signed=True) if len(data) == _WORD else None
+
+
+class Zygote:
+    """Forks every case's child from one process taken before the first case (a ``with`` block).
+
+    A child forked from the runner inherits what the runner did before it: its
+    progress text, the results so far, how many samples an adaptive loop took.
+    That moves where the child's objects land, and through it instruction counts
+    by up to 0.5 % (docs/instructions.md). The zygote does nothing between forks
+    but read one byte and write two fixed-size answers, so every child starts
+    from the same heap. Tasks and outcomes pass as files, which a child killed
+    half-way cannot leave half-read in a stream the next child would share.
+    """
+
+    def __enter__(self) -> Zygote:
+        self._folder = Path(tempfile.mkdtemp(prefix="serbench-zygote-"))
+        orders, self._orders = os.pipe()
+        self._answers, answers = os.pipe()
+        self._proc = _context.Process(target=_zygote, args=(orders, answers, self._folder))
+        with _interrupts_deferred():
+            self._proc.start()
+        os.close(orders)
+        os.close(answers)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._orders)  # the zygote's loop ends at end of file
+        self._proc.join(5)
+        kill_tree(self._proc.pid)
+        os.close(self._answers)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def run(self, fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
+        """``fn(*args)`` (picklable) in a child of the zygote; its return value, or CaseFailed."""
+        outcome = self._folder / "outcome"
+        outcome.unlink(missing_ok=True)
+        (self._folder / "task").write_bytes(pickle.dumps((fn, args)))
+        os.write(self._orders, b"f")
+        pid = _read_word(self._answers)
+        if pid is None:
+            raise CaseFailed("the zygote process ended unexpectedly")
+        try:
+            if not wait([self._answers], timeout):
+                raise CaseFailed(f"timed out after {timeout:g} s")
+        finally:
+            end_tree(pid)  # gone already when it finished
+            code = _read_word(self._answers)
+        if not outcome.exists():
+            raise _no_result(code)
+        return _payload(*pickle.loads(outcome.read_bytes()))

@@ -7,11 +7,12 @@ workload the backend declares unsupported is recorded as unsupported (its
 ``error`` says so and why, ``info.unsupported`` holds the reason), never
 timed; every other case verifies its own messages before timing them
 (``conformance.verify``, called by each scenario), unless an earlier case of
-the run verified the same ones: the runner remembers what each case verified
-(``conformance.remember``) and the cases forked after it inherit that, so
-micro, ipc and memory do not round-trip the same 308 MB request three times.
-Every case, failed
-or not, lands in the results file, which is saved after each one. ``work`` is
+the run verified the same ones: the runner keeps what each case verified and
+hands it to the cases after it, so micro, ipc and memory do not round-trip the
+same 308 MB request three times. Every case is forked from one zygote taken
+before the first (``isolation.Zygote``), so none inherits what the runner did
+for the cases before it. Every case, failed or not, lands in the results file,
+which is saved after each one. ``work`` is
 the same loop on request, for the gate's workers.
 """
 
@@ -30,7 +31,7 @@ from typing import TextIO
 
 from serbench import conformance, environment
 from serbench.errors import Terminated
-from serbench.isolation import CaseFailed, run_isolated
+from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
@@ -74,9 +75,11 @@ def check_backend(spec: str) -> dict:
 UNSUPPORTED = "unsupported"
 
 
-def run_case(case: Case, profile: Profile) -> dict:
+def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) -> dict:
     """Runs in a child: one scenario measurement, or ``{"unsupported": reason}`` (nothing timed)
-    when the backend declares the case's workload unsupported."""
+    when the backend declares the case's workload unsupported. ``verified``: the keys of the
+    messages that earlier cases of the run round-tripped (``conformance.remember``)."""
+    conformance.remember(verified)
     reason = conformance.case_unsupported(get_serializer(case.spec), case.workload)
     if reason is not None:
         return {UNSUPPORTED: reason}
@@ -135,40 +138,44 @@ def _measure(
     on_case: Callable[[int, int, Case], None] | None = None,
 ) -> None:
     """Every case in its own child, recorded in ``results`` one by one; then finished."""
-    for index, case in enumerate(cases):
-        if on_case:
-            on_case(index, len(cases), case)
-        start = time.perf_counter()
-        error = _conformance_error(backends[case.spec])
-        outcome: dict = {}
-        if error is None:
-            try:
-                outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
-            except CaseFailed as exc:
-                error = str(exc)
-        _remember_verified(outcome)
-        if UNSUPPORTED in outcome:
-            error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
-            outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
-        results.add(
-            record(
-                case.scenario,
-                case.backend,
-                case.workload,
-                outcome.get("metrics"),
-                outcome.get("info"),
-                error,
-                round(time.perf_counter() - start, 3),
+    verified: set[tuple] = set()
+    with Zygote() as zygote:
+        for index, case in enumerate(cases):
+            if on_case:
+                on_case(index, len(cases), case)
+            start = time.perf_counter()
+            error = _conformance_error(backends[case.spec])
+            outcome: dict = {}
+            if error is None:
+                try:
+                    args = (case, profile, frozenset(verified))
+                    outcome = zygote.run(run_case, args, profile.case_timeout_s)
+                except CaseFailed as exc:
+                    error = str(exc)
+            verified.update(_verified_keys(outcome))
+            if UNSUPPORTED in outcome:
+                error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
+                outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
+            results.add(
+                record(
+                    case.scenario,
+                    case.backend,
+                    case.workload,
+                    outcome.get("metrics"),
+                    outcome.get("info"),
+                    error,
+                    round(time.perf_counter() - start, 3),
+                )
             )
-        )
     results.finish()
 
 
-def _remember_verified(outcome: dict) -> None:
-    """Take the keys of the messages a case verified out of its info, into the run's memory."""
+def _verified_keys(outcome: dict) -> list[tuple]:
+    """Take the keys of the messages a case verified out of its info."""
     verification = (outcome.get("info") or {}).get("verification")
-    if isinstance(verification, dict):
-        conformance.remember(verification.pop("keys", ()))
+    if not isinstance(verification, dict):
+        return []
+    return [tuple(key) for key in verification.pop("keys", ())]
 
 
 def execute(
@@ -184,7 +191,6 @@ def execute(
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
-    conformance.forget()
     with sigterm_as_interrupt():
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
@@ -205,7 +211,6 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     the imports and the conformance checks each time.
     """
     cases = plan.cases()
-    conformance.forget()
     keys = [[c.scenario, c.backend, c.workload] for c in cases]
     env = environment.collect(argv)
     backends = _check_backends(sorted({c.spec for c in cases}))
