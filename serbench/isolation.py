@@ -166,14 +166,19 @@ def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
 _WORD = 8  # bytes of a pid or an exit code on the zygote's answers pipe
 
 
-def _zygote(orders: int, answers: int, folder: Path) -> None:
+def _zygote(orders: int, answers: int, folder: Path, runner_ends: tuple[int, int]) -> None:
     """The zygote's loop: for each byte ordered, fork a child that runs ``folder/task``; answer its
-    pid, then its exit code. It allocates the same few fixed-size objects every time round."""
+    pid, then its exit code. It allocates the same few fixed-size objects every time round.
+    It ends when the runner closes its end of ``orders``, so it holds none of the runner's ends."""
+    for fd in runner_ends:
+        os.close(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides what Ctrl-C ends
     signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)
     while os.read(orders, 1):
         pid = os.fork()
         if pid == 0:
+            os.close(orders)
+            os.close(answers)
             _zygote_child(folder)
         os.write(answers, pid.to_bytes(_WORD, "little"))
         _, status = os.waitpid(pid, 0)
@@ -212,7 +217,8 @@ class Zygote:
         self._folder = Path(tempfile.mkdtemp(prefix="serbench-zygote-"))
         orders, self._orders = os.pipe()
         self._answers, answers = os.pipe()
-        self._proc = _context.Process(target=_zygote, args=(orders, answers, self._folder))
+        runner_ends = (self._orders, self._answers)
+        self._proc = _context.Process(target=_zygote, args=(orders, answers, self._folder, runner_ends))
         with _interrupts_deferred():
             self._proc.start()
         os.close(orders)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 from serbench import results
-from serbench.isolation import CaseFailed, run_isolated
+from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
 from serbench.text import render
@@ -50,6 +51,20 @@ def test_an_ended_child_cleans_up_before_it_is_killed(tmp_path: Path) -> None:
         run_isolated(_make_then_hang, (tmp_path,), 5)
     assert (tmp_path / "started").exists(), "the child never ran"
     assert not (tmp_path / "made").exists(), "killed without its finally"
+
+
+def test_the_zygote_forks_each_task_and_ends_with_its_block() -> None:
+    with Zygote() as zygote:
+        assert zygote.run(sum, ([1, 2],), 10) == 3
+        with pytest.raises(CaseFailed, match="KeyError: 'boom'"):
+            zygote.run(_raise, (), 10)
+        assert zygote.run(os.getpid, (), 10) != zygote.run(os.getpid, (), 10)
+        with pytest.raises(CaseFailed, match=r"crashed \(SIGABRT\)"):
+            zygote.run(os.abort, (), 10)
+        assert zygote.run(sum, ([3, 4],), 10) == 7  # a crash leaves the next task intact
+        process = psutil.Process().children()[0]
+    assert not process.is_running()
+    assert zygote._proc.exitcode == 0, "the zygote did not end by itself when its block ended"
 
 
 @pytest.mark.parametrize(
