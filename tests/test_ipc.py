@@ -110,6 +110,16 @@ def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
     assert info["payload_bytes"] == get_workload("images-4:profile=llava").payload_bytes()
 
 
+def test_references_stream_at_most_their_limit_of_the_payload() -> None:
+    frames = [np.arange(10, dtype=np.uint8), np.arange(10, 30, dtype=np.uint8)]
+    kept = ipc.leading_bytes([memoryview(f) for f in frames], limit=15)
+    assert [bytes(k) for k in kept] == [bytes(range(10)), bytes(range(10, 15))]
+    assert [bytes(k) for k in ipc.leading_bytes([memoryview(f) for f in frames], limit=100)] == [
+        f.tobytes() for f in frames
+    ]
+    assert ipc.leading_bytes([memoryview(f) for f in frames], limit=10)[-1].nbytes == 10
+
+
 def test_checked_comes_once_per_finished_request() -> None:
     def checked(rid: str) -> Control:
         return Control("checked", "s", {"request_id": rid})
