@@ -12,7 +12,7 @@ from workloads.tree import payload_bytes, payload_checksum
 
 
 def test_builtin_workloads() -> None:
-    assert default_workloads() == ["text-sonnet", "images-4", "images-16", "images-32"]
+    assert default_workloads() == ["text-sonnet", "images-4", "images-32"]
     assert payload_bytes(get_workload("images-8").request(0)) == 2 * payload_bytes(
         get_workload("images-4").request(0)
     )
