@@ -4,14 +4,18 @@ The confidence interval of the median comes from order statistics (the
 binomial distribution of how many samples fall below the true median), so it
 assumes nothing about the shape of the timing distribution — timings on a
 shared machine are skewed and multimodal.
+
+scipy is imported when the first interval of 6 or more samples is computed,
+not with this module: importing ``scipy.stats`` allocates a slightly
+different number of objects from one process to the next, and a process that
+counts instructions must reach its first case with the same heap every time
+(docs/instructions.md); its counts, one per metric, never need scipy.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-
-from scipy import stats as sps
 
 CONFIDENCE = 0.95
 # Fewer samples than this are shown as values, never as a distribution (no CI, no percentile).
@@ -27,9 +31,11 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     n = len(ordered)
     if n == 0:
         raise ValueError("no values")
-    low_rank = int(sps.binom.ppf((1 - confidence) / 2, n, 0.5))
-    if low_rank < 1:
+    if 0.5**n >= (1 - confidence) / 2:  # even the lowest order statistic misses the median too often
         return ordered[0], ordered[-1]
+    from scipy.stats import binom
+
+    low_rank = int(binom.ppf((1 - confidence) / 2, n, 0.5))  # at least 1 here
     return ordered[low_rank - 1], ordered[n - low_rank]
 
 

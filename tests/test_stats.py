@@ -25,6 +25,17 @@ def test_tiny_samples_fall_back_to_the_range() -> None:
         median_ci([])
 
 
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_the_interval_is_scipys_order_statistic_wherever_one_covers(confidence: float) -> None:
+    from scipy.stats import binom
+
+    for n in range(1, 60):
+        rank = int(binom.ppf((1 - confidence) / 2, n, 0.5))
+        values = [float(v) for v in range(n)]
+        expected = (0.0, n - 1.0) if rank < 1 else (rank - 1.0, n - rank * 1.0)
+        assert median_ci(values, confidence) == expected, n
+
+
 def test_summarize_shape() -> None:
     metric = summarize([4, 1, 3, 2, 5], "s")
     assert metric["unit"] == "s" and metric["median"] == 3.0

@@ -73,6 +73,23 @@ def wire_bytes(frames: list) -> int:
     return sum(memoryview(frame).nbytes for frame in frames)
 
 
+def on_the_wire(message: Any, frames: list) -> dict[str, dict]:
+    """What a message is on the wire: bytes and frames, and where its arrays travel.
+
+    Summarised only after any counting: the first summary imports scipy, whose import
+    would make the counted process's heap differ from run to run (``serbench.stats``).
+    """
+    metrics = {
+        "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
+        "frames": measured("frames", [len(frames)]),
+    }
+    arrays, out_of_band = array_count(message), len(frames) - 1
+    if arrays:
+        metrics["oob_frames"] = measured("oob_frames", [out_of_band])
+        metrics["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
+    return metrics
+
+
 def array_count(message: Any) -> int:
     """Tensors and ndarrays in a message: each leaves inline or as an out-of-band frame."""
     return sum(1 for leaf in iter_leaves(message) if is_array(leaf))
@@ -107,23 +124,14 @@ class Micro(Scenario):
         message = workload.message(0)
         verification = conformance.verify(serializer, [message], workload.kind, (case.spec, case.workload))
         frames = serializer.encode(message)
-        payload = payload_bytes(message)
-        on_the_wire = {
-            "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
-            "frames": measured("frames", [len(frames)]),
-        }
-        arrays, out_of_band = array_count(message), len(frames) - 1
-        if arrays:
-            on_the_wire["oob_frames"] = measured("oob_frames", [out_of_band])
-            on_the_wire["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
-        facts = {"payload_bytes": payload, "verification": verification}
+        facts = {"payload_bytes": payload_bytes(message), "verification": verification}
         if profile.options.get("measure") == "instructions":
             reason = instructions.unavailable()
             if reason is None:  # under valgrind a wall clock measures valgrind: counts only
                 ops = operations(serializer, message)
                 counts, info = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
                 metrics = {name: measured(name, [value]) for name, value in counts.items()}
-                return {"metrics": {**metrics, **on_the_wire}, "info": {**info, **facts}}
+                return {"metrics": {**metrics, **on_the_wire(message, frames)}, "info": {**info, **facts}}
             facts["instructions"] = f"not counted: {reason}"
         gc.freeze()
         samples, info = interleaved(operations(serializer, message), profile)
@@ -136,5 +144,5 @@ class Micro(Scenario):
             ops = operations(serializer, message)
             cpu, _ = interleaved({"decode_cpu_s": ops["decode_s"]}, profile, time.thread_time)
             metrics["decode_cpu_s"] = measured("decode_cpu_s", cpu["decode_cpu_s"])
-        metrics.update(on_the_wire)
+        metrics.update(on_the_wire(message, frames))
         return {"metrics": metrics, "info": {**info, **facts}}
