@@ -10,10 +10,10 @@ timed; every other case verifies its own messages before timing them
 the run verified the same ones: the runner keeps what each case verified and
 hands it to the cases after it, so micro, ipc and memory do not round-trip the
 same 308 MB request three times. Every case is forked from one zygote taken
-before the first (``isolation.Zygote``), so none inherits what the runner did
-for the cases before it. Every case, failed or not, lands in the results file,
-which is saved after each one. ``work`` is
-the same loop on request, for the gate's workers.
+before anything else of the run (``isolation.Zygote``), so none inherits what
+the runner did before it. Every case, failed or not, lands in the results
+file, which is saved after each one. ``work`` is the same loop on request, for
+the gate's workers.
 """
 
 from __future__ import annotations
@@ -130,43 +130,60 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Forks:
+    """Where a run's cases are forked from, one zygote, and what its earlier cases verified.
+
+    The zygote is taken before anything of the run that varies from one run to the
+    next (the machine check, the backends' results), so that every case of every
+    run starts from the same heap.
+    """
+
+    def __init__(self, zygote: Zygote) -> None:
+        self.zygote = zygote
+        self.verified: set[tuple] = set()
+
+    def run(self, case: Case, profile: Profile) -> dict:
+        """The case's outcome (``run_case``), or CaseFailed."""
+        args = (case, profile, frozenset(self.verified))
+        outcome = self.zygote.run(run_case, args, profile.case_timeout_s)
+        self.verified.update(_verified_keys(outcome))
+        return outcome
+
+
 def _measure(
     cases: list[Case],
     profile: Profile,
     backends: dict[str, dict],
     results: ResultsFile,
+    forks: _Forks,
     on_case: Callable[[int, int, Case], None] | None = None,
 ) -> None:
     """Every case in its own child, recorded in ``results`` one by one; then finished."""
-    verified: set[tuple] = set()
-    with Zygote() as zygote:
-        for index, case in enumerate(cases):
-            if on_case:
-                on_case(index, len(cases), case)
-            start = time.perf_counter()
-            error = _conformance_error(backends[case.spec])
-            outcome: dict = {}
-            if error is None:
-                try:
-                    args = (case, profile, frozenset(verified))
-                    outcome = zygote.run(run_case, args, profile.case_timeout_s)
-                except CaseFailed as exc:
-                    error = str(exc)
-            verified.update(_verified_keys(outcome))
-            if UNSUPPORTED in outcome:
-                error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
-                outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
-            results.add(
-                record(
-                    case.scenario,
-                    case.backend,
-                    case.workload,
-                    outcome.get("metrics"),
-                    outcome.get("info"),
-                    error,
-                    round(time.perf_counter() - start, 3),
-                )
+    for index, case in enumerate(cases):
+        if on_case:
+            on_case(index, len(cases), case)
+        start = time.perf_counter()
+        error = _conformance_error(backends[case.spec])
+        outcome: dict = {}
+        if error is None:
+            try:
+                outcome = forks.run(case, profile)
+            except CaseFailed as exc:
+                error = str(exc)
+        if UNSUPPORTED in outcome:
+            error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
+            outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
+        results.add(
+            record(
+                case.scenario,
+                case.backend,
+                case.workload,
+                outcome.get("metrics"),
+                outcome.get("info"),
+                error,
+                round(time.perf_counter() - start, 3),
             )
+        )
     results.finish()
 
 
@@ -191,11 +208,11 @@ def execute(
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
-    with sigterm_as_interrupt():
+    with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
         results.save()
-        _measure(cases, profile, results.data["backends"], results, on_case)
+        _measure(cases, profile, results.data["backends"], results, _Forks(zygote), on_case)
     return results
 
 
@@ -212,12 +229,14 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     """
     cases = plan.cases()
     keys = [[c.scenario, c.backend, c.workload] for c in cases]
-    env = environment.collect(argv)
-    backends = _check_backends(sorted({c.spec for c in cases}))
-    print(json.dumps({"cases": keys}), file=replies, flush=True)
-    for line in requests:
-        request = json.loads(line)
-        chosen = [c for c, key in zip(cases, keys, strict=True) if request.get("case") in (None, key)]
-        results = ResultsFile(Path(request["out"]) / "results.json", env, profile.name, backends)
-        _measure(chosen, profile, backends, results)
-        print(line.strip(), file=replies, flush=True)
+    with Zygote() as zygote:
+        forks = _Forks(zygote)
+        env = environment.collect(argv)
+        backends = _check_backends(sorted({c.spec for c in cases}))
+        print(json.dumps({"cases": keys}), file=replies, flush=True)
+        for line in requests:
+            request = json.loads(line)
+            chosen = [c for c, key in zip(cases, keys, strict=True) if request.get("case") in (None, key)]
+            results = ResultsFile(Path(request["out"]) / "results.json", env, profile.name, backends)
+            _measure(chosen, profile, backends, results, forks)
+            print(line.strip(), file=replies, flush=True)
