@@ -5,17 +5,19 @@ binomial distribution of how many samples fall below the true median), so it
 assumes nothing about the shape of the timing distribution — timings on a
 shared machine are skewed and multimodal.
 
-scipy is imported when the first interval of 6 or more samples is computed,
-not with this module: importing ``scipy.stats`` allocates a slightly
-different number of objects from one process to the next, and a process that
-counts instructions must reach its first case with the same heap every time
-(docs/instructions.md); its counts, one per metric, never need scipy.
+The binomial quantile is computed exactly, with integers, rather than with
+``scipy.stats.binom`` (which the tests hold it to): importing ``scipy.stats``
+takes half a second in every case's process, which is forked before anything
+imports it, and allocates a slightly different number of objects from one
+process to the next, which a process that counts instructions cannot have
+(docs/instructions.md).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from fractions import Fraction
 
 CONFIDENCE = 0.95
 # Fewer samples than this are shown as values, never as a distribution (no CI, no percentile).
@@ -31,12 +33,21 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     n = len(ordered)
     if n == 0:
         raise ValueError("no values")
-    if 0.5**n >= (1 - confidence) / 2:  # even the lowest order statistic misses the median too often
+    low_rank = _binomial_half_quantile((1 - confidence) / 2, n)
+    if low_rank < 1:  # even the lowest order statistic misses the median too often
         return ordered[0], ordered[-1]
-    from scipy.stats import binom
-
-    low_rank = int(binom.ppf((1 - confidence) / 2, n, 0.5))  # at least 1 here
     return ordered[low_rank - 1], ordered[n - low_rank]
+
+
+def _binomial_half_quantile(q: float, n: int) -> int:
+    """The smallest k with P(X <= k) >= q for X ~ Binomial(n, 1/2) (scipy's ``binom.ppf``), exactly."""
+    target, below, ways = Fraction(q) * 2**n, 0, 1  # ways: C(n, k)
+    for k in range(n + 1):
+        below += ways
+        if below >= target:
+            return k
+        ways = ways * (n - k) // (k + 1)
+    return n
 
 
 def summarize(values: Sequence[float], unit: str) -> dict:
