@@ -74,11 +74,7 @@ def wire_bytes(frames: list) -> int:
 
 
 def on_the_wire(message: Any, frames: list) -> dict[str, dict]:
-    """What a message is on the wire: bytes and frames, and where its arrays travel.
-
-    Summarised only after any counting: the first summary imports scipy, whose import
-    would make the counted process's heap differ from run to run (``serbench.stats``).
-    """
+    """What a message is on the wire: bytes and frames, and where its arrays travel."""
     metrics = {
         "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
         "frames": measured("frames", [len(frames)]),
