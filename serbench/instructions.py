@@ -33,9 +33,10 @@ heap or from ``mmap`` (2.4 % of in-band pickle's decode), so the counting
 process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
 It also runs without math-library thread pools (``SINGLE_THREADED``), whose
 threads map memory at times of their own. pymalloc's pools stay shared with
-the rest of the process: what is left of the history moves a count by up to
-0.6 % in A/A trials and 0.9 % in a real A/A gate (docs/instructions.md), so
-counts are compared within 1 % (``serbench.metrics``).
+the rest of the process, which is why the runner forks every case from a
+zygote taken before anything of the run varies (``isolation.Zygote``). One
+case of 18 still reads one of two values 0.4 % apart from run to run
+(docs/instructions.md), so counts are compared within 1 % (``serbench.metrics``).
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
