@@ -202,10 +202,12 @@ def _read_word(fd: int) -> int | None:
 
 
 class Zygote:
-    """Forks every case's child from one process taken before the first case (a ``with`` block).
+    """Forks every case's child from one process, taken when the ``with`` block is entered:
+    the runner enters it before it does anything whose size varies from run to run.
 
-    A child forked from the runner inherits what the runner did before it: its
-    progress text, the results so far, how many samples an adaptive loop took.
+    A child forked from the runner inherits what the runner did before it: the
+    machine check, its progress text, the results so far, how many samples an
+    adaptive loop took.
     That moves where the child's objects land, and through it instruction counts
     by up to 0.5 % (docs/instructions.md). The zygote does nothing between forks
     but read one byte and write two fixed-size answers, so every child starts
