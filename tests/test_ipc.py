@@ -235,6 +235,27 @@ def test_quick_profile_measures_every_case_at_least_five_times() -> None:
         assert ipc.settings_for(PROFILES["quick"], get_workload(workload)).num_prompts >= MIN_DISTRIBUTION
 
 
+def test_a_budget_adds_requests_while_one_more_fits_and_never_past_the_maximum() -> None:
+    cfg = settings(budget_s=1.0, max_prompts=8)
+    assert cfg.more(sent=5, elapsed_s=0.5)  # 0.1 s each: a sixth ends at 0.6 s
+    assert not cfg.more(sent=5, elapsed_s=0.9)  # 0.18 s each: a sixth would end at 1.08 s
+    assert not cfg.more(sent=8, elapsed_s=0.1)  # the maximum
+    assert not settings().more(sent=5, elapsed_s=0.0)  # no budget: exactly num_prompts
+    quick = PROFILES["quick"]
+    images = get_workload("images-4")
+    assert ipc.settings_for(quick, images).budget_s is not None
+    # A count or a sweep asked for is what is sent.
+    assert ipc.settings_for(quick.with_options(ipc_num_prompts=7), images).budget_s is None
+    assert ipc.settings_for(quick.with_options(ipc_rates=(2.0,)), images).budget_s is None
+
+
+def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() -> None:
+    cfg = settings(num_prompts=2, max_concurrency=1, budget_s=60.0, max_prompts=4)
+    out = measure("msgspec-frombuffer", IMAGES, cfg)
+    assert len(out["metrics"]["ingress_s"]["values"]) == 4
+    assert len(out["metrics"]["unix_gb_per_s"]["values"]) == 4
+
+
 def test_rate_option_takes_a_sweep() -> None:
     from serbench.commands import build_parser
 

@@ -80,7 +80,10 @@ from workloads.tree import array_bytes, is_array, iter_leaves
 
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
-# payload: 5 requests one at a time, the fewest a median and CI stand on (stats.MIN_DISTRIBUTION).
+# payload: requests one at a time, at least 5 (the fewest a median and CI stand on,
+# stats.MIN_DISTRIBUTION) and more while the case's load has time left of ``budget_s``, up to
+# ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s and one in two default runs
+# had two or three of its five at twice that, while an in-band pickle one takes 1 s and varies less.
 # No warm-up request: once the engine frees each request when it is done, the first request's
 # ingress was 0.70-1.15x the median of the next five (24 payload cases of a default run). The quick
 # floor, a yardstick: 10 round trips (the median of the first 10 of 20 was within 4 % of all 20's
@@ -88,7 +91,14 @@ from workloads.tree import array_bytes, is_array, iter_leaves
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 10},
     ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
-    ("quick", "payload"): {"num_prompts": 5, "rates": (math.inf,), "max_concurrency": 1, "floor": 10},
+    ("quick", "payload"): {
+        "num_prompts": 5,
+        "rates": (math.inf,),
+        "max_concurrency": 1,
+        "floor": 10,
+        "budget_s": 4.0,
+        "max_prompts": 12,
+    },
     ("full", "payload"): {"num_prompts": 20, "rates": (math.inf,), "max_concurrency": 1, "floor": 100},
 }
 FLOOR_TIMEOUT_S = 5.0
@@ -104,6 +114,9 @@ class Settings:
     """How one ipc case runs; ``engine`` set means a separately started engine.
 
     ``rates``: one load per rate, in order (more than one is a sweep).
+    ``budget_s``: a single load sends more than ``num_prompts`` requests, one
+    at a time, while each is expected to end within this many seconds of the
+    load's start, up to ``max_prompts`` (None: exactly ``num_prompts``).
     """
 
     num_prompts: int
@@ -118,6 +131,15 @@ class Settings:
     seed: int = 0
     staging: Staging | None = None
     shm_mb: float | None = None  # the shm region; None: two of the largest requests
+    budget_s: float | None = None
+    max_prompts: int | None = None
+
+    def more(self, sent: int, elapsed_s: float) -> bool:
+        """Whether the load sends one more request (``run_load``'s ``more``): room under
+        ``max_prompts`` and time for one more of the same mean length within ``budget_s``."""
+        if self.budget_s is None or self.max_prompts is None or sent >= self.max_prompts:
+            return False
+        return elapsed_s + elapsed_s / max(sent, 1) <= self.budget_s
 
 
 def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
@@ -132,6 +154,8 @@ def settings_for(profile: Profile, workload: Workload, link: str = transport.DEF
     opts = profile.options
     if opts.get("ipc_rates") is not None:
         values["max_concurrency"] = None
+    if opts.get("ipc_rates") is not None or opts.get("ipc_num_prompts") is not None:
+        values.pop("budget_s", None)  # a sweep, or a count asked for: exactly num_prompts each
     for key in ("num_prompts", "rates", "max_concurrency", "burstiness", "engine", "shm_mb"):
         if opts.get(f"ipc_{key}") is not None:
             values[key] = opts[f"ipc_{key}"]
@@ -250,9 +274,10 @@ def measure(
                 bool(payload),
                 between,
                 first=k * cfg.num_prompts,
+                more=cfg.more if len(cfg.rates) == 1 else None,
             )
             loads.append((rate, offsets, tracked, egress, duration))
-        while refs and len(refs.unix) < cfg.num_prompts:
+        while refs and len(refs.unix) < len(loads[0][2]):  # a reference sample per request
             refs.sample()
     runs = [
         (rate, offsets, tracked, duration, *load_metrics(tracked, egress, duration, payload, local))

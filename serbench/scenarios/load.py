@@ -173,6 +173,7 @@ def run_load(
     ack: bool,
     between: Callable[[], Any] | None = None,
     first: int = 0,
+    more: Callable[[int, float], bool] | None = None,
 ) -> tuple[dict[str, Tracked], list[float], float]:
     """Send request i at ``offsets[i]`` s, take every output; (per-request record, egress, duration).
 
@@ -185,16 +186,24 @@ def run_load(
     runs before each request sent while none is in flight (an interleaved
     reference measurement that disturbs no request). Requests are the pool's
     ``first``, ``first + 1``, ...: a later load of the same session sends
-    ids of its own. ``egress`` holds, per outputs message, engine encode →
+    ids of its own. ``more(sent, elapsed_s)``, asked whenever every request
+    sent is done and none is waiting, says whether to send one more at once
+    (a time budget). ``egress`` holds, per outputs message, engine encode →
     frontend decoded.
     """
     pool.encode_checksums(serializer)
+    offsets = list(offsets)
     waiting = deque(range(len(offsets)))
     tracked: dict[str, Tracked] = {}
     egress: list[float] = []
     active = 0
     start = last_progress = clock()
-    while waiting or active:
+    while True:
+        if not waiting and not active:
+            if more is None or not more(len(tracked), clock() - start):
+                break
+            offsets.append(clock() - start)
+            waiting.append(len(offsets) - 1)
         can_send = max_concurrency is None or active < max_concurrency
         while waiting and can_send and offsets[waiting[0]] <= clock() - start:
             if between is not None and not active:
