@@ -101,6 +101,27 @@ def test_region_is_private_unguessable_and_read_only_for_the_engine(shm_sandbox:
         shm.Region.attach("../../etc/passwd", 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_copy_thread_writes_its_slice_and_only_that(shm_sandbox: None, threads: int) -> None:
+    # Frames above and below SPLIT_FROM, one of a length no thread count divides, one from bytes
+    # (read-only): what the engine gathers is each frame's bytes, whatever the thread count.
+    rng = np.random.default_rng(threads)
+    big = rng.integers(0, 256, shm.SPLIT_FROM * 3 + 7, dtype=np.uint8)
+    small = rng.integers(0, 256, shm.INLINE_BELOW + 1, dtype=np.uint8)
+    also_big = rng.integers(0, 256, shm.SPLIT_FROM + 1, dtype=np.uint8).tobytes()
+    frames = [b"header", big, small, also_big]
+    with shm.Region.create(8 * shm.SPLIT_FROM) as region, shm.Placer(region, threads=threads) as placer:
+        assert placer.threads == threads
+        region.view[:] = b"\xff" * region.size
+        placement = placer.place(frames)
+        got = shm.gather(region.view, placement.refs, placement.inline)
+        assert [bytes(f) for f in got] == [b"header", big.tobytes(), small.tobytes(), also_big]
+        untouched = bytearray(region.view)
+        for _, offset, length in placement.refs:
+            untouched[offset : offset + length] = b"\xff" * length
+        assert untouched == b"\xff" * region.size  # nothing written outside the frames' places
+
+
 def test_gather_refuses_references_outside_the_region() -> None:
     view = memoryview(bytearray(1000))
     for refs in ([[1, 900, 200]], [[5, 0, 10]], [[0, -1, 10]], [["0", 0, 1]], "x"):

@@ -252,7 +252,8 @@ def open_link(
         push, pull = transport.connect_frontend(ctx, addrs)
         stack.callback(pull.close)
         stack.callback(push.close)
-        link = EngineLink(push, pull, addrs.requests, proc, shm.Placer(region) if region else None)
+        placer = stack.enter_context(shm.Placer(region)) if region else None
+        link = EngineLink(push, pull, addrs.requests, proc, placer)
         extra = {"workload": workload} if workload else {}
         if region:
             extra["shm"] = {"name": region.name, "size": region.size}

@@ -182,7 +182,8 @@ def _send_frames(push: zmq.Socket, frames: list, region: shm.Region | None) -> N
     if region is None:
         transport.send(push, frames)
         return
-    placement = shm.Placer(region).place(frames)
+    with shm.Placer(region, threads=1) as placer:  # no copy threads in the process measured
+        placement = placer.place(frames)
     header = msgspec.msgpack.encode(Placed(region.name, region.size, placement.refs))
     transport.send(push, [header, *placement.inline])
 
