@@ -35,10 +35,12 @@ It also runs without math-library thread pools (``SINGLE_THREADED``), whose
 threads map memory at times of their own. pymalloc's pools stay shared with
 the rest of the process, which is why the runner forks every case from a
 zygote taken before anything of the run varies (``isolation.Zygote``), and
-why nothing between two windows allocates by the size of a dump or by the
-threads' timing. What still moves a count by up to 0.3 % from run to run is
-where objects land (pickle's memo is keyed by address; docs/instructions.md),
-so counts are compared within 1 % (``serbench.metrics``).
+why reading a dump between two windows reads the same few bytes every time.
+What still moves a count from one process to another is where pymalloc's
+arenas land: freeing a block costs a few instructions more or fewer by its
+place in its arena's 1 MiB-aligned span (1.5 % of a text decode), and
+pickle's memo is keyed by address (docs/instructions.md), so counts are
+compared within 1 % (``serbench.metrics``).
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
@@ -52,7 +54,6 @@ evenly into both windows.
 
 from __future__ import annotations
 
-import _thread
 import ctypes
 import gc
 import math
@@ -63,6 +64,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -75,6 +77,7 @@ FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 # No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
 # where everything after it lands, and with it pointer-keyed hash tables (type caches, memos).
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+TAIL_BYTES = 64  # the end of a dump, read for its totals line
 HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas per CPU
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
@@ -201,19 +204,18 @@ def _dumped_instructions() -> int:
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
     latest = max(parts, key=lambda p: int(p.suffix[1:]))
-    # Mapped, not read: a dump is 40-140 kB, a size that varies from run to run, and reading
-    # it would allocate that much from the counting thread's own heap between two windows.
+    # Only its end is read, into a buffer of the same size every time: a dump is 40-140 kB, a
+    # size that varies from run to run, and reading it whole (or mapping it) would allocate that
+    # much, or move where later mappings land, between two windows.
     fd = os.open(latest, os.O_RDONLY)
     try:
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as text:
-            at = text.rfind(b"\ntotals:")
-            if at < 0:
-                raise RuntimeError(f"{latest} has no totals line")
-            start = at + len(b"\ntotals:")
-            end = text.find(b"\n", start)
-            total = int(text[start : end if end >= 0 else len(text)])
+        tail = os.pread(fd, TAIL_BYTES, max(0, os.fstat(fd).st_size - TAIL_BYTES))
     finally:
         os.close(fd)
+    at = tail.rfind(b"\ntotals:")
+    if at < 0:
+        raise RuntimeError(f"{latest} does not end with a totals line")
+    total = int(tail[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
     latest.unlink()
     return total
 
@@ -280,42 +282,35 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     glibc gives a new thread an arena left by a thread that ended (after a fork: every
     thread of the parent but the one that forked, torch's among them) before it makes a
     new one, so placeholder threads take those first and wait until ``fn`` is done.
-    The threads are started one at a time and signal through locks made beforehand:
-    ``threading``'s Event and Barrier allocate a lock for every wait that blocks, which
-    the threads' timing decides, and those objects moved the counts by up to 0.3 %.
     """
     # As many placeholders every time (the objects they allocate are the same), enough for the
     # arenas left: how many the parent's threads made depends on timing.
     spare = max(HOLDERS, _glibc_arenas() - 1)
-    signals = [_thread.allocate_lock() for _ in range(spare + 1)]
-    release = _thread.allocate_lock()
-    for lock in (*signals, release):
-        lock.acquire()
+    taken, release = threading.Barrier(spare + 1), threading.Event()
+
+    def hold() -> None:
+        bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
+        taken.wait()
+        release.wait()
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(spare)]
+    for holder in holders:
+        holder.start()
+    taken.wait()  # every holder has its arena before the counting thread asks for one
     outcome: dict[str, tuple | BaseException] = {}
 
-    def hold(lock: _thread.LockType) -> None:
-        bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
-        lock.release()  # holding its arena
-        release.acquire()
-        release.release()  # for the next placeholder
-        lock.release()  # done
-
-    def measure(lock: _thread.LockType) -> None:
+    def measure() -> None:
         try:
             outcome["value"] = fn()
         except BaseException as exc:  # re-raised in the calling thread
             outcome["error"] = exc
-        finally:
-            lock.release()
 
-    for lock in signals[:-1]:
-        _thread.start_new_thread(hold, (lock,))
-        lock.acquire()
-    _thread.start_new_thread(measure, (signals[-1],))
-    signals[-1].acquire()
-    release.release()
-    for lock in signals[:-1]:
-        lock.acquire()
+    thread = threading.Thread(target=measure, name="serbench-count")
+    thread.start()
+    thread.join()
+    release.set()
+    for holder in holders:
+        holder.join()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
