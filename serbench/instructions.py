@@ -34,13 +34,12 @@ process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
 It also runs without math-library thread pools (``SINGLE_THREADED``), whose
 threads map memory at times of their own. pymalloc's pools stay shared with
 the rest of the process, which is why the runner forks every case from a
-zygote taken before anything of the run varies (``isolation.Zygote``), and
-why reading a dump between two windows reads the same few bytes every time.
-What still moves a count from one process to another is where pymalloc's
-arenas land: freeing a block costs a few instructions more or fewer by its
-place in its arena's 1 MiB-aligned span (1.5 % of a text decode), and
-pickle's memo is keyed by address (docs/instructions.md), so counts are
-compared within 1 % (``serbench.metrics``).
+zygote taken before anything of the run varies (``isolation.Zygote``); and
+a dump is mapped, not read, between two windows. What still moves a count
+from one process to another is where pymalloc's arenas land: freeing a
+block costs a few instructions more or fewer by its place in its arena's
+1 MiB-aligned span (1.5 % of a text decode), and pickle's memo is keyed by
+address (docs/instructions.md), so counts are compared within 1 % (``serbench.metrics``).
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
@@ -77,7 +76,6 @@ FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 # No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
 # where everything after it lands, and with it pointer-keyed hash tables (type caches, memos).
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-TAIL_BYTES = 64  # the end of a dump, read for its totals line
 HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas per CPU
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
@@ -204,18 +202,19 @@ def _dumped_instructions() -> int:
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
     latest = max(parts, key=lambda p: int(p.suffix[1:]))
-    # Only its end is read, into a buffer of the same size every time: a dump is 40-140 kB, a
-    # size that varies from run to run, and reading it whole (or mapping it) would allocate that
-    # much, or move where later mappings land, between two windows.
+    # Mapped, not read: a dump is 40-140 kB, a size that varies from run to run, and reading it
+    # would allocate that much from the counting thread's own heap between two windows.
     fd = os.open(latest, os.O_RDONLY)
     try:
-        tail = os.pread(fd, TAIL_BYTES, max(0, os.fstat(fd).st_size - TAIL_BYTES))
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as text:
+            at = text.rfind(b"\ntotals:")
+            if at < 0:
+                raise RuntimeError(f"{latest} has no totals line")
+            start = at + len(b"\ntotals:")
+            end = text.find(b"\n", start)
+            total = int(text[start : end if end >= 0 else len(text)])
     finally:
         os.close(fd)
-    at = tail.rfind(b"\ntotals:")
-    if at < 0:
-        raise RuntimeError(f"{latest} does not end with a totals line")
-    total = int(tail[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
     latest.unlink()
     return total
 
