@@ -34,12 +34,9 @@ process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
 It also runs without math-library thread pools (``SINGLE_THREADED``), whose
 threads map memory at times of their own. pymalloc's pools stay shared with
 the rest of the process, which is why the runner forks every case from a
-zygote taken before anything of the run varies (``isolation.Zygote``); and
-a dump is mapped, not read, between two windows. What still moves a count
-from one process to another is where pymalloc's arenas land: freeing a
-block costs a few instructions more or fewer by its place in its arena's
-1 MiB-aligned span (1.5 % of a text decode), and pickle's memo is keyed by
-address (docs/instructions.md), so counts are compared within 1 % (``serbench.metrics``).
+zygote taken before anything of the run varies (``isolation.Zygote``). One
+case of 18 still reads one of two values 0.4 % apart from run to run
+(docs/instructions.md), so counts are compared within 1 % (``serbench.metrics``).
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
@@ -202,21 +199,12 @@ def _dumped_instructions() -> int:
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
     latest = max(parts, key=lambda p: int(p.suffix[1:]))
-    # Mapped, not read: a dump is 40-140 kB, a size that varies from run to run, and reading it
-    # would allocate that much from the counting thread's own heap between two windows.
-    fd = os.open(latest, os.O_RDONLY)
-    try:
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as text:
-            at = text.rfind(b"\ntotals:")
-            if at < 0:
-                raise RuntimeError(f"{latest} has no totals line")
-            start = at + len(b"\ntotals:")
-            end = text.find(b"\n", start)
-            total = int(text[start : end if end >= 0 else len(text)])
-    finally:
-        os.close(fd)
+    text = latest.read_bytes()  # read at instrumented speed: searched, not split into lines
     latest.unlink()
-    return total
+    at = text.rfind(b"\ntotals:")
+    if at < 0:
+        raise RuntimeError(f"{latest} has no totals line")
+    return int(text[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
 
 
 def count(fn: Callable[[], object], calls: int) -> int:
