@@ -93,6 +93,62 @@ _STUB = bytes.fromhex(
     "4889d0"  # mov rax, rdx
     "c3"  # ret
 )
+# pymalloc's arena allocator, for x86-64 Linux: ``alloc(ctx, size)`` maps 2 * size bytes and
+# unmaps all but the size-aligned ``size`` inside them; ``free(ctx, address, size)`` unmaps.
+# Raw system calls (mmap 9, munmap 11), no stack frame of Python's: pymalloc calls it while
+# it allocates, so it must not allocate. See ``align_arenas``.
+_ARENA_CODE = bytes.fromhex(
+    "53"  # alloc: push rbx
+    "4889f3"  # mov rbx, rsi                       ; size
+    "31ff"  # xor edi, edi                        ; mmap(NULL,
+    "488d341b"  # lea rsi, [rbx + rbx]              ;      2 * size,
+    "ba03000000"  # mov edx, 3                          ;      PROT_READ | PROT_WRITE,
+    "41ba22000000"  # mov r10d, 0x22                   ;      MAP_PRIVATE | MAP_ANONYMOUS,
+    "49c7c0ffffffff"  # mov r8, -1                     ;      -1,
+    "4531c9"  # xor r9d, r9d                      ;      0)
+    "b809000000"  # mov eax, 9
+    "0f05"  # syscall
+    "483d01f0ffff"  # cmp rax, -4095                   ; an error number?
+    "7338"  # jae fail
+    "488d7c18ff"  # lea rdi, [rax + rbx - 1]
+    "4889d9"  # mov rcx, rbx
+    "48f7d9"  # neg rcx
+    "4821cf"  # and rdi, rcx                      ; aligned = round up to size
+    "4889fe"  # mov rsi, rdi
+    "4829c6"  # sub rsi, rax                      ; head = aligned - start
+    "57"  # push rdi
+    "56"  # push rsi
+    "4889c7"  # mov rdi, rax
+    "b80b000000"  # mov eax, 11
+    "0f05"  # syscall                           ; munmap(start, head): EINVAL when 0
+    "5e"  # pop rsi
+    "488b3c24"  # mov rdi, [rsp]
+    "4801df"  # add rdi, rbx
+    "48f7de"  # neg rsi
+    "4801de"  # add rsi, rbx
+    "b80b000000"  # mov eax, 11
+    "0f05"  # syscall                           ; munmap(aligned + size, size - head)
+    "58"  # pop rax                           ; aligned
+    "5b"  # pop rbx
+    "c3"  # ret
+    "31c0"  # fail: xor eax, eax                  ; NULL
+    "5b"  # pop rbx
+    "c3"  # ret
+    "4889f7"  # free: mov rdi, rsi
+    "4889d6"  # mov rsi, rdx
+    "b80b000000"  # mov eax, 11
+    "0f05"  # syscall                           ; munmap(address, size)
+    "c3"  # ret
+)
+_ARENA_FREE_AT = 0x6A
+
+
+class _ArenaAllocator(ctypes.Structure):
+    """CPython's ``PyObjectArenaAllocator``."""
+
+    _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
+
+
 _RUNNING_ON_VALGRIND = 0x1001
 _CALLGRIND = (ord("C") << 24) | (ord("T") << 16)  # VG_USERREQ_TOOL_BASE('C', 'T')
 _DUMP_STATS = _CALLGRIND + 0
@@ -123,6 +179,43 @@ def unavailable() -> str | None:
     if not os.environ.get(OUT_ENV) or not _client_request()(_RUNNING_ON_VALGRIND):
         return "not running under callgrind (`serbench run --measure instructions` starts it)"
     return None
+
+
+def align_arenas() -> None:
+    """Make every pymalloc arena allocated from now on start at a multiple of its size.
+
+    Freeing a block costs a few instructions more or fewer according to where its
+    arena starts inside its size-aligned span (``arena_map_is_used`` in obmalloc.c
+    compares the block's offset there with the arena's), and ``mmap`` puts an arena
+    wherever the process's earlier mappings leave room: a text decode read 1.46 %
+    apart in two processes by that alone. An aligned arena takes the same path for
+    every block. The code lives in a page that is never unmapped, since arenas are
+    freed until the interpreter's last moment; ``free`` is ``munmap``, as CPython's
+    own, so arenas allocated before the switch are freed correctly too.
+    """
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    page = libc.mmap(
+        None,
+        mmap.PAGESIZE,
+        mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC,
+        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        -1,
+        0,
+    )
+    if page in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "could not map a page for the arena allocator")
+    ctypes.memmove(page, _ARENA_CODE, len(_ARENA_CODE))
+    allocator = _ArenaAllocator(None, page, page + _ARENA_FREE_AT)
+    ctypes.pythonapi.PyObject_SetArenaAllocator(ctypes.byref(allocator))
 
 
 def launched() -> bool:
