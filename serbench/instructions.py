@@ -34,9 +34,15 @@ process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
 It also runs without math-library thread pools (``SINGLE_THREADED``), whose
 threads map memory at times of their own. pymalloc's pools stay shared with
 the rest of the process, which is why the runner forks every case from a
-zygote taken before anything of the run varies (``isolation.Zygote``). One
-case of 18 still reads one of two values 0.4 % apart from run to run
-(docs/instructions.md), so counts are compared within 1 % (``serbench.metrics``).
+zygote taken before anything of the run varies (``isolation.Zygote``), why
+the counting thread reads only the last bytes of each dump between two
+windows, and why its helper threads signal through locks made beforehand.
+And pymalloc's arenas start at multiples of their size (``align_arenas``):
+freeing a block otherwise costs more or less by where ``mmap`` put its
+arena, up to 1.5 % of a text decode. Two runs of the same commit then agree
+within 0.1 % on every default case. Counts are compared within 1 %
+(``serbench.metrics``): a change moves where the objects after it land, and
+pointer-keyed tables (pickle's memo) see that.
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
@@ -50,6 +56,7 @@ evenly into both windows.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import gc
 import math
@@ -60,7 +67,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -73,6 +79,7 @@ FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 # No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
 # where everything after it lands, and with it pointer-keyed hash tables (type caches, memos).
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+TAIL_BYTES = 64  # the end of a dump, read for its totals line
 HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas per CPU
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
@@ -292,12 +299,19 @@ def _dumped_instructions() -> int:
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
     latest = max(parts, key=lambda p: int(p.suffix[1:]))
-    text = latest.read_bytes()  # read at instrumented speed: searched, not split into lines
+    # Only its end is read, into a buffer of the same size every time: a dump is 40-140 kB, a
+    # size that varies from run to run, and reading it whole would allocate that much from the
+    # counting thread's heap between two windows (where glibc's realloc then finds room or not).
+    fd = os.open(latest, os.O_RDONLY)
+    try:
+        tail = os.pread(fd, TAIL_BYTES, max(0, os.fstat(fd).st_size - TAIL_BYTES))
+    finally:
+        os.close(fd)
     latest.unlink()
-    at = text.rfind(b"\ntotals:")
+    at = tail.rfind(b"\ntotals:")
     if at < 0:
-        raise RuntimeError(f"{latest} has no totals line")
-    return int(text[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
+        raise RuntimeError(f"{latest} does not end with a totals line")
+    return int(tail[at + len(b"\ntotals:") :].split(maxsplit=1)[0])
 
 
 def count(fn: Callable[[], object], calls: int) -> int:
@@ -362,35 +376,42 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     glibc gives a new thread an arena left by a thread that ended (after a fork: every
     thread of the parent but the one that forked, torch's among them) before it makes a
     new one, so placeholder threads take those first and wait until ``fn`` is done.
+    The threads are started one at a time and signal through locks made beforehand:
+    ``threading``'s Event and Barrier allocate a lock for every wait that blocks, which
+    the threads' timing decides, and those objects moved the counts by up to 0.3 %.
     """
     # As many placeholders every time (the objects they allocate are the same), enough for the
     # arenas left: how many the parent's threads made depends on timing.
     spare = max(HOLDERS, _glibc_arenas() - 1)
-    taken, release = threading.Barrier(spare + 1), threading.Event()
-
-    def hold() -> None:
-        bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
-        taken.wait()
-        release.wait()
-
-    holders = [threading.Thread(target=hold, daemon=True) for _ in range(spare)]
-    for holder in holders:
-        holder.start()
-    taken.wait()  # every holder has its arena before the counting thread asks for one
+    signals = [_thread.allocate_lock() for _ in range(spare + 1)]
+    release = _thread.allocate_lock()
+    for lock in (*signals, release):
+        lock.acquire()
     outcome: dict[str, tuple | BaseException] = {}
 
-    def measure() -> None:
+    def hold(lock: _thread.LockType) -> None:
+        bytearray(4096)  # beyond pymalloc: this thread's first malloc takes a free arena
+        lock.release()  # holding its arena
+        release.acquire()
+        release.release()  # for the next placeholder
+        lock.release()  # done
+
+    def measure(lock: _thread.LockType) -> None:
         try:
             outcome["value"] = fn()
         except BaseException as exc:  # re-raised in the calling thread
             outcome["error"] = exc
+        finally:
+            lock.release()
 
-    thread = threading.Thread(target=measure, name="serbench-count")
-    thread.start()
-    thread.join()
-    release.set()
-    for holder in holders:
-        holder.join()
+    for lock in signals[:-1]:
+        _thread.start_new_thread(hold, (lock,))
+        lock.acquire()
+    _thread.start_new_thread(measure, (signals[-1],))
+    signals[-1].acquire()
+    release.release()
+    for lock in signals[:-1]:
+        lock.acquire()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
