@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,44 @@ def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() 
     assert inside == max(before, 1 + instructions.HOLDERS) + 1
     with pytest.raises(ZeroDivisionError):
         instructions._in_new_thread(lambda: (1 / 0,))
+
+
+ARENA_PROBE = """
+import sys
+from serbench import instructions
+if sys.argv[1] == "aligned":
+    instructions.align_arenas()
+def stats():
+    sys.stderr.flush()
+    sys._debugmallocstats()
+kept = [object() for _ in range(10_000)]
+stats()
+kept += [object() for _ in range(1_000_000)]  # tens of new arenas
+del kept[::2]  # and some emptied, so freed at exit through the allocator in place
+stats()
+"""
+
+
+def _arena_alignment_losses(mode: str) -> list[int]:
+    """The bytes pymalloc lost to aligning its pools in its arenas, before and after new arenas."""
+    run = subprocess.run(
+        [sys.executable, "-c", ARENA_PROBE, mode], capture_output=True, text=True, check=True
+    )
+    return [
+        int(line.split("=")[1].replace(",", ""))
+        for line in run.stderr.splitlines()
+        if "arena alignment" in line
+    ]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the arena allocator is x86-64 code")
+def test_aligned_arenas_start_at_a_multiple_of_their_size() -> None:
+    # An arena that starts off a pool boundary loses part of a pool; mmap places arenas on
+    # pages, so among tens of new ones some do, unless they are aligned to their own size.
+    before, after = _arena_alignment_losses("default")
+    assert after > before
+    before, after = _arena_alignment_losses("aligned")
+    assert after == before
 
 
 def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_set(
