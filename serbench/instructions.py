@@ -163,19 +163,30 @@ _ZERO_STATS = _CALLGRIND + 1
 _START_INSTRUMENTATION = _CALLGRIND + 4
 
 
+def _executable(code: bytes) -> int:
+    """The address of ``code`` copied into an executable page of its own, mapped for the rest
+    of the process: pymalloc calls the arena allocator until the interpreter's last moment,
+    after Python's own objects (an ``mmap.mmap`` among them) are gone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
+    rwx = mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+    page = libc.mmap(None, mmap.PAGESIZE, rwx, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if page in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "could not map an executable page")
+    ctypes.memmove(page, code, len(code))
+    return page
+
+
 @cache
 def _client_request() -> Callable[[int], int]:
     """The stub as a callable ``request(code) -> answer`` (0 when not under valgrind)."""
-    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    page.write(_STUB)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
-    function = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t)(address)
+    stub = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t)(_executable(_STUB))
 
     def request(code: int) -> int:
         args = (ctypes.c_size_t * 6)(code, 0, 0, 0, 0, 0)
-        return function(ctypes.addressof(args), 0)
+        return stub(ctypes.addressof(args), 0)
 
-    request.page = page  # the page lives as long as the function that runs from it
     return request
 
 
@@ -196,32 +207,11 @@ def align_arenas() -> None:
     compares the block's offset there with the arena's), and ``mmap`` puts an arena
     wherever the process's earlier mappings leave room: a text decode read 1.46 %
     apart in two processes by that alone. An aligned arena takes the same path for
-    every block. The code lives in a page that is never unmapped, since arenas are
-    freed until the interpreter's last moment; ``free`` is ``munmap``, as CPython's
-    own, so arenas allocated before the switch are freed correctly too.
+    every block. ``free`` is ``munmap``, as CPython's own, so arenas allocated before
+    the switch are freed correctly too.
     """
-    libc = ctypes.CDLL(None)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    page = libc.mmap(
-        None,
-        mmap.PAGESIZE,
-        mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC,
-        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-        -1,
-        0,
-    )
-    if page in (None, ctypes.c_void_p(-1).value):
-        raise OSError(ctypes.get_errno(), "could not map a page for the arena allocator")
-    ctypes.memmove(page, _ARENA_CODE, len(_ARENA_CODE))
-    allocator = _ArenaAllocator(None, page, page + _ARENA_FREE_AT)
+    code = _executable(_ARENA_CODE)
+    allocator = _ArenaAllocator(None, code, code + _ARENA_FREE_AT)
     ctypes.pythonapi.PyObject_SetArenaAllocator(ctypes.byref(allocator))
 
 
