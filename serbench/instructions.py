@@ -41,8 +41,8 @@ And pymalloc's arenas start at multiples of their size (``align_arenas``):
 freeing a block otherwise costs more or less by where ``mmap`` put its
 arena, up to 1.5 % of a text decode. Two runs of the same commit then agree
 within 0.1 % on nearly every default case (0.102 % the worst seen). Counts
-are compared within 1 % (``serbench.metrics``): a change moves where the objects after it land, and
-pointer-keyed tables (pickle's memo) see that.
+are compared within 1 % (``serbench.metrics``): a change moves where the
+objects after it land, and pointer-keyed tables (pickle's memo) see that.
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
