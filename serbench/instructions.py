@@ -102,8 +102,8 @@ _STUB = bytes.fromhex(
 )
 # pymalloc's arena allocator, for x86-64 Linux: ``alloc(ctx, size)`` maps 2 * size bytes and
 # unmaps all but the size-aligned ``size`` inside them; ``free(ctx, address, size)`` unmaps.
-# Raw system calls (mmap 9, munmap 11), no stack frame of Python's: pymalloc calls it while
-# it allocates, so it must not allocate. See ``align_arenas``.
+# Raw system calls (mmap 9, munmap 11), no Python: pymalloc calls it in the middle of an
+# allocation, so it must not allocate. See ``align_arenas``.
 _ARENA_CODE = bytes.fromhex(
     "53"  # alloc: push rbx
     "4889f3"  # mov rbx, rsi                       ; size

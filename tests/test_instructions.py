@@ -58,14 +58,10 @@ import sys
 from serbench import instructions
 if sys.argv[1] == "aligned":
     instructions.align_arenas()
-def stats():
-    sys.stderr.flush()
-    sys._debugmallocstats()
 kept = [object() for _ in range(10_000)]
-stats()
-kept += [object() for _ in range(1_000_000)]  # tens of new arenas
-del kept[::2]  # and some emptied, so freed at exit through the allocator in place
-stats()
+sys._debugmallocstats()
+kept += [object() for _ in range(1_000_000)]  # tens of new arenas, freed at exit through the allocator
+sys._debugmallocstats()
 """
 
 
