@@ -10,6 +10,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import psutil
@@ -51,6 +52,28 @@ def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() 
     assert inside == max(before, 1 + instructions.HOLDERS) + 1
     with pytest.raises(ZeroDivisionError):
         instructions._in_new_thread(lambda: (1 / 0,))
+
+
+def test_reading_a_dump_takes_its_total_and_allocates_nothing_its_size(monkeypatch, tmp_path: Path) -> None:
+    # Dumps are read between two windows in the counting thread: a buffer the size of the dump
+    # (which varies from run to run) would move where the next window's objects land.
+    monkeypatch.setenv(instructions.OUT_ENV, str(tmp_path))
+    body = b"fn=(1) filler\n" * 20_000  # 280 kB, as large as real dumps get and more
+    for n, total in ((2, 111), (10, 123_456_789)):  # the latest dump is the highest number, not the last name
+        (tmp_path / f"callgrind.{os.getpid()}.{n}").write_bytes(body + f"\ntotals: {total}\n".encode())
+    tracemalloc.start()
+    try:
+        total = instructions._dumped_instructions()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == 123_456_789
+    assert peak < len(body) // 10
+    assert not (tmp_path / f"callgrind.{os.getpid()}.10").exists()
+    assert instructions._dumped_instructions() == 111
+    (tmp_path / f"callgrind.{os.getpid()}.11").write_bytes(body)
+    with pytest.raises(RuntimeError, match="totals line"):
+        instructions._dumped_instructions()
 
 
 ARENA_PROBE = """
