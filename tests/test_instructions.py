@@ -110,12 +110,50 @@ def test_aligned_arenas_start_at_a_multiple_of_their_size() -> None:
     assert after == before
 
 
+POOL_PROBE = """
+import sys
+from serbench import instructions
+
+def main(history, fill):
+    kept = [bytes(n % 470 + 1) for n in range(history)] + [object() for _ in range(history)]
+    fillers = instructions._fill_pools() if fill else None
+    sys._debugmallocstats()
+
+main(int(sys.argv[1]), sys.argv[2] == "fill")
+"""
+
+
+def _free_blocks_by_size_class(history: int, fill: str) -> list[int]:
+    """Free blocks in pymalloc's partly used pools, by size class, after ``history`` blocks kept."""
+    run = subprocess.run(
+        [sys.executable, "-c", POOL_PROBE, str(history), fill], capture_output=True, text=True, check=True
+    )
+    rows = [line.split() for line in run.stderr.splitlines()]
+    table = [row for row in rows if len(row) == 5 and all(field.isdigit() for field in row)]
+    assert [int(row[0]) for row in table] == list(range(instructions.SIZE_CLASSES))
+    return [int(row[4]) for row in table]
+
+
+def test_filled_pools_leave_every_size_class_as_free_whatever_came_before() -> None:
+    # Without filling, how many free blocks each class's partly used pools hold follows what the
+    # process did before: the control, showing the probe sees the difference.
+    assert _free_blocks_by_size_class(1_000, "no") != _free_blocks_by_size_class(1_337, "no")
+    filled = _free_blocks_by_size_class(1_000, "fill")
+    assert filled == _free_blocks_by_size_class(1_337, "fill")
+    # Each class's free blocks are those of one fresh pool with one block taken, and the two
+    # or fewer that the filling's own iterators gave back.
+    usable = instructions.POOL_SIZE - 48  # less the pool's header
+    for size_class, free in enumerate(filled):
+        assert 0 <= free - (usable // (16 * (size_class + 1)) - 1) <= 2
+
+
 def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_set(
     monkeypatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     env = instructions.counting_environment(tmp_path)
     assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
+    assert env["PYTHONMALLOC"] == "pymalloc"  # whose pools _fill_pools reads
     assert env["OMP_NUM_THREADS"] == "1"  # no pool thread mapping memory at times of its own
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
     env = instructions.counting_environment(tmp_path)
