@@ -39,10 +39,11 @@ the counting thread reads only the last bytes of each dump between two
 windows, and why its helper threads signal through locks made beforehand.
 And pymalloc's arenas start at multiples of their size (``align_arenas``):
 freeing a block otherwise costs more or less by where ``mmap`` put its
-arena, up to 1.5 % of a text decode. Two runs of the same commit then agree
-within 0.1 % on nearly every default case (0.102 % the worst seen). Counts
-are compared within 1 % (``serbench.metrics``): a change moves where the
-objects after it land, and pointer-keyed tables (pickle's memo) see that.
+arena, up to 1.5 % of a text decode. Every window starts with pymalloc's
+partly used pools filled (``_fill_pools``), and the current folder, whose
+listing every import reads, is off ``sys.path`` (``counting_environment``).
+Counts are compared within 1 % (``serbench.metrics``): a change moves where
+the objects after it land, and pointer-keyed tables (pickle's memo) see that.
 
 An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
 less the same difference for a call that does nothing: whatever the counting
@@ -253,14 +254,21 @@ def valgrind_command(out: Path) -> list[str]:
 
 def counting_environment(out: Path) -> dict[str, str]:
     """This process's environment plus what a counting process needs: where its dumps go, the
-    hash seed fixed, pymalloc (``_fill_pools`` reads its pools), and glibc's mmap threshold
-    fixed (added to any tunables already set)."""
+    hash seed fixed, pymalloc (``_fill_pools`` reads its pools), glibc's mmap threshold
+    fixed (added to any tunables already set), and the current folder off ``sys.path``.
+
+    ``python -m`` puts the current folder first on ``sys.path``, and every import
+    then reads its listing: a folder whose entries other programs add and remove
+    (``/tmp``) moved counts of the same commit by up to 0.86 % (docs/instructions.md).
+    ``PYTHONSAFEPATH`` (Python 3.11+) leaves it off; a spec that names a module in
+    it still finds it (``serializers._import``)."""
     tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
     return {
         **os.environ,
         OUT_ENV: str(out),
         "PYTHONHASHSEED": HASH_SEED,
         "PYTHONMALLOC": "pymalloc",
+        "PYTHONSAFEPATH": "1",
         "GLIBC_TUNABLES": tunables,
         **SINGLE_THREADED,
     }

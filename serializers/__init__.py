@@ -3,13 +3,15 @@
 ``get_serializer("msgspec-frombuffer:threshold=inf")`` builds a backend from
 a spec (docs/architecture.md, "Interfaces"). Besides the built-ins, a spec may name a backend
 registered under the entry-point group ``serbench.serializers`` or a factory
-by dotted path, ``package.module:factory``; options after the name become
-keyword arguments of the factory.
+by dotted path, ``package.module:factory`` (installed, or in the current
+folder); options after the name become keyword arguments of the factory.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -77,13 +79,29 @@ def _factory(spec: Spec) -> Callable[..., Serializer]:
     if spec.is_dotted_path:
         module_name, _, attr = spec.name.partition(":")
         try:
-            return getattr(importlib.import_module(module_name), attr)
+            return getattr(_import(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise SpecError(f"cannot load backend {spec.name!r}: {exc}") from exc
     raise SpecError(
         f"unknown backend {spec.name!r}; backends: {', '.join(available_serializers())}"
         " (or package.module:factory)"
     )
+
+
+def _import(module_name: str) -> Any:
+    """The module a dotted spec names: an installed one, else one in the current folder, as
+    ``python -m`` would find it but after the installed packages (a local folder named like
+    one of them does not shadow it). The folder joins ``sys.path`` only then: every import
+    that misses reads the listing of each folder there, and a listing that other programs
+    change moves where the objects of a counting process land (docs/instructions.md)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        here = os.getcwd()
+        if here in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module_name)
 
 
 def get_serializer(spec: str | Spec) -> Serializer:

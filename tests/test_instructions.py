@@ -154,6 +154,7 @@ def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_
     env = instructions.counting_environment(tmp_path)
     assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
     assert env["PYTHONMALLOC"] == "pymalloc"  # whose pools _fill_pools reads
+    assert env["PYTHONSAFEPATH"] == "1"  # the current folder's listing off the path
     assert env["OMP_NUM_THREADS"] == "1"  # no pool thread mapping memory at times of its own
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
     env = instructions.counting_environment(tmp_path)

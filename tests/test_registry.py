@@ -88,3 +88,20 @@ def test_entry_point_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     backend = get_serializer("myplug:threshold=inf")
     assert backend.name == "myplug" and math.isinf(backend.threshold)
     sys.modules.pop("myplug", None)
+
+
+def test_a_dotted_spec_finds_a_module_in_the_current_folder_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``python -m`` would, but the folder joins ``sys.path`` only for a module nothing else
+    has: an import that misses reads the listing of every folder there (docs/instructions.md)."""
+    (tmp_path / "localplug.py").write_text(
+        "from serializers.pickle_backend import PickleSerializer as factory\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    get_serializer("pickle")
+    assert str(tmp_path) not in sys.path
+    assert get_serializer("localplug:factory").name == "pickle"
+    assert sys.path[-1] == str(tmp_path)  # after the installed packages: it shadows none
+    sys.modules.pop("localplug", None)

@@ -8,7 +8,6 @@ reported here as one line on stderr with its exit code.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from serbench import __version__
@@ -33,19 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _current_folder_importable() -> None:
-    """Let ``package.module:factory`` specs name a package in the current folder, as
-    ``python -m`` would, but after the installed packages (a local folder named like one
-    of them does not shadow it). The ``serbench`` script alone would not look there."""
-    here = os.getcwd()
-    if "" not in sys.path and here not in sys.path:
-        sys.path.append(here)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    _current_folder_importable()
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
