@@ -71,6 +71,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from functools import cache
+from itertools import islice
 from pathlib import Path
 
 # Where the callgrind process writes its dumps; set by ``run_under_callgrind`` for the process it starts.
@@ -87,9 +88,13 @@ WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
 PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
 MISSING = "valgrind not found on PATH (Debian: apt-get install valgrind)"
-# pymalloc on 64-bit CPython 3.10+: 16 KiB pools, blocks in 32 size classes of 16 bytes up to 512.
+# pymalloc on 64-bit CPython 3.10+: 16 KiB pools with a 48-byte header, blocks in 32 size
+# classes of 16 bytes up to 512.
 POOL_SIZE = 16 * 1024
+POOL_HEADER = 48
 SIZE_CLASSES = 32
+_POOL_MASK = ~(POOL_SIZE - 1)  # made once: an int made while reading a pool would land in one
+SPARE = 2  # blocks of a pool left to checked steps: room for objects of the filling's own
 FILLERS = 1 << 16  # slots for the blocks ``_fill_pools`` takes; its list is 512 KiB, mapped apart
 _ONE_DIGIT = 1 << 20  # above the small ints CPython caches, so ``+ 0`` makes a new one
 
@@ -350,8 +355,10 @@ def _block_makers() -> tuple[Callable[[], object], ...]:
 
 
 def _blocks_in_use(obj: object) -> int:
-    """How many blocks of the pymalloc pool that holds ``obj`` are in use (the pool header's count)."""
-    return ctypes.c_uint.from_address(id(obj) & ~(POOL_SIZE - 1)).value
+    """How many blocks of the pymalloc pool that holds ``obj`` are in use (the pool header's
+    count), not counting the ctypes object that reads it, which may land there too."""
+    reader = ctypes.c_uint.from_address(id(obj) & _POOL_MASK)  # no int of ours alive as it reads
+    return reader.value - (id(reader) & _POOL_MASK == id(obj) & _POOL_MASK)
 
 
 @cache
@@ -376,20 +383,27 @@ def _fill_pools() -> list:
     (that is how the filling knows it has reached one: its pool holds one block),
     which also keeps the pool from being given back between calls.
 
-    The list of blocks is allocated at full size first: a list that grew would
-    free small blocks of classes already filled, and move glibc's heap by
-    an amount the history decides.
+    pymalloc takes blocks from one pool until it is full, so after reading how
+    many blocks a pool holds the filling takes the rest of it unread, all but
+    ``SPARE``: reading costs thousands of instructions, and a window's pools
+    have thousands of free blocks. The list of blocks is allocated at full size
+    first: a list that grew would free small blocks of classes already filled,
+    and move glibc's heap by an amount the history decides.
     """
     fillers: list = [None] * FILLERS
     slots = iter(_filler_slots())
-    # ``_blocks_in_use`` makes a ctypes object while it reads: in its own size class, in the fresh pool too.
-    reader = (sys.getsizeof(ctypes.c_uint()) - 1) >> 4
     for size_class, make in enumerate(_block_makers()):
-        fresh = 2 if size_class == reader else 1
+        per_pool = (POOL_SIZE - POOL_HEADER) // (16 * (size_class + 1))
         for slot in slots:
             fillers[slot] = block = make()
-            if _blocks_in_use(block) == fresh:
+            in_use = _blocks_in_use(block)
+            if in_use == 1:
                 break
+            rest = islice(slots, max(per_pool - in_use - SPARE, 0))
+            del in_use  # an int of 257 or more takes a block too, as would one kept to the end
+            for slot in rest:
+                fillers[slot] = make()
+            del rest
         else:
             raise RuntimeError(f"pymalloc's pools did not fill within {FILLERS} blocks")
     return fillers
