@@ -40,7 +40,7 @@ windows, and why its helper threads signal through locks made beforehand.
 And pymalloc's arenas start at multiples of their size (``align_arenas``):
 freeing a block otherwise costs more or less by where ``mmap`` put its
 arena, up to 1.5 % of a text decode. Every window starts with pymalloc's
-partly used pools filled (``_fill_pools``), and the current folder, whose
+partly used pools filled (``_Pools``), and the current folder, whose
 listing every import reads, is off ``sys.path`` (``counting_environment``).
 Counts are compared within 1 % (``serbench.metrics``): a change moves where
 the objects after it land, and pointer-keyed tables (pickle's memo) see that.
@@ -95,7 +95,7 @@ POOL_HEADER = 48
 SIZE_CLASSES = 32
 _POOL_MASK = ~(POOL_SIZE - 1)  # made once: an int made while reading a pool would land in one
 SPARE = 2  # blocks of a pool left to checked steps: room for objects of the filling's own
-FILLERS = 1 << 16  # slots for the blocks ``_fill_pools`` takes; its list is 512 KiB, mapped apart
+FILLERS = 1 << 16  # blocks ``_Pools`` can keep in a process
 _ONE_DIGIT = 1 << 20  # above the small ints CPython caches, so ``+ 0`` makes a new one
 
 # valgrind.h's client request for x86-64, as a function ``request(args, default)``:
@@ -259,7 +259,7 @@ def valgrind_command(out: Path) -> list[str]:
 
 def counting_environment(out: Path) -> dict[str, str]:
     """This process's environment plus what a counting process needs: where its dumps go, the
-    hash seed fixed, pymalloc (``_fill_pools`` reads its pools), glibc's mmap threshold
+    hash seed fixed, pymalloc (``_Pools`` reads its pools), glibc's mmap threshold
     fixed (added to any tunables already set), and the current folder off ``sys.path``.
 
     ``python -m`` puts the current folder first on ``sys.path``, and every import
@@ -329,18 +329,19 @@ def count(fn: Callable[[], object], calls: int) -> int:
     """Instructions executed by ``calls`` calls of ``fn`` in a loop, counting included.
 
     Instrumentation must be on (``per_call`` switches it on). The collector
-    runs first and pymalloc's pools are filled (``_fill_pools``), so every
+    runs first and pymalloc's pools are filled (``_Pools``), so every
     window starts from the same heap state (``per_call`` freezes what was
     there before, which would take seconds to traverse).
     """
     request = _client_request()
+    pools = _pools()
     gc.collect()
-    fillers = _fill_pools()
+    pools.fill()
     request(_ZERO_STATS)
     for _ in range(calls):
         fn()
     request(_DUMP_STATS)
-    del fillers
+    pools.free_fresh()
     return _dumped_instructions()
 
 
@@ -361,16 +362,10 @@ def _blocks_in_use(obj: object) -> int:
     return reader.value - (id(reader) & _POOL_MASK == id(obj) & _POOL_MASK)
 
 
-@cache
-def _filler_slots() -> tuple[int, ...]:
-    """Indexes into the fillers' list, made once: an int made while filling could itself take
-    the last free block of the size class being filled."""
-    return tuple(range(FILLERS))
-
-
-def _fill_pools() -> list:
-    """Fill every partly used pymalloc pool and start one fresh pool per size class; the
-    blocks taken are returned, to be kept until the window ends.
+class _Pools:
+    """Fills pymalloc's partly used pools before each window, and keeps the blocks that fill
+    them for the rest of the process: each filling after the first has only the blocks
+    freed since to take.
 
     A call's allocations cost more when they run past the end of a pool: it takes
     a fresh pool and gives it back before the next call, every call. Whether they
@@ -379,34 +374,55 @@ def _fill_pools() -> list:
     by up to 0.17 % on an encode (all of it in ``_PyObject_Malloc`` and
     ``_PyObject_Free``), and so did any change to the code. Once every partly used
     pool is full, each size class's next block comes from a fresh pool, so a window
-    starts the same whatever came before. One block is taken in each fresh pool
-    (that is how the filling knows it has reached one: its pool holds one block),
-    which also keeps the pool from being given back between calls.
+    starts the same whatever came before. One block is taken in a fresh pool of each
+    class (that is how the filling knows it has reached one: its pool holds one
+    block), which keeps the pool from being given back between calls; those are
+    freed after the window, so that the next window starts in fresh pools again.
 
-    pymalloc takes blocks from one pool until it is full, so after reading how
-    many blocks a pool holds the filling takes the rest of it unread, all but
-    ``SPARE``: reading costs thousands of instructions, and a window's pools
-    have thousands of free blocks. The list of blocks is allocated at full size
-    first: a list that grew would free small blocks of classes already filled,
-    and move glibc's heap by an amount the history decides.
+    Everything the filling needs is made once, here: an int or a list made while
+    filling would take blocks of classes already filled, and a list that grew would
+    move glibc's heap by an amount the history decides.
     """
-    fillers: list = [None] * FILLERS
-    slots = iter(_filler_slots())
-    for size_class, make in enumerate(_block_makers()):
-        per_pool = (POOL_SIZE - POOL_HEADER) // (16 * (size_class + 1))
-        for slot in slots:
-            fillers[slot] = block = make()
-            in_use = _blocks_in_use(block)
-            if in_use == 1:
-                break
-            rest = islice(slots, max(per_pool - in_use - SPARE, 0))
-            del in_use  # an int of 257 or more takes a block too, as would one kept to the end
-            for slot in rest:
-                fillers[slot] = make()
-            del rest
-        else:
-            raise RuntimeError(f"pymalloc's pools did not fill within {FILLERS} blocks")
-    return fillers
+
+    def __init__(self) -> None:
+        self._kept: list = [None] * FILLERS  # 512 KiB, mapped on its own
+        self._slots = iter(tuple(range(FILLERS)))
+        self._fresh: list = [None] * SIZE_CLASSES
+
+    def fill(self) -> None:
+        """Fill every partly used pool and take one block in a fresh pool of each size class.
+
+        pymalloc takes blocks from one pool until it is full, so after reading how
+        many blocks a pool holds this takes the rest of it unread, all but ``SPARE``:
+        reading costs thousands of instructions."""
+        kept, slots = self._kept, self._slots
+        for size_class, make in enumerate(_block_makers()):
+            per_pool = (POOL_SIZE - POOL_HEADER) // (16 * (size_class + 1))
+            for slot in slots:
+                block = make()
+                in_use = _blocks_in_use(block)
+                if in_use == 1:
+                    self._fresh[size_class] = block
+                    break
+                kept[slot] = block
+                rest = islice(slots, max(per_pool - in_use - SPARE, 0))
+                del in_use  # an int of 257 or more takes a block too, as would one kept to the end
+                for slot in rest:
+                    kept[slot] = make()
+                del rest
+            else:
+                raise RuntimeError(f"pymalloc's pools took more than {FILLERS} blocks in this process")
+
+    def free_fresh(self) -> None:
+        """Give back the block taken in each fresh pool (after a window)."""
+        for size_class in range(SIZE_CLASSES):
+            self._fresh[size_class] = None
+
+
+@cache
+def _pools() -> _Pools:
+    """This process's ``_Pools``, made before its first window (``per_call``)."""
+    return _Pools()
 
 
 def window(estimate: float) -> int:
@@ -497,7 +513,7 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
 
 
 def _per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], dict]:
-    _filler_slots()  # made before the first window, as every window finds them
+    _pools()  # made before the first window, as every window finds it
     _client_request()(_START_INSTRUMENTATION)
     gc.freeze()
     noop: dict[int, int] = {}

@@ -116,7 +116,9 @@ from serbench import instructions
 
 def main(history, fill):
     kept = [bytes(n % 470 + 1) for n in range(history)] + [object() for _ in range(history)]
-    fillers = instructions._fill_pools() if fill else None
+    pools = instructions._Pools()
+    if fill:
+        pools.fill()
     sys._debugmallocstats()
 
 main(int(sys.argv[1]), sys.argv[2] == "fill")
@@ -153,7 +155,7 @@ def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     env = instructions.counting_environment(tmp_path)
     assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
-    assert env["PYTHONMALLOC"] == "pymalloc"  # whose pools _fill_pools reads
+    assert env["PYTHONMALLOC"] == "pymalloc"  # whose pools _Pools reads
     assert env["PYTHONSAFEPATH"] == "1"  # the current folder's listing off the path
     assert env["OMP_NUM_THREADS"] == "1"  # no pool thread mapping memory at times of its own
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
