@@ -144,7 +144,7 @@ def test_filled_pools_leave_every_size_class_as_free_whatever_came_before() -> N
     assert filled == _free_blocks_by_size_class(1_337, "fill")
     # Each class's free blocks are those of one fresh pool with one block taken, and the two
     # or fewer that the filling's own iterators gave back.
-    usable = instructions.POOL_SIZE - 48  # less the pool's header
+    usable = instructions.POOL_SIZE - instructions.POOL_HEADER
     for size_class, free in enumerate(filled):
         assert 0 <= free - (usable // (16 * (size_class + 1)) - 1) <= 2
 
