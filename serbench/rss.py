@@ -24,7 +24,6 @@ While the sides run, the caller samples their RSS with psutil from outside
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from typing import Any
 
 import psutil
 
+from serbench.heap import release_free_memory
 from serbench.isolation import kill_tree
 
 SAMPLE_INTERVAL_S = 0.005
@@ -72,18 +72,6 @@ def reset_peak() -> int:
 def peak_above(baseline: int) -> int:
     """Bytes by which this process's RSS high-water mark rose above ``baseline``."""
     return status_bytes("VmHWM") - baseline
-
-
-def release_free_memory() -> None:
-    """Hand this process's free heap memory back to the kernel (``malloc_trim``).
-
-    A forked side inherits its parent's heap. Free memory that is still
-    resident there would be reused by the side without raising its RSS, so
-    what the side allocates would depend on the parent's history; after the
-    trim every byte a side allocates is a fresh page, and shows. (No
-    ``gc.collect()`` first: it takes ~0.3 s with torch imported, per fork.)
-    """
-    ctypes.CDLL(None).malloc_trim(0)
 
 
 @dataclass(frozen=True)

@@ -303,37 +303,3 @@ def test_backend_failing_one_message_in_a_hundred_fails_only_its_case(tmp_path: 
         errors[f"{__name__}:flaky"] or ""
     )
     assert errors["msgspec-frombuffer"] is None
-
-
-FRESH_PROBE = """
-import json
-import numpy as np
-from serbench.engine.server import fresh_receive_memory
-from serbench.rss import release_free_memory, status_bytes
-
-fresh_receive_memory()
-growth = []
-for _ in range(3):
-    block = np.empty(10 << 20, np.uint8)
-    before = status_bytes("VmRSS")
-    block[::4096] = 1
-    growth.append(status_bytes("VmRSS") - before)
-    del block
-    release_free_memory()
-print(json.dumps(growth))
-"""
-
-
-def test_engine_receives_each_large_message_into_fresh_memory() -> None:
-    """glibc's adaptive mmap threshold can hand a later 10 MB frame heap memory an earlier one
-    left, still resident; the engine keeps it fixed and trims, so every such frame's pages come
-    fresh: touching each of three 10 MB blocks, allocated and freed in turn, adds 10 MB of RSS.
-    (In a fresh interpreter: a fork of the pytest process inherits a heap that differs from run
-    to run of the suite.)"""
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", FRESH_PROBE], capture_output=True, text=True, check=True)
-    growth = json.loads(done.stdout.strip().splitlines()[-1])
-    assert all(grew >= (10 << 20) // 2 for grew in growth), growth  # reused pages would add ~0

@@ -41,7 +41,6 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import logging
@@ -70,7 +69,7 @@ from serbench.engine.protocol import (
     request_checksum,
 )
 from serbench.engine.staging import Stager, Staging
-from serbench.rss import release_free_memory
+from serbench.heap import fresh_memory, release_free_memory
 from serbench.transport import Addresses
 from serializers import Serializer, get_serializer, is_safe
 from specs import parse_spec
@@ -84,14 +83,12 @@ DEFAULT_BIND = "tcp://127.0.0.1:5555"
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
 PR_SET_PDEATHSIG = 1
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's default, here kept from adapting
 
 
 def fresh_receive_memory() -> None:
-    """Keep glibc's mmap threshold at its default of 128 KiB, so that every large frame is
-    received into freshly mapped memory and unmapped when freed, and hand back the free heap
-    memory this process inherited (``rss.release_free_memory``).
+    """Keep glibc's mmap threshold at its default of 128 KiB (``heap.fresh_memory``), so that
+    every large frame is received into freshly mapped memory and unmapped when freed, and
+    hand back the free heap memory this process inherited (``heap.release_free_memory``).
 
     Left alone, glibc raises the threshold to the size of the last large block
     freed (up to 32 MiB): once a finished request is dropped, some of the next
@@ -102,12 +99,10 @@ def fresh_receive_memory() -> None:
     an engine does, and memory freed by the last request is what the kernel
     hands it. A frame served from a free heap block instead (one the parent
     left, or a request's after ``release_free_memory`` at its drop) faults in
-    all the same: the trim gave its pages back. A no-op where glibc is not
-    the allocator.
+    all the same: the trim gave its pages back.
     """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-        release_free_memory()
+    fresh_memory()
+    release_free_memory()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,13 @@ micro times the per-step encode on the engine and decode on the frontend.
 Timing starts after ``gc.freeze()``, as a serving process does once started
 (vLLM's engine and API server both freeze their start-up heap): otherwise a
 decode that builds thousands of objects pays for the collector walking
-torch's ~10^5 objects, 5-10x the decode itself on this machine.
+torch's ~10^5 objects, 5-10x the decode itself on this machine. And with the
+heap set to keep what a call frees (``heap.reused_memory``), as a
+long-running process's mostly is: left to glibc's adaptive thresholds, the
+same decode of 9.6 MB tensors faulted its buffers in afresh on every call in
+one process and not in another (16 ms or 32 ms for images-4, by history).
+Blocks above 32 MiB (in-band pickle's 38 MB message) are mapped afresh on
+every call either way.
 
 For an output workload micro also takes ``decode_cpu_s``: the decode's CPU
 time (``time.thread_time``), which preemption on a loaded machine does not
@@ -27,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from serbench import conformance, instructions
+from serbench import conformance, heap, instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.scenarios.base import Case, Option, Scenario
@@ -129,6 +135,7 @@ class Micro(Scenario):
                 metrics = {name: measured(name, [value]) for name, value in counts.items()}
                 return {"metrics": {**metrics, **on_the_wire(message, frames)}, "info": {**info, **facts}}
             facts["instructions"] = f"not counted: {reason}"
+        heap.reused_memory()
         gc.freeze()
         samples, info = interleaved(operations(serializer, message), profile)
 

@@ -1,0 +1,61 @@
+"""glibc's allocator, set for a measurement: where a large block comes from, and what is freed.
+
+glibc serves a block above its mmap threshold with a mapping of its own, which
+the kernel faults in page by page and which is unmapped when freed; a block
+below it comes from the heap, whose free memory stays resident until more
+than the trim threshold of it sits at the top. Left alone, glibc raises the
+threshold (from 128 KiB, up to 32 MiB) to the size of the largest mapped block
+freed so far, and the trim threshold with it: so whether the same 9.6 MB decode
+reuses memory already faulted in or faults in fresh pages on every call
+depends on what the process freed before. In the gate's workers, in-band
+pickle's images-4 decode read 16 ms in one worker and 32 ms in another, for a
+whole run, by that alone. Each measuring process therefore fixes both, one
+way or the other, before it measures (a no-op where glibc is not the
+allocator); the settings of the environment (``MALLOC_*``, ``GLIBC_TUNABLES``)
+are recorded with the results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
+M_MMAP_THRESHOLD = -3
+DEFAULT_MMAP_THRESHOLD = 128 * 1024  # glibc's initial value
+MAX_MMAP_THRESHOLD = 32 * 1024 * 1024  # the most glibc takes on 64-bit (its adaptive ceiling too)
+NEVER_TRIM = 2**31 - 1  # mallopt takes an int
+
+
+def _mallopt(param: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(param, value)
+
+
+def fresh_memory() -> None:
+    """Every block above 128 KiB from now on is mapped afresh and unmapped when freed: each
+    large allocation faults its pages in, as the first one of a process does (the engine's
+    receive buffers, ``serbench.engine.server``)."""
+    _mallopt(M_MMAP_THRESHOLD, DEFAULT_MMAP_THRESHOLD)
+
+
+def reused_memory() -> None:
+    """Blocks up to 32 MiB come from the heap from now on, and the heap keeps what is freed:
+    after its first call, a loop that allocates and frees the same large buffers reuses
+    pages already faulted in, as a long-running process mostly does (micro's loops). Blocks
+    above 32 MiB are mapped afresh every time, whatever came before."""
+    _mallopt(M_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD)
+    _mallopt(M_TRIM_THRESHOLD, NEVER_TRIM)
+
+
+def release_free_memory() -> None:
+    """Hand this process's free heap memory back to the kernel (``malloc_trim``).
+
+    A forked side inherits its parent's heap. Free memory that is still
+    resident there would be reused by the side without raising its RSS, so
+    what the side allocates would depend on the parent's history; after the
+    trim every byte a side allocates is a fresh page, and shows. (No
+    ``gc.collect()`` first: it takes ~0.3 s with torch imported, per fork.)
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)

@@ -1,0 +1,62 @@
+"""The allocator settings a measuring process takes (serbench.heap): where a large block's pages come from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BLOCK = 10 << 20
+
+# Three 10 MB blocks allocated, touched and freed in turn, after the setting under test; what
+# touching each added to RSS. In a fresh interpreter: a fork of the pytest process inherits a
+# heap that differs from run to run of the suite.
+PROBE = """
+import json
+import numpy as np
+from serbench.rss import status_bytes
+{setting}
+growth = []
+for _ in range(3):
+    block = np.empty({block}, np.uint8)
+    before = status_bytes("VmRSS")
+    block[::4096] = 1
+    growth.append(status_bytes("VmRSS") - before)
+    del block
+    {after_free}
+print(json.dumps(growth))
+"""
+
+
+def _growth(setting: str, after_free: str = "pass") -> list[int]:
+    code = PROBE.format(setting=setting, block=BLOCK, after_free=after_free)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "from serbench.engine.server import fresh_receive_memory; fresh_receive_memory()",
+        "from serbench.heap import fresh_memory; fresh_memory()",
+    ],
+)
+def test_fresh_memory_faults_every_large_block_in(setting: str) -> None:
+    """glibc's adaptive mmap threshold can hand a later 10 MB frame heap memory an earlier one
+    left, still resident; the engine keeps it fixed and trims, so every such frame's pages come
+    fresh: touching each block adds 10 MB of RSS (reused pages would add ~0)."""
+    after_free = "from serbench.heap import release_free_memory; release_free_memory()"
+    growth = _growth(setting, after_free)
+    assert all(grew >= BLOCK // 2 for grew in growth), growth
+
+
+def test_reused_memory_faults_a_large_block_in_once() -> None:
+    """micro's loops: after the first 10 MB block, the next ones reuse its pages. Left to
+    glibc's adaptive threshold (the control), the first block is mapped and unmapped, which
+    raises the threshold, so the second comes from the heap and faults in afresh too."""
+    growth = _growth("from serbench.heap import reused_memory; reused_memory()")
+    assert growth[0] >= BLOCK // 2, growth
+    assert all(grew < BLOCK // 10 for grew in growth[1:]), growth
+    assert _growth("pass")[1] >= BLOCK // 2
