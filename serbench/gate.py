@@ -127,11 +127,20 @@ class Revision:
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         return subprocess.Popen(command, cwd=self.code, env=env, text=True, preexec_fn=pin, **popen)
 
-    def has(self, flag: str) -> bool:
-        """Whether this side's ``serbench run`` has ``flag`` (``--worker``, ``--measure``: older
-        revisions lack them)."""
-        proc = self.run("--help", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        return flag in proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+
+_HELP: dict[Path, str] = {}  # code folder → its `serbench run --help`
+
+
+def run_help(revisions: Sequence[Revision]) -> list[str]:
+    """Each revision's ``serbench run --help``, which says whether it has ``--worker`` and
+    ``--measure`` (older revisions lack them). Those not asked before are asked all at once:
+    each answer is an interpreter start with torch's import, seconds."""
+    unasked = {r.code: r for r in revisions if r.code not in _HELP}
+    quiet = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    asking = {code: r.run("--help", **quiet) for code, r in unasked.items()}
+    for code, proc in asking.items():
+        _HELP[code] = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+    return [_HELP[r.code] for r in revisions]
 
 
 def _last_line(path: Path, default: str) -> str:
@@ -144,16 +153,22 @@ class Worker:
     one case measured per request, so a measurement costs only itself; stderr goes to ``log``."""
 
     def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
+        """Started; ``ready`` waits until it has announced its cases (start several, then wait)."""
         self.revision, self.log = revision, log
         with log.open("w") as err:
             self.proc = revision.run(
                 "--worker", cpus=cpus, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
             )
+        self.cases: list[CaseKey] | None = None
+
+    def ready(self) -> Worker:
+        """This worker once it has announced its cases; GateError if it stopped instead."""
         announced = self._reply()
         if not announced:
             self.close()
             raise self._stopped()
-        self.cases: list[CaseKey] = [tuple(key) for key in json.loads(announced)["cases"]]
+        self.cases = [tuple(key) for key in json.loads(announced)["cases"]]
+        return self
 
     def _reply(self) -> str:
         ready, _, _ = select.select([self.proc.stdout], [], [], RUN_TIMEOUT_S)
@@ -196,6 +211,10 @@ class OneShot:
     def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
         self.revision, self.log, self.cpus = revision, log, cpus
 
+    def ready(self) -> OneShot:
+        """Nothing to wait for: each round starts its own process."""
+        return self
+
     def measure(self, out: Path, case: None = None) -> dict:
         """Every case measured into ``out``; its loaded results."""
         return self.finish(self.start(out), out)
@@ -231,7 +250,7 @@ def measurers(
 ) -> Iterator[list[Measurer]]:
     """A worker per revision, or a process per round for both if one of them has no worker
     (the two are measured alike either way); all stopped on exit."""
-    workers = all(revision.has("--worker") for revision in revisions)
+    workers = all("--worker" in text for text in run_help(revisions))
     if not workers:
         log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
     kind = Worker if workers else OneShot
@@ -240,9 +259,9 @@ def measurers(
         log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
     started: list[Measurer] = []
     try:
-        for revision in revisions:
+        for revision in revisions:  # all started before any is waited for: their starts overlap
             started.append(kind(revision, out / f"{revision.label}.log", cpus))
-        yield started
+        yield [measurer.ready() for measurer in started]
     finally:
         for measurer in started:
             measurer.close()
@@ -285,7 +304,7 @@ def count(revisions: Sequence[Revision], out: Path, log: Callable[[str], None] =
     """Every case of each revision's options counted once, the revisions at once, each on a CPU
     of its own where there are several; their results, or None (with a note) when a side's
     ``serbench run`` has no ``--measure`` (a revision older than instruction counts)."""
-    if not all(revision.has("--measure") for revision in revisions):
+    if not all("--measure" in text for text in run_help(revisions)):
         log("note: a revision predates `serbench run --measure`: instructions not counted")
         return None
     available = sorted(os.sched_getaffinity(0))

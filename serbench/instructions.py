@@ -60,6 +60,7 @@ from __future__ import annotations
 import _thread
 import ctypes
 import gc
+import json
 import math
 import mmap
 import os
@@ -73,6 +74,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 # Where the callgrind process writes its dumps; set by ``run_under_callgrind`` for the process it starts.
 OUT_ENV = "SERBENCH_CALLGRIND_OUT"
@@ -87,6 +89,7 @@ HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas 
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
 PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
+HANDOFF = "handoff-"  # + key + .json, in the dump folder: see ``run_under_callgrind``
 MISSING = "valgrind not found on PATH (Debian: apt-get install valgrind)"
 # pymalloc on 64-bit CPython 3.10+: 16 KiB pools with a 48-byte header, blocks in 32 size
 # classes of 16 bytes up to 512.
@@ -279,16 +282,21 @@ def counting_environment(out: Path) -> dict[str, str]:
     }
 
 
-def run_under_callgrind(command: Sequence[str]) -> int:
+def run_under_callgrind(command: Sequence[str], handoff: dict[str, Any] | None = None) -> int:
     """Run ``command`` under callgrind and return its exit code (see ``cannot_launch`` first).
 
     The child inherits stdin, stdout and stderr, so it can stand in for this
     process (a gate worker's requests and replies pass straight through);
-    SIGTERM is passed on to it and Ctrl-C reaches it directly. The dump folder
-    is removed afterwards.
+    SIGTERM is passed on to it and Ctrl-C reaches it directly. ``handoff``
+    holds what this process already did for the child (under valgrind
+    everything runs 5-10 times slower), each item JSON in a file of its own,
+    which the child reads with ``handed_off`` when it needs it. The dump
+    folder is removed afterwards.
     """
     out = Path(tempfile.mkdtemp(prefix="serbench-callgrind-"))
     try:
+        for key, value in (handoff or {}).items():
+            (out / f"{HANDOFF}{key}.json").write_text(json.dumps(value))
         proc = subprocess.Popen([*valgrind_command(out), *command], env=counting_environment(out))
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
         try:
@@ -301,6 +309,14 @@ def run_under_callgrind(command: Sequence[str]) -> int:
             signal.signal(signal.SIGTERM, previous)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def handed_off(key: str) -> Any:
+    """The item ``key`` that the process which started this one under callgrind handed it
+    (``run_under_callgrind``), or None. Read when asked for: what a counting process
+    allocates before its zygote is taken is in every case's heap."""
+    path = Path(os.environ.get(OUT_ENV, "")) / f"{HANDOFF}{key}.json"
+    return json.loads(path.read_text()) if launched() and path.exists() else None
 
 
 def _dumped_instructions() -> int:

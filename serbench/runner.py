@@ -86,7 +86,9 @@ def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) ->
     return get_scenario(case.scenario).run(case, profile)
 
 
-def _check_backends(specs: list[str]) -> dict[str, dict]:
+def check_backends(specs: list[str]) -> dict[str, dict]:
+    """Each backend's safety and conformance suite, checked in a child of its own: spec → facts
+    (the suite's failures are why a backend is not timed)."""
     checked = {}
     for spec in specs:
         try:
@@ -201,16 +203,19 @@ def execute(
     out: Path,
     argv: list[str],
     on_case: Callable[[int, int, Case], None] | None = None,
+    check: Callable[[list[str]], dict[str, dict]] = check_backends,
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
+    ``check`` gives the backends' facts (``check_backends``'s), called once the
+    zygote is taken; a counting run's parent checks them outside valgrind.
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = _check_backends(sorted({c.spec for c in cases}))
+        results.data["backends"] = check(sorted({c.spec for c in cases}))
         results.save()
         _measure(cases, profile, results.data["backends"], results, _Forks(zygote), on_case)
     return results
@@ -232,7 +237,7 @@ def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replie
     with Zygote() as zygote:
         forks = _Forks(zygote)
         env = environment.collect(argv)
-        backends = _check_backends(sorted({c.spec for c in cases}))
+        backends = check_backends(sorted({c.spec for c in cases}))
         print(json.dumps({"cases": keys}), file=replies, flush=True)
         for line in requests:
             request = json.loads(line)

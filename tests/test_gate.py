@@ -72,8 +72,8 @@ MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", 
 
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     side = gate.Revision("head", REPO, MICRO_TEXT)
-    assert side.has("--worker")
-    worker = gate.Worker(side, tmp_path / "head.log")
+    assert "--worker" in gate.run_help([side])[0]
+    worker = gate.Worker(side, tmp_path / "head.log").ready()
     try:
         assert worker.cases == [("micro", "msgspec-frombuffer", "text-sonnet")]
         first = worker.measure(tmp_path / "round-1")
@@ -93,13 +93,17 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
     side = gate.Revision("base", REPO, ("--backends", "no-such-backend"))
     with pytest.raises(gate.GateError, match=r"base: serbench run --worker stopped: .*no-such-backend"):
-        gate.Worker(side, tmp_path / "base.log")
+        gate.Worker(side, tmp_path / "base.log").ready()
 
 
 def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
     sides = [gate.Revision("base", tmp_path, ()), gate.Revision("head", REPO, ())]
-    monkeypatch.setattr(gate.Revision, "has", lambda self, flag: self.label == "head")
+
+    def run_help(revisions: list[gate.Revision]) -> list[str]:
+        return ["--worker" if r.label == "head" else "" for r in revisions]
+
+    monkeypatch.setattr(gate, "run_help", run_help)
     notes: list[str] = []
     with gate.measurers(sides, tmp_path, notes.append) as started:
         assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]

@@ -10,6 +10,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -264,6 +265,19 @@ def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Pat
     assert record["error"] is None and "decode_s" in record["metrics"]
     assert not any(name.endswith("_instructions") for name in record["metrics"])
     assert record["info"]["instructions"].startswith("not counted")
+
+
+def test_a_process_under_callgrind_reads_what_its_starter_handed_off(monkeypatch, tmp_path, capfd) -> None:
+    """Each item when asked for, None for an item not handed off; the dump folder is removed."""
+    if instructions.cannot_launch():
+        pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the dump folder is made
+    ask = "from serbench import instructions as i; print(i.handed_off('backends'), i.handed_off('out'))"
+    handoff = {"backends": {"pickle": {"safe": False}}}
+    code = instructions.run_under_callgrind([sys.executable, "-c", ask], handoff)
+    assert code == 0
+    assert capfd.readouterr().out.strip() == "{'pickle': {'safe': False}} None"
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         get_scenario(name).check(settings)  # UsageError before any case runs
     if settings.options.get("measure") == "instructions" and not instructions.launched():
         problem = instructions.cannot_launch()
-        if problem is None:  # the same command again, in one valgrind process (docs/instructions.md)
-            return instructions.run_under_callgrind([sys.executable, "-m", "serbench", *args.argv])
+        if problem is None:
+            return _counted(args, chosen)
         print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0
-    folder = results.output_folder(args.out, must_be_empty=not args.force)
+    handed_out = instructions.handed_off("out")
+    folder = Path(handed_out) if handed_out else results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
 
     tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
@@ -79,8 +80,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         bar.set_description(case.label)
         bar.set_postfix_str(f"{total - index} left")
 
+    check = _handed_off_backends if handed_out else runner.check_backends
     try:
-        finished = runner.execute(chosen, settings, path, args.argv, progress)
+        finished = runner.execute(chosen, settings, path, args.argv, progress, check)
     except KeyboardInterrupt as exc:
         bar.close()
         return _interrupted(exc, path, folder)
@@ -88,11 +90,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar.set_postfix_str("")
     bar.update(bar.total - bar.n)
     bar.close()
+    return 0 if handed_out else _summarised(args, folder, finished.data)
+
+
+def _counted(args: argparse.Namespace, chosen: Plan) -> int:
+    """The run again in one valgrind process (docs/instructions.md), which only measures: the
+    backends are checked, and the summary and report made, here, at full speed."""
+    folder = results.output_folder(args.out, must_be_empty=not args.force)
+    backends = runner.check_backends(sorted({case.spec for case in chosen.cases()}))
+    command = [sys.executable, "-m", "serbench", *args.argv]
+    code = instructions.run_under_callgrind(command, {"out": str(folder), "backends": backends})
+    if code:
+        return code  # the run said why (and wrote the report of an interrupted run)
+    return _summarised(args, folder, results.load(folder / "results.json"))
+
+
+def _handed_off_backends(specs: list[str]) -> dict[str, dict]:
+    """The backends' facts, as the process that started this one checked them (``_counted``)."""
+    return instructions.handed_off("backends")
+
+
+def _summarised(args: argparse.Namespace, folder: Path, data: dict) -> int:
+    """Print the summary of a finished run and write its report."""
     if not args.out:
         _point_latest(folder)
-    print(text.render(finished.data, args.baseline))
-    print(f"\nresults: {path}")
-    print(f"report:  {report.write_report(finished.data, folder, baseline=args.baseline)}")
+    print(text.render(data, args.baseline))
+    print(f"\nresults: {folder / 'results.json'}")
+    print(f"report:  {report.write_report(data, folder, baseline=args.baseline)}")
     return 0
 
 
