@@ -18,8 +18,9 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import compare, gate, instructions, text
+from serbench import commands, compare, gate, instructions, text
 from serbench.commands import gate as gate_command
+from serbench.errors import EXIT_USAGE
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
@@ -265,6 +266,13 @@ def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Pat
     assert record["error"] is None and "decode_s" in record["metrics"]
     assert not any(name.endswith("_instructions") for name in record["metrics"])
     assert record["info"]["instructions"].startswith("not counted")
+
+
+def test_a_gate_worker_does_not_count(capsys) -> None:
+    """The gate's timed worker measures wall time; its counts come from a run of their own."""
+    argv = ["run", "--worker", "--scenarios", "micro", "--measure", "instructions"]
+    assert commands.main(argv) == EXIT_USAGE
+    assert "one run per side" in capsys.readouterr().err
 
 
 def test_a_process_under_callgrind_reads_what_its_starter_handed_off(monkeypatch, tmp_path, capfd) -> None:

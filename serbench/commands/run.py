@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from serbench import instructions, report, results, runner, text
 from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs, transports
-from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
 from serbench.transport import DEFAULT_KIND, KINDS
@@ -60,7 +60,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     chosen, settings = plan(args), profile(args)
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
-    if settings.options.get("measure") == "instructions" and not instructions.launched():
+    counting = settings.options.get("measure") == "instructions"
+    if counting and args.worker:  # the gate counts in a run of its own per side
+        raise UsageError("--worker times rounds; counting instructions is one run per side")
+    if counting and not instructions.launched():
         problem = instructions.cannot_launch()
         if problem is None:
             return _counted(args, chosen)
@@ -68,8 +71,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.worker:
         runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
         return 0
-    handed_out = instructions.handed_off("out")
-    folder = Path(handed_out) if handed_out else results.output_folder(args.out, must_be_empty=not args.force)
+    handed_folder = instructions.handed_off("out")  # a counting run's parent chose it (``_counted``)
+    if handed_folder:
+        folder = Path(handed_folder)
+    else:
+        folder = results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
 
     tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
@@ -80,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bar.set_description(case.label)
         bar.set_postfix_str(f"{total - index} left")
 
-    check = _handed_off_backends if handed_out else runner.check_backends
+    check = _handed_off_backends if handed_folder else runner.check_backends
     try:
         finished = runner.execute(chosen, settings, path, args.argv, progress, check)
     except KeyboardInterrupt as exc:
@@ -90,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar.set_postfix_str("")
     bar.update(bar.total - bar.n)
     bar.close()
-    return 0 if handed_out else _summarised(args, folder, finished.data)
+    return 0 if handed_folder else _summarised(args, folder, finished.data)
 
 
 def _counted(args: argparse.Namespace, chosen: Plan) -> int:
