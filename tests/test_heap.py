@@ -11,19 +11,20 @@ import pytest
 BLOCK = 10 << 20
 
 # Three 10 MB blocks allocated, touched and freed in turn, after the setting under test; what
-# touching each added to RSS. In a fresh interpreter: a fork of the pytest process inherits a
-# heap that differs from run to run of the suite.
+# touching each added to RSS. In a fresh interpreter (without torch, but for the engine's
+# setting): a fork of the pytest process inherits a heap that differs from run to run of the suite.
 PROBE = """
 import json
 import numpy as np
-from serbench.rss import status_bytes
+import psutil
 {setting}
+rss = lambda: psutil.Process().memory_info().rss
 growth = []
 for _ in range(3):
     block = np.empty({block}, np.uint8)
-    before = status_bytes("VmRSS")
+    before = rss()
     block[::4096] = 1
-    growth.append(status_bytes("VmRSS") - before)
+    growth.append(rss() - before)
     del block
     {after_free}
 print(json.dumps(growth))
