@@ -315,8 +315,10 @@ def handed_off(key: str) -> Any:
     """The item ``key`` that the process which started this one under callgrind handed it
     (``run_under_callgrind``), or None. Read when asked for: what a counting process
     allocates before its zygote is taken is in every case's heap."""
-    path = Path(os.environ.get(OUT_ENV, "")) / f"{HANDOFF}{key}.json"
-    return json.loads(path.read_text()) if launched() and path.exists() else None
+    if not launched():
+        return None
+    path = Path(os.environ[OUT_ENV]) / f"{HANDOFF}{key}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _dumped_instructions() -> int:

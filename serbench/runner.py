@@ -203,19 +203,19 @@ def execute(
     out: Path,
     argv: list[str],
     on_case: Callable[[int, int, Case], None] | None = None,
-    check: Callable[[list[str]], dict[str, dict]] = check_backends,
+    backend_facts: Callable[[list[str]], dict[str, dict]] = check_backends,
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
-    ``check`` gives the backends' facts (``check_backends``'s), called once the
-    zygote is taken; a counting run's parent checks them outside valgrind.
+    ``backend_facts`` gives the backends' facts (``check_backends``'s), called once
+    the zygote is taken; a counting run's parent checks them outside valgrind.
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = check(sorted({c.spec for c in cases}))
+        results.data["backends"] = backend_facts(sorted({c.spec for c in cases}))
         results.save()
         _measure(cases, profile, results.data["backends"], results, _Forks(zygote), on_case)
     return results

@@ -86,9 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         bar.set_description(case.label)
         bar.set_postfix_str(f"{total - index} left")
 
-    check = _handed_off_backends if handed_folder else runner.check_backends
+    backend_facts = _handed_off_backends if handed_folder else runner.check_backends
     try:
-        finished = runner.execute(chosen, settings, path, args.argv, progress, check)
+        finished = runner.execute(chosen, settings, path, args.argv, progress, backend_facts)
     except KeyboardInterrupt as exc:
         bar.close()
         return _interrupted(exc, path, folder)
