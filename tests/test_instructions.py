@@ -213,11 +213,34 @@ def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_pat
     assert gate._cpu_list("0-2,5\n") == {0, 1, 2, 5} and gate._cpu_list("\n") == set()
     monkeypatch.setattr(gate, "ISOLATED_CPUS", tmp_path / "isolated")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert gate.worker_cpus() is None
+    assert gate.worker_cpus() is None and gate.counting_cpus() == [0, 1]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert gate.worker_cpus() == {14, 15}
+    assert gate.worker_cpus() == {14, 15} and gate.counting_cpus() == list(range(14))
     (tmp_path / "isolated").write_text("4-5\n")
-    assert gate.worker_cpus() == {4, 5}
+    assert gate.worker_cpus() == {4, 5} and 4 not in gate.counting_cpus()
+
+
+def test_counting_beside_the_rounds_runs_at_idle_priority_and_is_killed_when_left(
+    monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gate, "run_help", lambda revisions: ["--measure"] * len(revisions))
+    sides = [
+        gate.Revision(label, REPO, ("--scenarios", "micro", "--measure", "instructions")) for label in "ab"
+    ]
+    with gate.counting(sides, tmp_path) as counter:
+        procs = [proc for _, proc, _ in counter.runs]
+        for proc, cpu in zip(procs, gate.counting_cpus() * 2, strict=False):
+            assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
+            assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
+    assert all(proc.poll() is not None for proc in procs)
+
+
+def test_a_revision_too_old_to_count_is_not_counted(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(gate, "run_help", lambda revisions: ["usage: serbench run"] * len(revisions))
+    notes: list[str] = []
+    with gate.counting([gate.Revision("base", REPO, ())], tmp_path, notes.append) as counter:
+        assert counter is None
+    assert "predates `serbench run --measure`" in notes[0]
 
 
 def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
