@@ -69,15 +69,19 @@ def _cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def worker_cpus() -> frozenset[int] | None:
+def worker_cpus(beside_counting: bool = False) -> frozenset[int] | None:
     """The CPUs the timed workers are pinned to: the isolated ones we may use, else the last
-    two when four or more are ours (leaving the rest to everything else); None (not pinned)
-    on a smaller machine, where pinning would only take the scheduler's choice away."""
+    two when four or more are ours (leaving the rest to everything else). On a smaller
+    machine, the last one when instructions are counted beside the rounds (the counting
+    runs get the others: a CPU the rounds never share with valgrind), else None (not
+    pinned), where pinning would only take the scheduler's choice away."""
     available = os.sched_getaffinity(0)
     isolated = _cpu_list(ISOLATED_CPUS.read_text()) & available if ISOLATED_CPUS.exists() else set()
     if isolated:
         return frozenset(isolated)
-    return frozenset(sorted(available)[-2:]) if len(available) >= 4 else None
+    if len(available) >= 4:
+        return frozenset(sorted(available)[-2:])
+    return frozenset({max(available)}) if beside_counting and len(available) >= 2 else None
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -263,15 +267,18 @@ Measurer = Worker | OneShot
 
 @contextmanager
 def measurers(
-    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
+    revisions: Sequence[Revision],
+    out: Path,
+    log: Callable[[str], None] = print,
+    beside_counting: bool = False,
 ) -> Iterator[list[Measurer]]:
     """A worker per revision, or a process per round for both if one of them has no worker
-    (the two are measured alike either way); all stopped on exit."""
+    (the two are measured alike either way), on ``worker_cpus``; all stopped on exit."""
     workers = all("--worker" in text for text in run_help(revisions))
     if not workers:
         log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
     kind = Worker if workers else OneShot
-    cpus = worker_cpus()
+    cpus = worker_cpus(beside_counting)
     if cpus:
         log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
     started: list[Measurer] = []
@@ -318,10 +325,10 @@ def interleave(
 
 
 def counting_cpus() -> list[int]:
-    """The CPUs for the counting runs: ours that the timed workers are not pinned to (all of
-    ours where the workers are not pinned)."""
+    """The CPUs for the counting runs: ours that the timed workers beside them are not pinned
+    to (all of ours on a machine of one CPU)."""
     available = os.sched_getaffinity(0)
-    return sorted(available - (worker_cpus() or set())) or sorted(available)
+    return sorted(available - (worker_cpus(beside_counting=True) or set())) or sorted(available)
 
 
 class Counting:
@@ -388,7 +395,7 @@ def timed_and_counted(
     the instruction counts of ``counted`` (the same revisions with the counting run's
     options, in the same order) added to it, counted beside the rounds."""
     with counting(counted, out, log) if counted else nullcontext() as counter:
-        with measurers(revisions, out, log) as started:
+        with measurers(revisions, out, log, beside_counting=counter is not None) as started:
             merged = [results.merge(runs) for runs in interleave(started, rounds, out, log)]
         if counter is not None:
             merged = [

@@ -213,9 +213,11 @@ def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_pat
     assert gate._cpu_list("0-2,5\n") == {0, 1, 2, 5} and gate._cpu_list("\n") == set()
     monkeypatch.setattr(gate, "ISOLATED_CPUS", tmp_path / "isolated")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert gate.worker_cpus() is None and gate.counting_cpus() == [0, 1]
+    assert gate.worker_cpus() is None and gate.worker_cpus(beside_counting=True) == {1}
+    assert gate.counting_cpus() == [0]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert gate.worker_cpus() == {14, 15} and gate.counting_cpus() == list(range(14))
+    assert gate.worker_cpus() == gate.worker_cpus(beside_counting=True) == {14, 15}
+    assert gate.counting_cpus() == list(range(14))
     (tmp_path / "isolated").write_text("4-5\n")
     assert gate.worker_cpus() == {4, 5} and 4 not in gate.counting_cpus()
 
