@@ -53,7 +53,7 @@ from typing import Any
 
 from serbench import results
 from serbench.errors import GateError
-from serbench.isolation import kill_tree
+from serbench.isolation import kill_tree, pin_tree
 from serbench.results import CaseKey
 
 RUN_TIMEOUT_S = 1800
@@ -334,7 +334,8 @@ def counting_cpus() -> list[int]:
 class Counting:
     """Each revision's instruction counts, being measured: one ``serbench run --measure
     instructions`` per revision, all started at once at idle priority, each pinned to a CPU
-    of ``counting_cpus`` (in turn, when there are fewer CPUs than revisions)."""
+    of ``counting_cpus`` (in turn, when there are fewer CPUs than revisions) until the
+    timed rounds are over."""
 
     def __init__(self, revisions: Sequence[Revision], out: Path) -> None:
         cpus = counting_cpus()
@@ -351,7 +352,11 @@ class Counting:
             raise
 
     def results(self, log: Callable[[str], None] = print) -> list[dict]:
-        """Each revision's counts, once its run has finished; GateError if one failed."""
+        """Each revision's counts, once its run has finished; GateError if one failed. Called
+        when the timed rounds are over: the runs still counting get a CPU each of all of ours."""
+        cpus = sorted(os.sched_getaffinity(0))
+        for i, (_, proc, _) in enumerate(self.runs):
+            pin_tree(proc.pid, {cpus[i % len(cpus)]})
         waiting = time.perf_counter()
         counted = [runner.finish(proc, folder) for runner, proc, folder in self.runs]
         done = time.perf_counter()

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import commands, compare, gate, instructions, text
+from serbench import commands, compare, gate, instructions, isolation, text
 from serbench.commands import gate as gate_command
 from serbench.errors import EXIT_USAGE
 
@@ -235,6 +236,29 @@ def test_counting_beside_the_rounds_runs_at_idle_priority_and_is_killed_when_lef
             assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
             assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
     assert all(proc.poll() is not None for proc in procs)
+
+
+def test_pinning_a_tree_moves_every_thread_of_every_process() -> None:
+    """How the counting runs get a CPU each once the rounds are over (``Counting.results``)."""
+    sleep = "import time; time.sleep(60)"
+    code = (
+        "import subprocess, sys, threading, time; "
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+        f"subprocess.Popen([sys.executable, '-c', {sleep!r}]); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        root = psutil.Process(parent.pid)
+        while not root.children() or root.num_threads() < 2:
+            assert parent.poll() is None
+            time.sleep(0.01)
+        cpu = max(os.sched_getaffinity(0))
+        isolation.pin_tree(parent.pid, {cpu})
+        threads = [thread.id for proc in (root, *root.children()) for thread in proc.threads()]
+        assert len(threads) >= 3 and all(os.sched_getaffinity(tid) == {cpu} for tid in threads)
+    finally:
+        isolation.kill_tree(parent.pid)
+        parent.wait()
 
 
 def test_a_revision_too_old_to_count_is_not_counted(monkeypatch, tmp_path: Path) -> None:
