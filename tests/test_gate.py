@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, gate, results, testing
+from serbench import commands, gate, instructions, results, testing
+from serbench.errors import EXIT_TERMINATED
+from serbench.isolation import kill_tree
 from serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,6 +210,50 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     assert record["metrics"]["encode_s"]["rounds"] == [record["info"]["samples"]] * 2
     assert "frames" in (out / "summary.md").read_text()
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the temporary one is gone
+
+
+@pytest.mark.skipif(instructions.cannot_launch() is not None, reason="valgrind is not installed")
+def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Path) -> None:
+    """SIGTERM while the counting runs and the workers start: exit 143, all of them gone."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    command = [sys.executable, "-m", "serbench", "gate", "--base", "HEAD", "--measure", "instructions"]
+    command += [
+        "--backends",
+        "msgspec-frombuffer",
+        "--workloads",
+        "text-sonnet",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1"}  # this tree's gate, in the clone
+    gate_proc = subprocess.Popen(
+        command, cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        root = psutil.Process(gate_proc.pid)
+        while not any("--worker" in " ".join(p.cmdline()) for p in _alive(root.children(recursive=True))):
+            assert gate_proc.poll() is None, gate_proc.stderr.read()
+            time.sleep(0.1)
+        descendants = root.children(recursive=True)
+        assert any("instructions" in " ".join(p.cmdline()) for p in _alive(descendants))
+        gate_proc.terminate()
+        assert gate_proc.wait(timeout=60) == EXIT_TERMINATED
+    finally:
+        kill_tree(gate_proc.pid)
+    assert not _alive(descendants)
+    assert "interrupted" in gate_proc.stderr.read()
+    assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running (not gone, not a zombie)."""
+    alive = []
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+    return alive
 
 
 class Counting:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from serbench import gate, instructions, results
+from serbench import gate, instructions, results, runner
 from serbench.commands.compare import conclude
 from serbench.commands.options import add_comparison_options, tolerances, transports
-from serbench.errors import UsageError
+from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
 
 # The default matrix: quick enough for every pull request, wide enough to
 # cover in-band pickling, zero-copy msgpack and flattened multimodal kwargs,
@@ -37,7 +37,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.transport:  # passed only when given: a base revision from before --transport still runs
         cases += ("--transport", ",".join(transports(args.transport)))
     run_args = (*cases, "--scenarios", args.scenarios)
-    base, head = gate.measure(repo, args.base, run_args, args.rounds, folder, say, count_args(args, cases))
+    try:
+        with runner.sigterm_as_interrupt():  # so that the worktree and every process go on SIGTERM too
+            base, head = gate.measure(
+                repo, args.base, run_args, args.rounds, folder, say, count_args(args, cases)
+            )
+    except KeyboardInterrupt as exc:
+        say(f"\ninterrupted: nothing compared; the rounds so far are in {folder}")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     results.write_json_atomic(folder / "base.json", base)
     results.write_json_atomic(folder / "head.json", head)
     if not args.markdown:
