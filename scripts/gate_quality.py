@@ -63,8 +63,9 @@ def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: st
     instructions) each side's counts, counted beside the rounds."""
     counted = []
     if measure == "instructions":
-        if instructions.cannot_launch():
-            raise SystemExit(f"cannot count instructions: {instructions.cannot_launch()}")
+        problem = instructions.cannot_launch()
+        if problem:
+            raise SystemExit(f"cannot count instructions: {problem}")
         counted = [gate.Revision(s.label, s.code, (*s.run_args, "--measure", measure)) for s in sides]
     base, head = gate.timed_and_counted(sides, rounds, folder, lambda m: None, counted)
     return base, head

@@ -28,11 +28,12 @@ between the two cores into a verdict.
 ``serbench.instructions``): one ``serbench run --measure instructions`` per
 side — one valgrind process measuring every micro case — once (a count
 repeats to within 0.1 %, so more rounds would only repeat it), both sides
-*beside the timed rounds*, at idle priority and each on a CPU the timed
-workers are not pinned to. A count does not depend on what else runs, so the
-rounds cannot disturb it; idle priority (``SCHED_IDLE``) gives the counting
-only CPU time the rounds leave, and the rounds treat it as they treat any
-other load on a shared machine: both halves of a pair see it alike.
+*beside the timed rounds*, at idle priority on the CPUs the timed workers
+are not pinned to, and once the rounds are over each on a CPU of its own. A
+count does not depend on what else runs, so the rounds cannot disturb it;
+idle priority (``SCHED_IDLE``) gives the counting only CPU time the rounds
+leave, and the rounds treat it as they treat any other load on a shared
+machine: both halves of a pair see it alike.
 """
 
 from __future__ import annotations
