@@ -18,11 +18,9 @@ from ``serbench.compare.compare`` with the gate's default threshold; a trial
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
 
 With ``--measure instructions`` a trial is what ``serbench gate --measure
-instructions`` does: the same timed rounds, and beside them one ``serbench run
---measure instructions`` per side (one valgrind process each, both at once, at
-idle priority), every case counted once and compared with the counts' own
-tolerance (docs/instructions.md). Alarms are then also told apart by the rows
-that raised them: timed rows, counted rows.
+instructions`` adds to the timed rounds: one ``serbench run --measure
+instructions`` per side (one valgrind process each, both at once), every case
+counted once, compared with the counts' own tolerance (docs/instructions.md).
 
 The load average during each trial is recorded: on a shared machine it says
 how much noise the gate had to stay quiet on.
@@ -37,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from serbench import compare, gate, instructions, metrics, results
+from serbench import compare, gate, results
 from serbench.commands import gate as gate_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,16 +57,15 @@ def _only(doc: dict, backend: str) -> dict:
 
 
 def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: str) -> tuple[dict, dict]:
-    """Base and head results as the gate gets them: interleaved rounds merged, with (``measure``
-    instructions) each side's counts, counted beside the rounds."""
-    counted = []
+    """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
     if measure == "instructions":
-        problem = instructions.cannot_launch()
-        if problem:
-            raise SystemExit(f"cannot count instructions: {problem}")
-        counted = [gate.Revision(s.label, s.code, (*s.run_args, "--measure", measure)) for s in sides]
-    base, head = gate.timed_and_counted(sides, rounds, folder, lambda m: None, counted)
-    return base, head
+        counted = gate.count(sides, folder, log=print)
+        if counted is None:
+            raise SystemExit("this serbench cannot count instructions")
+        return counted[0], counted[1]
+    with gate.measurers(sides, folder, log=print) as started:
+        base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
+    return results.merge(base_runs), results.merge(head_runs)
 
 
 def run_trial(
@@ -81,7 +78,7 @@ def run_trial(
     measure: str = "time",
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``."""
-    common = ("--workloads", workloads, "--scenarios", "micro")
+    common = ("--workloads", workloads, "--scenarios", "micro", "--measure", measure)
     slots = range(len(factors) + 1)
     base_specs = ",".join(_spec(backend, 1.0, slot, trial) for slot in slots)
     head_specs = ",".join(
@@ -116,15 +113,13 @@ def load_side(folder: Path, label: str, rounds: int | None) -> dict:
     (a round is ``<label>-<round>-<case>/`` per case, or ``<label>-<round>/`` for all)."""
     if rounds is None:
         return results.load(folder / f"{label}.json")
-    merged = results.merge(
+    return results.merge(
         [
             results.load(path / "results.json")
             for r in range(1, rounds + 1)
             for path in sorted(folder.glob(f"{label}-{r}-*")) or [folder / f"{label}-{r}"]
         ]
     )
-    counted = folder / f"{label}-instructions" / "results.json"
-    return gate.add_counts(merged, results.load(counted)) if counted.exists() else merged
 
 
 def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, list[str]]:
@@ -142,19 +137,12 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     return flagged
 
 
-def by_kind(regressions: list[str]) -> dict[str, bool]:
-    """Whether timed rows and counted rows (a metric with a count's tolerance) are among ``regressions``."""
-    counted = [metrics.metric(r.split()[0]).tolerance is not None for r in regressions]
-    return {"timed": not all(counted), "counted": any(counted)}
-
-
 def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
     trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
     if not trials:
         raise SystemExit(f"no finished trials in {out}")
     counts: dict[float, int] = {}
-    kinds: dict[float, dict[str, int]] = {}
     loads = []
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
@@ -162,9 +150,6 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         flagged = evaluate(folder, max_regression, rounds)
         for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
-            tally = kinds.setdefault(factor, {"timed": 0, "counted": 0})
-            for kind, raised in by_kind(regressions).items():
-                tally[kind] += raised
         marks = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         print(f"{folder.name} (load {loads[-1]:.1f}): {marks}")
         if flagged[1.0]:
@@ -177,17 +162,14 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         "rounds_scored": rounds or "all",
         "false_alarms_aa": counts[1.0],
         "detections": {f"{f:g}": c for f, c in sorted(counts.items()) if f > 1},
-        "alarms_by_rows": {f"{f:g}": tally for f, tally in sorted(kinds.items())},
         "smallest_reliably_detected": reliable[0] if reliable else None,
         "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
         "cpus": os.cpu_count(),
     }
     scored = f"first {rounds} rounds" if rounds else "all rounds"
-    rows = {f: f" (timed rows {t['timed']}/{n}, counted rows {t['counted']}/{n})" for f, t in kinds.items()}
-    print(f"A/A: alarm in {counts[1.0]}/{n} trials{rows[1.0]} (threshold {max_regression:.0%}, {scored})")
-    for factor, hits in sorted(counts.items()):
-        if factor > 1:
-            print(f"A/B slowed {factor:g}x: flagged in {hits}/{n} trials{rows[factor]}")
+    print(f"A/A: alarm in {counts[1.0]}/{n} trials (threshold {max_regression:.0%}, {scored})")
+    for factor, hits in summary["detections"].items():
+        print(f"A/B slowed {factor}x: flagged in {hits}/{n} trials")
     print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
     load = summary["load_average"]
     print(f"1-min load average during trials: {load['min']:.1f}..{load['max']:.1f} (mean {load['mean']:.1f})")

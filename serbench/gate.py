@@ -24,16 +24,12 @@ kernel isolates, else the last two of four or more. Both sides share that set:
 a base pinned to one core and a head to another would turn any difference
 between the two cores into a verdict.
 
-``counting`` adds instruction counts (``--measure instructions``, see
-``serbench.instructions``): one ``serbench run --measure instructions`` per
-side — one valgrind process measuring every micro case — once (a count
-repeats to within 0.1 %, so more rounds would only repeat it), both sides
-*beside the timed rounds*, at idle priority on the CPUs the timed workers
-are not pinned to, and once the rounds are over each on a CPU of its own. A
-count does not depend on what else runs, so the rounds cannot disturb it;
-idle priority (``SCHED_IDLE``) gives the counting only CPU time the rounds
-leave, and the rounds treat it as they treat any other load on a shared
-machine: both halves of a pair see it alike.
+``count`` adds instruction counts (``--measure instructions``, see
+``serbench.instructions``): after the timed rounds, one ``serbench run
+--measure instructions`` per side — one valgrind process measuring every
+micro case — both at once, each on a CPU of its own (a count does not depend
+on what else runs), once: a count repeats to within 0.1 %, so more rounds
+would only repeat it.
 """
 
 from __future__ import annotations
@@ -47,14 +43,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from serbench import results
 from serbench.errors import GateError
-from serbench.isolation import kill_tree, pin_tree
+from serbench.isolation import kill_tree
 from serbench.results import CaseKey
 
 RUN_TIMEOUT_S = 1800
@@ -70,19 +66,15 @@ def _cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def worker_cpus(beside_counting: bool = False) -> frozenset[int] | None:
+def worker_cpus() -> frozenset[int] | None:
     """The CPUs the timed workers are pinned to: the isolated ones we may use, else the last
-    two when four or more are ours (leaving the rest to everything else). On a smaller
-    machine, the last one when instructions are counted beside the rounds (the counting
-    runs get the others: a CPU the rounds never share with valgrind), else None (not
-    pinned), where pinning would only take the scheduler's choice away."""
+    two when four or more are ours (leaving the rest to everything else); None (not pinned)
+    on a smaller machine, where pinning would only take the scheduler's choice away."""
     available = os.sched_getaffinity(0)
     isolated = _cpu_list(ISOLATED_CPUS.read_text()) & available if ISOLATED_CPUS.exists() else set()
     if isolated:
         return frozenset(isolated)
-    if len(available) >= 4:
-        return frozenset(sorted(available)[-2:])
-    return frozenset({max(available)}) if beside_counting and len(available) >= 2 else None
+    return frozenset(sorted(available)[-2:]) if len(available) >= 4 else None
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -124,26 +116,16 @@ class Revision:
     code: Path
     run_args: tuple[str, ...]
 
-    def run(
-        self, *extra: str, cpus: frozenset[int] | None = None, idle: bool = False, **popen: Any
-    ) -> subprocess.Popen:
+    def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
         """``python -m serbench run`` with this side's options and its code first on the path,
-        pinned to ``cpus`` when given, and at idle priority (``SCHED_IDLE``: it runs only
-        when nothing else wants the CPU) when ``idle``."""
+        pinned to ``cpus`` when given."""
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.code), os.environ.get("PYTHONPATH")])),
         }
         command = [sys.executable, "-m", "serbench", "run", *self.run_args, *extra]
-
-        def placed() -> None:
-            if cpus:
-                os.sched_setaffinity(0, cpus)
-            if idle:
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-        prepare = placed if cpus or idle else None
-        return subprocess.Popen(command, cwd=self.code, env=env, text=True, preexec_fn=prepare, **popen)
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        return subprocess.Popen(command, cwd=self.code, env=env, text=True, preexec_fn=pin, **popen)
 
 
 _HELP: dict[Path, str] = {}  # code folder → its `serbench run --help`
@@ -226,10 +208,8 @@ class OneShot:
 
     cases = None  # unknown until run: every round measures them all
 
-    def __init__(
-        self, revision: Revision, log: Path, cpus: frozenset[int] | None = None, idle: bool = False
-    ) -> None:
-        self.revision, self.log, self.cpus, self.idle = revision, log, cpus, idle
+    def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
+        self.revision, self.log, self.cpus = revision, log, cpus
 
     def ready(self) -> OneShot:
         """Nothing to wait for: each round starts its own process."""
@@ -242,9 +222,7 @@ class OneShot:
     def start(self, out: Path) -> subprocess.Popen:
         """The run that measures every case into ``out``, started."""
         with self.log.open("a") as err:
-            return self.revision.run(
-                "--out", str(out), cpus=self.cpus, idle=self.idle, stdout=subprocess.DEVNULL, stderr=err
-            )
+            return self.revision.run("--out", str(out), cpus=self.cpus, stdout=subprocess.DEVNULL, stderr=err)
 
     def finish(self, proc: subprocess.Popen, out: Path) -> dict:
         """Wait for ``proc`` (from ``start``); its loaded results, or GateError."""
@@ -268,18 +246,15 @@ Measurer = Worker | OneShot
 
 @contextmanager
 def measurers(
-    revisions: Sequence[Revision],
-    out: Path,
-    log: Callable[[str], None] = print,
-    beside_counting: bool = False,
+    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
 ) -> Iterator[list[Measurer]]:
     """A worker per revision, or a process per round for both if one of them has no worker
-    (the two are measured alike either way), on ``worker_cpus``; all stopped on exit."""
+    (the two are measured alike either way); all stopped on exit."""
     workers = all("--worker" in text for text in run_help(revisions))
     if not workers:
         log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
     kind = Worker if workers else OneShot
-    cpus = worker_cpus(beside_counting)
+    cpus = worker_cpus()
     if cpus:
         log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
     started: list[Measurer] = []
@@ -325,89 +300,30 @@ def interleave(
     return runs
 
 
-def counting_cpus() -> list[int]:
-    """The CPUs for the counting runs: ours that the timed workers beside them are not pinned
-    to (all of ours on a machine of one CPU)."""
-    available = os.sched_getaffinity(0)
-    return sorted(available - (worker_cpus(beside_counting=True) or set())) or sorted(available)
-
-
-class Counting:
-    """Each revision's instruction counts, being measured: one ``serbench run --measure
-    instructions`` per revision, all started at once at idle priority, each pinned to a CPU
-    of ``counting_cpus`` (in turn, when there are fewer CPUs than revisions) until the
-    timed rounds are over."""
-
-    def __init__(self, revisions: Sequence[Revision], out: Path) -> None:
-        cpus = counting_cpus()
-        self.runs: list[tuple[OneShot, subprocess.Popen, Path]] = []
-        self.started = time.perf_counter()
-        try:
-            for i, revision in enumerate(revisions):
-                cpu = frozenset({cpus[i % len(cpus)]})
-                runner = OneShot(revision, out / f"{revision.label}-instructions.log", cpu, idle=True)
-                folder = out / f"{revision.label}-instructions"
-                self.runs.append((runner, runner.start(folder), folder))
-        except BaseException:
-            self.close()
-            raise
-
-    def results(self, log: Callable[[str], None] = print) -> list[dict]:
-        """Each revision's counts, once its run has finished; GateError if one failed. Called
-        when the timed rounds are over: the runs still counting get a CPU each of all of ours."""
-        cpus = sorted(os.sched_getaffinity(0))
-        for i, (_, proc, _) in enumerate(self.runs):
-            pin_tree(proc.pid, {cpus[i % len(cpus)]})
-        waiting = time.perf_counter()
-        counted = [runner.finish(proc, folder) for runner, proc, folder in self.runs]
-        done = time.perf_counter()
-        log(f"instructions counted: {done - self.started:.1f} s, {done - waiting:.1f} s of them waited for")
-        return counted
-
-    def close(self) -> None:
-        """Kill the runs that have not finished."""
-        for _, proc, _ in self.runs:
+def count(revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print) -> list[dict] | None:
+    """Every case of each revision's options counted once, the revisions at once, each on a CPU
+    of its own where there are several; their results, or None (with a note) when a side's
+    ``serbench run`` has no ``--measure`` (a revision older than instruction counts)."""
+    if not all("--measure" in text for text in run_help(revisions)):
+        log("note: a revision predates `serbench run --measure`: instructions not counted")
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    runs = []
+    for i, revision in enumerate(revisions):
+        cpu = frozenset({available[i % len(available)]}) if len(available) > 1 else None
+        runner = OneShot(revision, out / f"{revision.label}-instructions.log", cpu)
+        folder = out / f"{revision.label}-instructions"
+        runs.append((runner, runner.start(folder), folder))
+    start = time.perf_counter()
+    try:
+        counted = [runner.finish(proc, folder) for runner, proc, folder in runs]
+    finally:
+        for _, proc, _ in runs:
             if proc.poll() is None:
                 kill_tree(proc.pid)
                 proc.wait()
-
-
-@contextmanager
-def counting(
-    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
-) -> Iterator[Counting | None]:
-    """The revisions' counting runs (their options ask for ``--measure instructions``), started;
-    None (with a note) when one's ``serbench run`` has no ``--measure`` (a revision older than
-    instruction counts). Those still running on exit are killed."""
-    if not all("--measure" in text for text in run_help(revisions)):
-        log("note: a revision predates `serbench run --measure`: instructions not counted")
-        yield None
-        return
-    started = Counting(revisions, out)
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-def timed_and_counted(
-    revisions: Sequence[Revision],
-    rounds: int,
-    out: Path,
-    log: Callable[[str], None] = print,
-    counted: Sequence[Revision] = (),
-) -> list[dict]:
-    """Each revision's ``rounds`` interleaved rounds merged into one results document, with
-    the instruction counts of ``counted`` (the same revisions with the counting run's
-    options, in the same order) added to it, counted beside the rounds."""
-    with counting(counted, out, log) if counted else nullcontext() as counter:
-        with measurers(revisions, out, log, beside_counting=counter is not None) as started:
-            merged = [results.merge(runs) for runs in interleave(started, rounds, out, log)]
-        if counter is not None:
-            merged = [
-                add_counts(timed, counts) for timed, counts in zip(merged, counter.results(log), strict=True)
-            ]
-    return merged
+    log(f"instructions counted: {time.perf_counter() - start:.1f} s")
+    return counted
 
 
 def add_counts(timed: dict, counted: dict) -> dict:
@@ -449,10 +365,14 @@ def measure(
                 Revision("base", base_code, tuple(run_args)),
                 Revision("head", repo, tuple(run_args)),
             ]
-            counted = [
-                Revision(r.label, r.code, tuple(count_args)) for r in revisions if count_args is not None
-            ]
-            base, head = timed_and_counted(revisions, rounds, out, log, counted)
+            with measurers(revisions, out, log) as started:
+                base_runs, head_runs = interleave(started, rounds, out, log)
+            base, head = results.merge(base_runs), results.merge(head_runs)
+            if count_args is not None:
+                counting = [Revision(r.label, r.code, tuple(count_args)) for r in revisions]
+                counted = count(counting, out, log)
+                if counted:
+                    base, head = add_counts(base, counted[0]), add_counts(head, counted[1])
     except (subprocess.TimeoutExpired, OSError) as exc:
         raise GateError(str(exc)) from None
     return base, head

@@ -95,16 +95,6 @@ def kill_tree(pid: int) -> None:
     _kill(_tree(pid))
 
 
-def pin_tree(pid: int, cpus: set[int]) -> None:
-    """Move every thread of a process and of its descendants onto ``cpus`` (an affinity
-    belongs to a thread, and a child takes its parent's when forked); gone already is fine."""
-    for proc in _tree(pid):
-        with suppress(psutil.NoSuchProcess):
-            for thread in proc.threads():
-                with suppress(ProcessLookupError):
-                    os.sched_setaffinity(thread.id, cpus)
-
-
 def end_tree(pid: int, grace_s: float = GRACE_S) -> None:
     """SIGTERM a process, give it ``grace_s`` to clean up, then kill whatever of its tree is left.
 

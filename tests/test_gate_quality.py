@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_compare import doc, metric, rec, samples
 
-from serbench import gate, results
+from serbench import results
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("gate_quality", ROOT / "scripts" / "gate_quality.py")
@@ -28,33 +28,20 @@ def round_doc(seed: int, factors: list[float], scales: list[float]) -> dict:
     )
 
 
-def store_trial(folder: Path, factor: float, slowed_rounds: list[bool], counted: float | None = None) -> None:
+def store_trial(folder: Path, factor: float, slowed_rounds: list[bool]) -> None:
     """A trial as run_trial leaves it (raw rounds, merged sides, trial.json); head's slot 1
-    is ``factor`` times slower in the rounds marked True, and counts ``counted`` times
-    as many instructions when given (as ``--measure instructions`` leaves a trial)."""
-    factors = {"base": [1.0, 1.0], "head": [1.0, factor]}
+    is ``factor`` times slower in the rounds marked True."""
+    head_factors = [1.0, factor]
     for r, slowed in enumerate(slowed_rounds, start=1):
-        scales = {"base": [1.0, 1.0], "head": [1.0, factor if slowed else 1.0]}
-        for label in factors:
+        sides = {"base": ([1.0, 1.0], [1.0, 1.0]), "head": (head_factors, [1.0, factor if slowed else 1.0])}
+        for label, (factors, scales) in sides.items():
             path = folder / f"{label}-{r}" / "results.json"
-            results.write_json_atomic(path, round_doc(100 * r, factors[label], scales[label]))
-    for label in factors:
+            results.write_json_atomic(path, round_doc(100 * r, factors, scales))
+    for label in ("base", "head"):
         rounds = [
             results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, len(slowed_rounds) + 1)
         ]
-        merged = results.merge(rounds)
-        if counted is not None:
-            instructions = [1e6, 1e6 * (counted if label == "head" else 1.0)]
-            specs = [gate_quality._spec(BACKEND, f, slot) for slot, f in enumerate(factors[label])]
-            counts = doc(
-                [
-                    rec({"decode_instructions": metric([n], "count")}, spec)
-                    for spec, n in zip(specs, instructions, strict=True)
-                ]
-            )
-            results.write_json_atomic(folder / f"{label}-instructions" / "results.json", counts)
-            merged = gate.add_counts(merged, counts)
-        results.write_json_atomic(folder / f"{label}.json", merged)
+        results.write_json_atomic(folder / f"{label}.json", results.merge(rounds))
     meta = {"backend": BACKEND, "factors": [factor], "load_before": 1.0, "load_after": 1.0, "cpus": 2}
     (folder / "trial.json").write_text(json.dumps(meta))
 
@@ -76,13 +63,3 @@ def test_the_report_counts_trials_and_can_score_only_the_first_rounds(tmp_path: 
     first_two = gate_quality.report(tmp_path, 0.10, rounds=2)
     assert first_two["detections"] == {"1.3": 2} and first_two["rounds_scored"] == 2
     assert json.loads((tmp_path / "summary.json").read_text())["rounds_scored"] == 2
-
-
-def test_alarms_are_told_apart_by_timed_and_counted_rows(tmp_path: Path) -> None:
-    """Trial 1: head's slot is slower by the clock and counts 2 % more; trial 2: the clock only."""
-    store_trial(tmp_path / "trial-01", 1.3, [True] * 3, counted=1.02)
-    store_trial(tmp_path / "trial-02", 1.3, [True] * 3, counted=1.0)
-    summary = gate_quality.report(tmp_path, 0.10)
-    assert summary["detections"] == {"1.3": 2} and summary["false_alarms_aa"] == 0
-    assert summary["alarms_by_rows"]["1.3"] == {"timed": 2, "counted": 1}
-    assert gate_quality.report(tmp_path, 0.10, rounds=2)["alarms_by_rows"]["1.3"]["counted"] == 1

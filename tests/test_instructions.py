@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import commands, compare, gate, instructions, isolation, text
+from serbench import commands, compare, gate, instructions, text
 from serbench.commands import gate as gate_command
 from serbench.errors import EXIT_USAGE
 
@@ -214,59 +213,11 @@ def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_pat
     assert gate._cpu_list("0-2,5\n") == {0, 1, 2, 5} and gate._cpu_list("\n") == set()
     monkeypatch.setattr(gate, "ISOLATED_CPUS", tmp_path / "isolated")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert gate.worker_cpus() is None and gate.worker_cpus(beside_counting=True) == {1}
-    assert gate.counting_cpus() == [0]
+    assert gate.worker_cpus() is None
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert gate.worker_cpus() == gate.worker_cpus(beside_counting=True) == {14, 15}
-    assert gate.counting_cpus() == list(range(14))
+    assert gate.worker_cpus() == {14, 15}
     (tmp_path / "isolated").write_text("4-5\n")
-    assert gate.worker_cpus() == {4, 5} and 4 not in gate.counting_cpus()
-
-
-def test_counting_beside_the_rounds_runs_at_idle_priority_and_is_killed_when_left(
-    monkeypatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(gate, "run_help", lambda revisions: ["--measure"] * len(revisions))
-    sides = [
-        gate.Revision(label, REPO, ("--scenarios", "micro", "--measure", "instructions")) for label in "ab"
-    ]
-    with gate.counting(sides, tmp_path) as counter:
-        procs = [proc for _, proc, _ in counter.runs]
-        for proc, cpu in zip(procs, gate.counting_cpus() * 2, strict=False):
-            assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
-            assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
-    assert all(proc.poll() is not None for proc in procs)
-
-
-def test_pinning_a_tree_moves_every_thread_of_every_process() -> None:
-    """How the counting runs get a CPU each once the rounds are over (``Counting.results``)."""
-    sleep = "import time; time.sleep(60)"
-    code = (
-        "import subprocess, sys, threading, time; "
-        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
-        f"subprocess.Popen([sys.executable, '-c', {sleep!r}]); time.sleep(60)"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        root = psutil.Process(parent.pid)
-        while not root.children() or root.num_threads() < 2:
-            assert parent.poll() is None
-            time.sleep(0.01)
-        cpu = max(os.sched_getaffinity(0))
-        isolation.pin_tree(parent.pid, {cpu})
-        threads = [thread.id for proc in (root, *root.children()) for thread in proc.threads()]
-        assert len(threads) >= 3 and all(os.sched_getaffinity(tid) == {cpu} for tid in threads)
-    finally:
-        isolation.kill_tree(parent.pid)
-        parent.wait()
-
-
-def test_a_revision_too_old_to_count_is_not_counted(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(gate, "run_help", lambda revisions: ["usage: serbench run"] * len(revisions))
-    notes: list[str] = []
-    with gate.counting([gate.Revision("base", REPO, ())], tmp_path, notes.append) as counter:
-        assert counter is None
-    assert "predates `serbench run --measure`" in notes[0]
+    assert gate.worker_cpus() == {4, 5}
 
 
 def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
