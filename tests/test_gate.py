@@ -226,7 +226,7 @@ def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Pa
     )
     try:
         root = psutil.Process(gate_proc.pid)
-        while not any("valgrind" in " ".join(p.cmdline()) for p in _alive(root.children(recursive=True))):
+        while not any("valgrind" in command for _, command in _alive(root.children(recursive=True))):
             assert gate_proc.poll() is None, gate_proc.stderr.read()
             time.sleep(0.1)
         descendants = root.children(recursive=True)
@@ -239,13 +239,13 @@ def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Pa
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``procs`` still running (not gone, not a zombie)."""
+def _alive(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str]]:
+    """Those of ``procs`` still running (not gone, not a zombie), with their command lines."""
     alive = []
     for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
+        with contextlib.suppress(psutil.NoSuchProcess):  # a process gone or a zombie by now, too
             if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
+                alive.append((proc, " ".join(proc.cmdline())))
     return alive
 
 
