@@ -226,8 +226,10 @@ def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Pa
     )
     try:
         root = psutil.Process(gate_proc.pid)
+        deadline = time.monotonic() + 300  # a gate that never reaches its counting fails, not hangs
         while not any("valgrind" in command for _, command in _alive(root.children(recursive=True))):
             assert gate_proc.poll() is None, gate_proc.stderr.read()
+            assert time.monotonic() < deadline, "no counting run started within 300 s"
             time.sleep(0.1)
         descendants = root.children(recursive=True)
         gate_proc.terminate()
