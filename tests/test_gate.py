@@ -15,7 +15,7 @@ import pytest
 from test_compare import doc, metric, rec, samples
 
 from serbench import commands, gate, instructions, results, testing
-from serbench.errors import EXIT_TERMINATED
+from serbench.errors import EXIT_TERMINATED, GateError
 from serbench.isolation import kill_tree
 from serializers import get_serializer
 
@@ -145,6 +145,32 @@ def test_outside_a_git_repository_is_a_usage_error(monkeypatch, tmp_path, capsys
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     assert commands.main(["gate", "--base", "HEAD~1"]) == 2
     assert "git rev-parse" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "valgrind", "rounds", "counted"),
+    [
+        ([], True, 15, False),
+        (["--measure", "instructions"], True, 10, True),
+        (["--measure", "instructions"], False, 15, False),  # no counts: the clock alone, at full length
+        (["--measure", "instructions", "--rounds", "3"], True, 3, True),
+    ],
+)
+def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
+    monkeypatch, tmp_path, options, valgrind, rounds, counted
+) -> None:
+    git(tmp_path, "init", "-q")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(instructions, "cannot_launch", lambda: None if valgrind else "no valgrind here")
+    asked = {}
+
+    def measure(repo, base_ref, run_args, rounds, out, log, count_args):
+        asked.update(rounds=rounds, counted=count_args is not None)
+        raise GateError("stop here")
+
+    monkeypatch.setattr(gate, "measure", measure)
+    assert commands.main(["gate", "--base", "HEAD", "--out", str(tmp_path / "out"), *options]) == 2
+    assert asked == {"rounds": rounds, "counted": counted}
 
 
 BASE_BACKEND = """
