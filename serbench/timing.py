@@ -1,8 +1,8 @@
 """Calibrated timing loops, interleaved across the things being compared.
 
 Like ``timeit.autorange``: each function is looped enough times that one
-sample lasts at least ``profile.min_sample_s`` (the calibration runs double
-as warm-up); then samples of all the functions are taken in turn
+sample lasts at least ``profile.min_sample_s`` (one untimed call, then the
+calibration, warm it up); then samples of all the functions are taken in turn
 (A B C A B C …) so drift on a shared machine hits every one alike, until
 ``profile.samples`` samples or the time budget.
 """
@@ -27,7 +27,14 @@ def _loop(fn: Callable[[], object], loops: int, clock: Callable[[], float] = tim
 def calibrate(
     fn: Callable[[], object], min_sample_s: float, clock: Callable[[], float] = time.perf_counter
 ) -> int:
-    """Loops per sample so that one sample takes at least ``min_sample_s``."""
+    """Loops per sample so that one sample takes at least ``min_sample_s``.
+
+    The first call is not timed: it pays for what a function does once in a
+    process (a decoder's types compiled, pages first written after a fork).
+    Timed, a cold decode outlasted a whole sample, and every sample was then
+    one call: 90 % of the gate's decode rows, 2-4x slower than in a loop.
+    """
+    fn()
     loops = 1
     while True:
         elapsed = _loop(fn, loops, clock)

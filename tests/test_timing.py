@@ -1,0 +1,42 @@
+"""Calibrated timing loops, on a clock the test moves."""
+
+from __future__ import annotations
+
+from serbench import timing
+from serbench.profiles import PROFILES
+
+
+class Clock:
+    """A clock that only the timed functions move."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def costing(clock: Clock, first_s: float, then_s: float):
+    """A function whose first call takes ``first_s`` on ``clock`` and every later one ``then_s``."""
+    calls = []
+
+    def fn() -> None:
+        clock.now += first_s if not calls else then_s
+        calls.append(None)
+
+    return fn
+
+
+def test_a_slow_first_call_does_not_make_every_sample_a_single_call() -> None:
+    clock = Clock()
+    loops = timing.calibrate(costing(clock, first_s=0.005, then_s=10e-6), 0.002, clock)
+    assert 200 <= loops <= 1000  # 2 ms of 10 µs calls, not the one cold call that took 5 ms
+
+
+def test_a_sample_lasts_at_least_the_minimum_and_reports_seconds_per_call() -> None:
+    clock = Clock()
+    profile = PROFILES["quick"]
+    samples, info = timing.interleaved({"op": costing(clock, 1e-3, 3e-6)}, profile, clock)
+    assert info["loops"]["op"] * 3e-6 >= profile.min_sample_s
+    assert len(samples["op"]) == info["samples"] == profile.samples
+    assert all(abs(s - 3e-6) < 1e-12 for s in samples["op"])
