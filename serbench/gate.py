@@ -50,10 +50,11 @@ from typing import Any
 
 from serbench import results
 from serbench.errors import GateError
-from serbench.isolation import kill_tree
+from serbench.isolation import end_trees, kill_tree
 from serbench.results import CaseKey
 
 RUN_TIMEOUT_S = 1800
+COUNTING_GRACE_S = 20.0  # for an ended counting run to stop valgrind, which runs its code slowly
 ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
 
 
@@ -317,11 +318,10 @@ def count(revisions: Sequence[Revision], out: Path, log: Callable[[str], None] =
     start = time.perf_counter()
     try:
         counted = [runner.finish(proc, folder) for runner, proc, folder in runs]
-    finally:
+    finally:  # ended with SIGTERM first, so that each removes its dump folder
+        end_trees([proc.pid for _, proc, _ in runs if proc.poll() is None], COUNTING_GRACE_S)
         for _, proc, _ in runs:
-            if proc.poll() is None:
-                kill_tree(proc.pid)
-                proc.wait()
+            proc.wait()
     log(f"instructions counted: {time.perf_counter() - start:.1f} s")
     return counted
 

@@ -250,10 +250,13 @@ def valgrind_command(out: Path) -> list[str]:
     valgrind places the program's memory itself, the same way every time (two
     identical processes counted 14,702,896 and 14,702,917 instructions for 400
     encodes); ``setarch --addr-no-randomize`` around it made them differ by 0.6 %.
+    No gdbserver (``--vgdb=no``): nothing attaches to one (instrumentation is
+    switched by client requests), and its FIFOs in ``/tmp`` outlived a killed run.
     """
     return [
         shutil.which("valgrind") or "valgrind",
         "--tool=callgrind",
+        "--vgdb=no",
         "--instr-atstart=no",
         f"--callgrind-out-file={out}/callgrind.%p",
         "--log-file=" + str(out / "valgrind.%p.log"),

@@ -96,17 +96,23 @@ def kill_tree(pid: int) -> None:
 
 
 def end_tree(pid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM a process, give it ``grace_s`` to clean up, then kill whatever of its tree is left.
+    """SIGTERM a process, give it ``grace_s`` to clean up, then kill whatever of its tree is left."""
+    end_trees([pid], grace_s)
 
-    Its descendants are listed first: once it is gone they are no longer its children.
+
+def end_trees(pids: list[int], grace_s: float = GRACE_S) -> None:
+    """``end_tree`` for several processes at once: all are ended together, so they clean up
+    side by side within one ``grace_s``.
+
+    Their descendants are listed first: once a process is gone they are no longer its children.
     """
-    procs = _tree(pid)
-    if not procs:
-        return
-    with suppress(psutil.NoSuchProcess):
-        procs[-1].terminate()
-    psutil.wait_procs(procs[-1:], timeout=grace_s)
-    _kill(procs)
+    trees = [tree for tree in map(_tree, pids) if tree]
+    roots = [tree[-1] for tree in trees]
+    for root in roots:
+        with suppress(psutil.NoSuchProcess):
+            root.terminate()
+    psutil.wait_procs(roots, timeout=grace_s)
+    _kill([proc for tree in trees for proc in tree])
 
 
 def _signal_name(exitcode: int) -> str:

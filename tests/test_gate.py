@@ -239,14 +239,18 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
 
 
 @pytest.mark.skipif(instructions.cannot_launch() is not None, reason="valgrind is not installed")
-def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Path) -> None:
-    """SIGTERM while the counting runs count, after the rounds: exit 143, every process gone."""
+def test_a_terminated_gate_leaves_no_process_no_worktree_and_no_file_behind(tmp_path: Path) -> None:
+    """SIGTERM while the counting runs count, after the rounds: exit 143, every process gone,
+    nothing left in the temporary folder (worktree, zygotes, dump folders, valgrind's FIFOs)."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     options = "--measure instructions --rounds 1 --backends msgspec-frombuffer --workloads text-sonnet"
     command = [sys.executable, "-m", "serbench", "gate", "--base", "HEAD", *options.split()]
     command += ["--out", str(tmp_path / "out")]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1"}  # this tree's gate, in the clone
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    # this tree's gate, in the clone, with a temporary folder of its own
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1", "TMPDIR": str(temporary)}
     gate_proc = subprocess.Popen(
         command, cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -265,6 +269,7 @@ def test_a_terminated_gate_leaves_no_process_and_no_worktree_behind(tmp_path: Pa
     assert not _alive(descendants)
     assert "interrupted" in gate_proc.stderr.read()
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert sorted(p.name for p in temporary.iterdir()) == []
 
 
 def _alive(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str]]:

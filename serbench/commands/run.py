@@ -47,12 +47,12 @@ def _point_latest(folder: Path) -> None:
     os.replace(tmp, latest)
 
 
-def _interrupted(exc: KeyboardInterrupt, path: Path, folder: Path) -> int:
-    """After Ctrl-C or SIGTERM: the report of the cases so far, and 130 or 143."""
+def _interrupted(code: int, path: Path, folder: Path) -> int:
+    """After Ctrl-C or SIGTERM: the report of the cases so far; ``code`` (130 or 143)."""
     print(f"\ninterrupted: partial results (complete: false) in {path}", file=sys.stderr)
     if path.exists():
         print(f"report:  {report.write_report(results.load(path), folder)}", file=sys.stderr)
-    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    return code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -91,7 +91,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         finished = runner.execute(chosen, settings, path, args.argv, progress, backend_facts)
     except KeyboardInterrupt as exc:
         bar.close()
-        return _interrupted(exc, path, folder)
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        # A counting process leaves the report to the process that started it, which runs at
+        # full speed: under valgrind it took seconds that a terminated gate waits for.
+        return code if handed_folder else _interrupted(code, path, folder)
     bar.set_description("done")
     bar.set_postfix_str("")
     bar.update(bar.total - bar.n)
@@ -106,8 +109,10 @@ def _counted(args: argparse.Namespace, chosen: Plan) -> int:
     backends = runner.check_backends(sorted({case.spec for case in chosen.cases()}))
     command = [sys.executable, "-m", "serbench", *args.argv]
     code = instructions.run_under_callgrind(command, {"out": str(folder), "backends": backends})
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        return _interrupted(code, folder / "results.json", folder)
     if code:
-        return code  # the run said why (and wrote the report of an interrupted run)
+        return code  # the run said why
     return _summarised(args, folder, results.load(folder / "results.json"))
 
 
