@@ -31,8 +31,8 @@ print(json.dumps(growth))
 """
 
 
-def _growth(setting: str, after_free: str = "pass") -> list[int]:
-    code = PROBE.format(setting=setting, block=BLOCK, after_free=after_free)
+def _growth(setting: str, after_free: str = "pass", block: int = BLOCK) -> list[int]:
+    code = PROBE.format(setting=setting, block=block, after_free=after_free)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -53,11 +53,13 @@ def test_fresh_memory_faults_every_large_block_in(setting: str) -> None:
     assert all(grew >= BLOCK // 2 for grew in growth), growth
 
 
-def test_reused_memory_faults_a_large_block_in_once() -> None:
-    """micro's loops: after the first 10 MB block, the next ones reuse its pages. Left to
-    glibc's adaptive threshold (the control), the first block is mapped and unmapped, which
-    raises the threshold, so the second comes from the heap and faults in afresh too."""
-    growth = _growth("from serbench.heap import reused_memory; reused_memory()")
-    assert growth[0] >= BLOCK // 2, growth
-    assert all(grew < BLOCK // 10 for grew in growth[1:]), growth
+@pytest.mark.parametrize("block", [BLOCK, 40 << 20])  # below and above glibc's 32 MiB ceiling
+def test_reused_memory_faults_a_large_block_in_once(block: int) -> None:
+    """micro's loops: after the first large block, the next ones reuse its pages, even above
+    the 32 MiB that glibc's mmap threshold can reach. Left to glibc's adaptive threshold (the
+    control), the first block is mapped and unmapped, which raises the threshold, so the
+    second comes from the heap and faults in afresh too."""
+    growth = _growth("from serbench.heap import reused_memory; reused_memory()", block=block)
+    assert growth[0] >= block // 2, growth
+    assert all(grew < block // 10 for grew in growth[1:]), growth
     assert _growth("pass")[1] >= BLOCK // 2

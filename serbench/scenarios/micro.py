@@ -11,8 +11,6 @@ heap set to keep what a call frees (``heap.reused_memory``), as a
 long-running process's mostly is: left to glibc's adaptive thresholds, the
 same decode of 9.6 MB tensors faulted its buffers in afresh on every call in
 one process and not in another (16 ms or 32 ms for images-4, by history).
-Blocks above 32 MiB (in-band pickle's 38 MB message) are mapped afresh on
-every call either way.
 
 For an output workload micro also takes ``decode_cpu_s``: the decode's CPU
 time (``time.thread_time``), which preemption on a loaded machine does not
