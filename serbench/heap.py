@@ -23,7 +23,9 @@ import ctypes
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
-DEFAULT_MMAP_THRESHOLD = 128 * 1024  # glibc's initial value
+DEFAULT_MMAP_THRESHOLD = 128 * 1024  # glibc's initial values
+DEFAULT_MMAP_MAX = 65536
+DEFAULT_TRIM_THRESHOLD = 128 * 1024
 NEVER_TRIM = 2**31 - 1  # mallopt takes an int
 
 
@@ -35,8 +37,12 @@ def _mallopt(param: int, value: int) -> None:
 def fresh_memory() -> None:
     """Every block above 128 KiB from now on is mapped afresh and unmapped when freed: each
     large allocation faults its pages in, as the first one of a process does (the engine's
-    receive buffers, ``serbench.engine.server``)."""
+    receive buffers, ``serbench.engine.server``; each side of ``serbench.rss``). glibc's
+    other defaults are set back too, whatever the process (or the one it was forked from)
+    set before: ``reused_memory`` included."""
     _mallopt(M_MMAP_THRESHOLD, DEFAULT_MMAP_THRESHOLD)
+    _mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+    _mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
 
 
 def reused_memory() -> None:

@@ -9,6 +9,14 @@ baseline is what the measured part cost at its peak. The kernel raises the
 high-water mark before it unmaps anything, so a temporary that is freed
 before the reading still counts — which sampling alone would miss.
 
+Before its setup each side sets glibc's allocator to map every large block
+afresh (``heap.fresh_memory``): a side inherits its caller's settings, and a
+caller whose history had raised glibc's mmap threshold (or set micro's
+``reused_memory``) had the side grow a large buffer in its heap, where an
+outgrown copy stays resident until the peak is read. The frontend of
+``msgspec-frombuffer:threshold=inf`` on images-4 read 1.27 or 2.01 copies of
+the payload by that alone, in-band pickle's 2.0 or 2.75.
+
 RSS counts a shared page in every process that maps it, so two sides that
 share memory (``serbench.shm``) both show it. ``proportional`` reads the
 kernel's PSS and USS instead (psutil's ``memory_full_info``, from
@@ -34,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from serbench.heap import release_free_memory
+from serbench.heap import fresh_memory, release_free_memory
 from serbench.isolation import kill_tree
 
 SAMPLE_INTERVAL_S = 0.005
@@ -110,6 +118,7 @@ def _side_main(conn: Connection, side: Side) -> None:
     it sent (a last ZeroMQ message) dies with it before the others are done.
     """
     try:
+        fresh_memory()
         state = side.setup()
         baseline = reset_peak()
         conn.send(("ready", baseline))

@@ -15,12 +15,15 @@ from typing import Any
 import pytest
 import torch
 
+from serbench import heap
 from serbench.commands import build_parser
 from serbench.commands.options import profile as profile_of
+from serbench.isolation import run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
 from serbench.scenarios import get_scenario
-from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
+from serbench.scenarios.base import Case
+from serbench.scenarios.memory import Memory, Repetitions, Sent, miniature, repetitions, zero_copy_off
 from serbench.text import render
 from serializers import get_serializer
 from serializers.tensors import UNCARRIED_DTYPES
@@ -147,6 +150,25 @@ def test_one_more_copy_of_the_payload_shows_as_one_more_engine_copy(run: Run, sp
         run.records[(ZERO_COPY, "images-4")], "copies"
     )
     assert 0.85 <= extra <= 1.15
+
+
+def _copies_after(setting: str) -> dict[str, float]:
+    """Zero-copy-off's copies on images-4, measured by a process that set glibc's allocator
+    as ``heap.<setting>`` does (micro's case processes set ``reused_memory``)."""
+    getattr(heap, setting)()
+    profile = PROFILES["quick"].with_options(memory_repetitions=1)
+    metrics = Memory().run(Case("memory", ZERO_COPY_OFF, "images-4"), profile)["metrics"]
+    return {name: metrics[name]["median"] for name in ("copies", "copies_frontend", "copies_total")}
+
+
+def test_copies_do_not_depend_on_the_allocator_settings_the_sides_inherit() -> None:
+    """A side sets its own (``heap.fresh_memory``): inheriting micro's heap-only settings, the
+    frontend's encode buffer outgrew itself in the heap and read 2.01 copies instead of 1.27."""
+    fresh, reused = (
+        run_isolated(_copies_after, (setting,), 120) for setting in ("fresh_memory", "reused_memory")
+    )
+    for name, value in fresh.items():
+        assert abs(reused[name] - value) <= 0.05, (name, fresh, reused)
 
 
 def test_repetitions_are_fresh_processes_that_agree(run: Run) -> None:
