@@ -50,7 +50,7 @@ from typing import Any
 
 from serbench import results
 from serbench.errors import GateError
-from serbench.isolation import end_trees, kill_tree
+from serbench.isolation import end_tree, end_trees
 from serbench.results import CaseKey
 
 RUN_TIMEOUT_S = 1800
@@ -194,12 +194,12 @@ class Worker:
         return results.load(out / "results.json")
 
     def close(self) -> None:
-        """End the worker (its stdin closes); killed if it does not end in time."""
+        """End the worker (its stdin closes); terminated, then killed, if it does not end in time."""
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
-            kill_tree(self.proc.pid)
+            end_tree(self.proc.pid)
             self.proc.wait()
 
 
@@ -230,7 +230,8 @@ class OneShot:
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
+            end_tree(proc.pid)  # ended, not killed: it removes its temporary files
+            proc.wait()
             raise GateError(f"{self.revision.label}: serbench run took over {RUN_TIMEOUT_S} s") from None
         if code:
             raise GateError(

@@ -125,6 +125,18 @@ def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
         one_shot.measure(tmp_path / "round-1")
 
 
+def test_a_one_shot_round_past_its_time_is_ended_and_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
+    """A run past the gate's limit gets SIGTERM and time to remove its temporary files."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(gate, "RUN_TIMEOUT_S", 10)
+    revision = gate.Revision("base", REPO, ("--scenarios", "micro", "--workloads", "images-32"))
+    with pytest.raises(gate.GateError, match="took over 10 s"):
+        gate.OneShot(revision, tmp_path / "base.log").measure(tmp_path / "round-1")
+    assert sorted(p.name for p in temporary.iterdir()) == []
+
+
 def git(repo: Path, *args: str) -> str:
     command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
     return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
