@@ -15,7 +15,12 @@ caller whose history had raised glibc's mmap threshold (or set micro's
 ``reused_memory``) had the side grow a large buffer in its heap, where an
 outgrown copy stays resident until the peak is read. The frontend of
 ``msgspec-frombuffer:threshold=inf`` on images-4 read 1.27 or 2.01 copies of
-the payload by that alone, in-band pickle's 2.0 or 2.75.
+the payload by that alone, in-band pickle's 2.0 or 2.75. Settings cannot
+undo the heap itself: glibc serves a large block from a free one the caller
+left before it maps a fresh one, so sides forked from a process with a long
+history (``runner.execute`` called late in a test suite) still read those
+paths higher (pickle's frontend 2.89). ``serbench run`` forks every case from
+a zygote taken at its start (``serbench.isolation``), which has no such past.
 
 RSS counts a shared page in every process that maps it, so two sides that
 share memory (``serbench.shm``) both show it. ``proportional`` reads the
