@@ -78,7 +78,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     command = [sys.executable, "-m", "serbench", "run", "--scenarios", "memory", "--out", str(out)]
     command += ["--backends", f"pickle,{ZERO_COPY},{COPYING}", "--workloads", "text-sonnet,images-4"]
     command += ["--memory-repetitions", str(REPEATS)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    path = filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])  # TESTS: this module's copying decoder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = results.load(out / "results.json")
@@ -191,7 +192,7 @@ def _copies_after(setting: str) -> dict[str, float]:
 def test_copies_do_not_depend_on_the_allocator_settings_the_sides_inherit() -> None:
     """Each side sets glibc's defaults itself (``heap.fresh_memory``). Inheriting a threshold
     glibc had raised, the frontend's encode buffer outgrew itself in the heap (2.01 copies
-    instead of 1.27); inheriting micro's settings, the frontend's PSS kept what it had freed
+    instead of 1.27); inheriting micro's settings, a side's PSS kept what it had freed
     (copies_total 3.29 instead of 3.04)."""
     copies = {name: _copies_after(setting) for name, setting in SETTINGS.items()}
     defaults = copies["glibc's defaults"]
