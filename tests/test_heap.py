@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from fresh_interpreter import printed_json
 
 BLOCK = 10 << 20
 
@@ -33,8 +30,7 @@ print(json.dumps(growth))
 
 def _growth(setting: str, after_free: str = "pass", block: int = BLOCK) -> list[int]:
     code = PROBE.format(setting=setting, block=block, after_free=after_free)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return printed_json(code)
 
 
 @pytest.mark.parametrize(

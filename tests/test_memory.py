@@ -10,7 +10,6 @@ on time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from fresh_interpreter import printed_json
 
 from serbench import results
 from serbench.commands import build_parser
@@ -183,10 +183,7 @@ SETTINGS = {
 
 
 def _copies_after(setting: str) -> dict[str, float]:
-    code = COPIES_AFTER.format(setting=setting, spec=ZERO_COPY_OFF)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return printed_json(COPIES_AFTER.format(setting=setting, spec=ZERO_COPY_OFF))
 
 
 def test_copies_do_not_depend_on_the_allocator_settings_the_sides_inherit() -> None:
