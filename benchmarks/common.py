@@ -25,12 +25,18 @@ from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import run_case
 from serbench.scenarios import SCENARIOS, Case
-from serializers import BUILTINS
 
-try:
-    from workloads import default_workloads
-except ImportError:  # a commit from before the workloads run by name: all of them were the default
-    from workloads import available_workloads as default_workloads
+try:  # one installed namespace
+    from serbench import serializers, workloads
+except ImportError:  # a commit from before it: top-level packages
+    import serializers  # type: ignore[no-redef]
+    import workloads  # type: ignore[no-redef]
+
+BUILTINS = serializers.BUILTINS
+get_serializer = serializers.get_serializer
+get_workload = workloads.get_workload
+# a commit from before the workloads run by name: all of them were the default
+default_workloads = getattr(workloads, "default_workloads", workloads.available_workloads)
 
 PARAM_NAMES = ["backend", "workload"]
 

@@ -7,10 +7,7 @@ scenario's own ``wire_bytes``; asv does the sampling and statistics.
 
 from __future__ import annotations
 
-from serializers import get_serializer
-from workloads import get_workload
-
-from .common import BACKENDS, PARAM_NAMES, WORKLOADS
+from .common import BACKENDS, PARAM_NAMES, WORKLOADS, get_serializer, get_workload
 
 try:
     from serbench.scenarios.micro import operations, wire_bytes

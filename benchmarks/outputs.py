@@ -12,14 +12,11 @@ them, as common's variables do the default grid). The callables are micro's own
 
 from __future__ import annotations
 
-from serializers import get_serializer
-from workloads import get_workload
-
-from .common import BACKENDS, ScenarioTracks, grid, measure_grid
+from .common import BACKENDS, ScenarioTracks, get_serializer, get_workload, grid, measure_grid
 
 try:
     from serbench.scenarios.micro import operations
-    from workloads.sizes import SIZES
+    from serbench.workloads.sizes import SIZES
 except ImportError:  # a commit before the output workloads and the sweep: skipped there
     operations, SIZES = None, ()
 

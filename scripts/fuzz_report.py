@@ -15,9 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from pathlib import Path
 
-from serbench.testing.malformed import SAFE_SPECS, Fuzzer, Tally, corpus, examples_per_strategy, judge
-from serializers import get_serializer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the generators live with the tests
+
+from malformed import SAFE_SPECS, Fuzzer, Tally, corpus, examples_per_strategy, judge
+
+from serbench.serializers import get_serializer
 
 
 def add_corpus(tally: Tally, specs: list[str]) -> None:

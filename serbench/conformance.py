@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from serbench.errors import VerificationError
-from serializers import Serializer, unsupported_cases
-from workloads import get_workload
-from workloads.messages import (
+from serbench.serializers import Serializer, unsupported_cases
+from serbench.workloads import get_workload
+from serbench.workloads.messages import (
     EngineCoreOutputs,
     EngineCoreRequest,
     FlatEngineCoreOutputs,
@@ -41,7 +41,7 @@ from workloads.messages import (
     MultiModalKwargs,
     MultiModalKwargsItem,
 )
-from workloads.tree import array_bytes, is_array
+from serbench.workloads.tree import array_bytes, is_array
 
 
 def _cpu_dtypes() -> list[torch.dtype]:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from serbench.errors import ResultsError
+from serbench.specs import Spec, SpecError, format_spec, parse_spec
 from serbench.stats import summarize
-from specs import Spec, SpecError, format_spec, parse_spec
 
 SCHEMA = "serbench-results/1"
 METRIC_KEYS = ("unit", "values", "median", "ci_low", "ci_high")

@@ -35,8 +35,8 @@ from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
 from serbench.results import ResultsFile, record
 from serbench.scenarios import Case, get_scenario
+from serbench.serializers import declared_safety, describe, get_serializer
 from serbench.transport import DEFAULT_KIND
-from serializers import declared_safety, describe, get_serializer
 
 CONFORMANCE_TIMEOUT_S = 120
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from serbench import transport
-from serializers import BUILTINS
+from serbench.serializers import BUILTINS
 
 # The suite sends Ctrl-C to processes it starts. Started as a background job of a
 # non-interactive shell, pytest inherits SIGINT ignored and would pass that on through every

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from serbench import conformance
-from serializers import get_serializer
-from workloads import get_workload
-from workloads.messages import EngineCoreRequest
+from serbench.serializers import get_serializer
+from serbench.workloads import get_workload
+from serbench.workloads.messages import EngineCoreRequest
 
 CASE_IDS = [case.id for case in conformance.specimens()]
 

@@ -19,9 +19,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 import torch
-
-from serbench.isolation import run_isolated
-from serbench.testing.malformed import (
+from malformed import (
     SAFE_SPECS,
     STRATEGIES,
     Fuzzer,
@@ -30,9 +28,11 @@ from serbench.testing.malformed import (
     examples_per_strategy,
     judge,
 )
-from serializers import DecodeError, Serializer, get_serializer
-from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from serializers.tensors import TORCH_DTYPES
+
+from serbench.isolation import run_isolated
+from serbench.serializers import DecodeError, Serializer, get_serializer
+from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+from serbench.serializers.tensors import TORCH_DTYPES
 
 ALLOCATION_HEADROOM = 512 * 2**20  # the corpus backs no more than a few MB; a 1 GiB shape must not fit
 CORPUS_TIMEOUT_S = 300

@@ -32,10 +32,10 @@ from serbench.profiles import PROFILES
 from serbench.results import load as load_results
 from serbench.runner import Plan, execute
 from serbench.scenarios.ipc import Settings, measure
+from serbench.serializers import get_serializer
+from serbench.serializers.tensors import UNCARRIED_DTYPES
 from serbench.text import serving_report
-from serializers import get_serializer
-from serializers.tensors import UNCARRIED_DTYPES
-from workloads.messages import EngineCoreOutputs
+from serbench.workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"
 SETTINGS = Settings(num_prompts=4, rates=(math.inf,), max_concurrency=None, floor=2, step_s=0.002)

@@ -17,7 +17,7 @@ from test_compare import doc, metric, rec, samples
 from serbench import commands, gate, instructions, results, testing
 from serbench.errors import EXIT_TERMINATED, GateError
 from serbench.isolation import kill_tree
-from serializers import get_serializer
+from serbench.serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -186,7 +186,7 @@ def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
 
 
 BASE_BACKEND = """
-from serializers import get_serializer
+from serbench.serializers import get_serializer
 
 
 def make():
@@ -196,7 +196,7 @@ def make():
 # Head's version sends one extra empty frame: a machine-independent regression
 # (frames +1, wire bytes unchanged) that the gate must flag whatever the timing noise.
 HEAD_BACKEND = """
-from serializers import get_serializer, unsupported_cases
+from serbench.serializers import get_serializer, unsupported_cases
 
 
 class Padded:

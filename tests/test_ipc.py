@@ -20,8 +20,8 @@ from serbench.scenarios import ipc, load
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.load import Tracked, account
 from serbench.stats import MIN_DISTRIBUTION
-from workloads import get_workload, output_token
-from workloads.messages import EngineCoreOutput, EngineCoreOutputs
+from serbench.workloads import get_workload, output_token
+from serbench.workloads.messages import EngineCoreOutput, EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"
 IMAGES = "images-4"  # gemma: four 9.6 MB tensors, one zero-copy frame each

@@ -26,11 +26,11 @@ from serbench.commands.options import profile as profile_of
 from serbench.profiles import PROFILES
 from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
+from serbench.serializers import get_serializer
+from serbench.serializers.tensors import UNCARRIED_DTYPES
 from serbench.text import render
-from serializers import get_serializer
-from serializers.tensors import UNCARRIED_DTYPES
-from workloads import get_workload
-from workloads.tree import is_array, iter_leaves, map_leaves
+from serbench.workloads import get_workload
+from serbench.workloads.tree import is_array, iter_leaves, map_leaves
 
 MB = 1e6
 TESTS = Path(__file__).parent

@@ -11,12 +11,12 @@ from serbench.scenarios import stream
 from serbench.scenarios.base import Case
 from serbench.scenarios.load import Tracked, account
 from serbench.scenarios.micro import Micro
-from serializers import get_serializer
-from specs import SpecError
-from workloads import Running, expand, get_workload, output_token
-from workloads.messages import EngineCoreOutputs, FlatEngineCoreOutputs
-from workloads.sizes import SIZES
-from workloads.tree import payload_bytes
+from serbench.serializers import get_serializer
+from serbench.specs import SpecError
+from serbench.workloads import Running, expand, get_workload, output_token
+from serbench.workloads.messages import EngineCoreOutputs, FlatEngineCoreOutputs
+from serbench.workloads.sizes import SIZES
+from serbench.workloads.tree import payload_bytes
 
 NESTED, FLAT = "outputs-40:logprobs=3", "outputs-40:logprobs=3,layout=flat"
 

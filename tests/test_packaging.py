@@ -9,6 +9,9 @@ makes it so is checked.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import tomllib
@@ -55,3 +58,20 @@ def test_asv_config_names_no_path_of_this_machine() -> None:
     text = (ROOT / "asv.conf.json").read_text()
     assert not re.search(r"file://|/opt/|/home/|/root/|/work/", text)
     assert "PIP_INDEX_URL" not in text
+
+
+def test_the_wheel_installs_one_namespace_and_ships_no_test_dependency(tmp_path: Path) -> None:
+    """``pip install serbench`` puts ``serbench`` into site-packages and nothing beside it:
+    no top-level ``serializers``, ``workloads`` or ``specs`` to collide with another project's."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, ROOT],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("serbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"serbench"}
+    for package in ("serializers", "workloads", "specs"):
+        assert f"serbench/{package}/__init__.py" in names
+    shipped = [zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".py")]
+    assert not any(re.search(r"^\s*(import|from) hypothesis\b", text, re.M) for text in shipped)

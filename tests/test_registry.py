@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from serializers import BUILTINS, available_serializers, get_serializer, is_safe
-from specs import Spec, SpecError, format_spec, parse_spec
+from serbench.serializers import BUILTINS, available_serializers, get_serializer, is_safe
+from serbench.specs import Spec, SpecError, format_spec, parse_spec
 
 
 def test_parse_spec_forms() -> None:
@@ -72,7 +72,7 @@ def test_entry_point_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     """A distribution that registers a factory under ``serbench.serializers`` is found by name."""
     (tmp_path / "myplug.py").write_text(
         textwrap.dedent("""
-        from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+        from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
         def factory(threshold="256"):
             s = MsgspecFrombufferSerializer(threshold)
             s.name = "myplug"
@@ -96,7 +96,7 @@ def test_a_dotted_spec_finds_a_module_in_the_current_folder_only_when_asked(
     """As ``python -m`` would, but the folder joins ``sys.path`` only for a module nothing else
     has: an import that misses reads the listing of every folder there (docs/instructions.md)."""
     (tmp_path / "localplug.py").write_text(
-        "from serializers.pickle_backend import PickleSerializer as factory\n"
+        "from serbench.serializers.pickle_backend import PickleSerializer as factory\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])

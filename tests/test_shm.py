@@ -22,8 +22,8 @@ from serbench.profiles import PROFILES
 from serbench.scenarios.base import Case
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.memory import Memory
-from serializers import get_serializer
-from workloads import get_workload
+from serbench.serializers import get_serializer
+from serbench.workloads import get_workload
 
 IMAGES = "images-4"  # four 9.6 MB tensors
 

@@ -34,9 +34,9 @@ from serbench.runner import Plan, execute
 from serbench.scenarios import device
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.memory import phases
-from serializers import get_serializer
-from workloads import get_workload
-from workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
+from serbench.serializers import get_serializer
+from serbench.workloads import get_workload
+from serbench.workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
 
 IMAGES = "images-2:profile=llava"
 CUDA = bool(environment.accelerator().get("cuda_available"))  # asked in a child

@@ -16,8 +16,8 @@ import pytest
 
 from serbench import commands, report, text
 from serbench.results import ResultsFile, record
-from serializers import BUILTINS, DecodeError, get_serializer, is_safe
-from workloads.messages import EngineCoreRequest
+from serbench.serializers import BUILTINS, DecodeError, get_serializer, is_safe
+from serbench.workloads.messages import EngineCoreRequest
 
 UNSAFE = ["pickle", "pickle-oob", "cloudpickle"]
 SAFE = ["numpy-intermediate", "msgspec-frombuffer", "flat-mmk", "flat-mmk:threshold=inf"]

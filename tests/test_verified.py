@@ -20,8 +20,8 @@ from serbench.errors import VerificationError
 from serbench.profiles import PROFILES
 from serbench.runner import Plan, execute
 from serbench.scenarios.ipc import Settings, measure
-from serializers import get_serializer
-from workloads import get_workload
+from serbench.serializers import get_serializer
+from serbench.workloads import get_workload
 
 FAST = dataclasses.replace(
     PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=60

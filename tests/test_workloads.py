@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specs import SpecError
-from workloads import available_workloads, default_workloads, get_workload, output_token
-from workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
-from workloads.tree import payload_bytes, payload_checksum
+from serbench.specs import SpecError
+from serbench.workloads import available_workloads, default_workloads, get_workload, output_token
+from serbench.workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
+from serbench.workloads.tree import payload_bytes, payload_checksum
 
 
 def test_builtin_workloads() -> None:

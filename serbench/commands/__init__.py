@@ -13,7 +13,7 @@ import sys
 from serbench import __version__
 from serbench.commands import compare, conformance, engine, gate, listing, report, run, system
 from serbench.errors import EXIT_USAGE, SerbenchError
-from specs import SpecError
+from serbench.specs import SpecError
 
 COMMANDS = (listing, run, report, compare, gate, conformance, system, engine)
 

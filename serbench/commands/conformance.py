@@ -14,8 +14,8 @@ import argparse
 from serbench import conformance
 from serbench.commands.options import split_specs
 from serbench.errors import EXIT_CHECK_FAILED, EXIT_OK
+from serbench.serializers import declared_safety, get_serializer, safety_text
 from serbench.text import table
-from serializers import declared_safety, get_serializer, safety_text
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from serbench.scenarios import SCENARIOS
+from serbench.serializers import available_serializers, declared_safety, describe, get_serializer, safety_text
 from serbench.text import table
 from serbench.units import format_value
-from serializers import available_serializers, declared_safety, describe, get_serializer, safety_text
-from workloads import SWEEPS, available_workloads, default_workloads, get_workload
+from serbench.workloads import SWEEPS, available_workloads, default_workloads, get_workload
 
 
 def cmd_list(args: argparse.Namespace) -> int:

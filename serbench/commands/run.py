@@ -14,9 +14,9 @@ from serbench.commands.options import add_baseline, add_scenario_options, profil
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Case, get_scenario
+from serbench.serializers import BUILTINS, get_serializer
 from serbench.transport import DEFAULT_KIND, KINDS
-from serializers import BUILTINS, get_serializer
-from workloads import default_workloads, expand, get_workload
+from serbench.workloads import default_workloads, expand, get_workload
 
 
 def plan(args: argparse.Namespace) -> Plan:

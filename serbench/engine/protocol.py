@@ -30,8 +30,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from workloads.messages import EngineCoreRequest
-from workloads.tree import payload_checksum
+from serbench.workloads.messages import EngineCoreRequest
+from serbench.workloads.tree import payload_checksum
 
 DEFAULT_STEP_S = 0.005  # simulated model time per step when ``start`` names none
 MAX_STEP_S = 10.0  # the longest step a ``start`` may ask for

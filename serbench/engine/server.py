@@ -70,12 +70,12 @@ from serbench.engine.protocol import (
 )
 from serbench.engine.staging import Stager, Staging
 from serbench.heap import fresh_memory, release_free_memory
+from serbench.serializers import Serializer, get_serializer, is_safe
+from serbench.specs import parse_spec
 from serbench.transport import Addresses
-from serializers import Serializer, get_serializer, is_safe
-from specs import parse_spec
-from workloads import Running as Scheduled
-from workloads import Workload, get_workload
-from workloads.messages import EngineCoreRequest
+from serbench.workloads import Running as Scheduled
+from serbench.workloads import Workload, get_workload
+from serbench.workloads.messages import EngineCoreRequest
 
 log = logging.getLogger("serbench.engine")
 

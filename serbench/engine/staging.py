@@ -45,7 +45,7 @@ import zmq
 
 from serbench import transport
 from serbench.engine.protocol import parse_control
-from workloads.tree import is_array, map_leaves
+from serbench.workloads.tree import is_array, map_leaves
 
 clock = time.perf_counter
 

@@ -23,10 +23,10 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from serbench.serializers import BUILTINS
+from serbench.specs import Spec, SpecError, format_spec, parse_spec
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import UNITLESS, scale_for
-from serializers import BUILTINS
-from specs import Spec, SpecError, format_spec, parse_spec
 
 WIDTH_IN = 11.0
 DPI = 100

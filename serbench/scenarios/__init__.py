@@ -6,7 +6,7 @@ from serbench.scenarios.base import Case, Option, Scenario
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
-from specs import SpecError
+from serbench.specs import SpecError
 
 __all__ = ["SCENARIOS", "Case", "Option", "Scenario", "get_scenario"]
 

@@ -73,10 +73,10 @@ from serbench.scenarios.load import (
     saturation,
     sweep_point,
 )
-from serializers import Serializer, get_serializer
-from workloads import Workload, get_workload
-from workloads.messages import EngineCoreRequest
-from workloads.tree import array_bytes, is_array, iter_leaves
+from serbench.serializers import Serializer, get_serializer
+from serbench.workloads import Workload, get_workload
+from serbench.workloads.messages import EngineCoreRequest
+from serbench.workloads.tree import array_bytes, is_array, iter_leaves
 
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick

@@ -33,10 +33,10 @@ import numpy as np
 from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
+from serbench.serializers import Serializer
 from serbench.stats import MIN_DISTRIBUTION
-from serializers import Serializer
-from workloads import Workload, output_token
-from workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
+from serbench.workloads import Workload, output_token
+from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
 
 # Distinct payload requests built per case; beyond, they repeat under new ids (each arrives in
 # fresh engine memory all the same). Building them is not timed but costs the run ~0.3 s per 100 MB.

@@ -69,11 +69,11 @@ from serbench.profiles import Profile
 from serbench.rss import Measurement, Side, measure, proportional, status_bytes
 from serbench.scenarios import device
 from serbench.scenarios.base import Case, Option, Scenario, positive_int
-from serializers import get_serializer
-from serializers.msgpack_backend import MsgpackSerializer
-from specs import Spec, format_spec, parse_spec
-from workloads import get_workload
-from workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
+from serbench.serializers import get_serializer
+from serbench.serializers.msgpack_backend import MsgpackSerializer
+from serbench.specs import Spec, format_spec, parse_spec
+from serbench.workloads import get_workload
+from serbench.workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
 
 MINIATURE_LAST_DIM = 256  # elements kept along an array's last dim (and 2 along the others)
 RECV_TIMEOUT_S = 60.0

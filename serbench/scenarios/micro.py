@@ -35,10 +35,10 @@ from serbench import conformance, heap, instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.scenarios.base import Case, Option, Scenario
+from serbench.serializers import Serializer, get_serializer
 from serbench.timing import interleaved
-from serializers import Serializer, get_serializer
-from workloads import get_workload
-from workloads.tree import array_bytes, is_array, iter_leaves, payload_bytes
+from serbench.workloads import get_workload
+from serbench.workloads.tree import array_bytes, is_array, iter_leaves, payload_bytes
 
 
 def payload_copier(message: Any):

@@ -38,9 +38,9 @@ from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, open_link
 from serbench.engine.protocol import IntegrityError, request_checksum
 from serbench.scenarios.load import Tracked, account
-from serializers import Serializer, get_serializer
-from specs import Spec, format_spec, parse_spec
-from workloads import Workload, get_workload
+from serbench.serializers import Serializer, get_serializer
+from serbench.specs import Spec, format_spec, parse_spec
+from serbench.workloads import Workload, get_workload
 
 clock = time.perf_counter
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from serializers import get_serializer, is_safe, unsupported_cases
+from serbench.serializers import get_serializer, is_safe, unsupported_cases
 
 
 class Slowed:

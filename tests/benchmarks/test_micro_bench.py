@@ -17,8 +17,8 @@ import pytest
 
 from serbench.conformance import assert_same, verify
 from serbench.scenarios.micro import operations
-from serializers import BUILTINS, get_serializer
-from workloads import get_workload
+from serbench.serializers import BUILTINS, get_serializer
+from serbench.workloads import get_workload
 
 WORKLOADS = ["text-sonnet", "images-4", "images-32"]
 OPERATIONS = ["encode_s", "decode_s", "roundtrip_s"]

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from workloads.messages import EngineCoreRequest
-from workloads.tree import is_array, map_leaves
+from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+from serbench.workloads.messages import EngineCoreRequest
+from serbench.workloads.tree import is_array, map_leaves
 
 
 def _flatten_view(tensor: torch.Tensor) -> memoryview:

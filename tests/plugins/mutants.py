@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from serializers.flat_mmk import FlatMMKSerializer
-from serializers.msgpack_backend import NDARRAY_EXT
-from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from serializers.numpy_intermediate import NumpyIntermediateSerializer
-from serializers.pickle_oob import PickleOOBSerializer, _TensorPickler
-from serializers.tensors import ndarray_buffer, tensor_buffer, tensor_from_buffer
+from serbench.serializers.flat_mmk import FlatMMKSerializer
+from serbench.serializers.msgpack_backend import NDARRAY_EXT
+from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+from serbench.serializers.numpy_intermediate import NumpyIntermediateSerializer
+from serbench.serializers.pickle_oob import PickleOOBSerializer, _TensorPickler
+from serbench.serializers.tensors import ndarray_buffer, tensor_buffer, tensor_from_buffer
 
 
 def _from_storage_start(tensor: torch.Tensor) -> memoryview:

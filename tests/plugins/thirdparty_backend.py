@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import torch
 
-from serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer
+from serbench.serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer
 
 
 class HexTensors:

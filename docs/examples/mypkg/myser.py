@@ -1,7 +1,7 @@
 # mypkg/myser.py
 import pickle
 
-from serializers import BUILTINS
+from serbench.serializers import BUILTINS
 
 
 class MySerializer:

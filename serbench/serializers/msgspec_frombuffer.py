@@ -6,8 +6,8 @@ recursively wherever they sit in the message.
 
 from __future__ import annotations
 
-from serializers.msgpack_backend import MsgpackSerializer
-from serializers.tensors import tensor_buffer, tensor_from_buffer
+from serbench.serializers.msgpack_backend import MsgpackSerializer
+from serbench.serializers.tensors import tensor_buffer, tensor_from_buffer
 
 
 class MsgspecFrombufferSerializer(MsgpackSerializer):

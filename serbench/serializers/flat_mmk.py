@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from serializers.base import Buffer, DecodeError
-from serializers.msgpack_backend import MsgpackSerializer
-from serializers.tensors import tensor_buffer, tensor_from_buffer
+from serbench.serializers.base import Buffer, DecodeError
+from serbench.serializers.msgpack_backend import MsgpackSerializer
+from serbench.serializers.tensors import tensor_buffer, tensor_from_buffer
 
 REF_EXT = 3
 TableEntry = tuple[int, str, list[int], int | bytes]

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workloads.base import Workload
-from workloads.messages import (
+from serbench.workloads.base import Workload
+from serbench.workloads.messages import (
     EngineCoreRequest,
     MultiModalFeatureSpec,
     MultiModalFieldElem,

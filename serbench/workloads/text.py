@@ -12,8 +12,8 @@ import random
 import zlib
 from functools import cached_property
 
-from workloads.base import Workload
-from workloads.messages import EngineCoreRequest, SamplingParams
+from serbench.workloads.base import Workload
+from serbench.workloads.messages import EngineCoreRequest, SamplingParams
 
 _ONSETS = [
     "b",

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from workloads.base import VOCAB_SIZE, Running, Workload, output_token
-from workloads.messages import (
+from serbench.workloads.base import VOCAB_SIZE, Running, Workload, output_token
+from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
     EngineCoreRequest,

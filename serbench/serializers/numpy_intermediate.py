@@ -6,8 +6,8 @@ as the unsigned integer of its size and is viewed back on decode.
 
 from __future__ import annotations
 
-from serializers.msgpack_backend import MsgpackSerializer
-from serializers.tensors import tensor_as_numpy_buffer, tensor_via_numpy
+from serbench.serializers.msgpack_backend import MsgpackSerializer
+from serbench.serializers.tensors import tensor_as_numpy_buffer, tensor_via_numpy
 
 
 class NumpyIntermediateSerializer(MsgpackSerializer):

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
-from workloads.base import Running, Workload, output_token
-from workloads.images import IMAGE_COUNTS, Images
-from workloads.outputs import BATCHES, Outputs
-from workloads.sizes import SIZES, TensorSize
-from workloads.text import TextSonnet
+from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
+from serbench.workloads.base import Running, Workload, output_token
+from serbench.workloads.images import IMAGE_COUNTS, Images
+from serbench.workloads.outputs import BATCHES, Outputs
+from serbench.workloads.sizes import SIZES, TensorSize
+from serbench.workloads.text import TextSonnet
 
 __all__ = [
     "SWEEPS",

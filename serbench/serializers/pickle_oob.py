@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from serializers.base import DEFAULT_THRESHOLD, Buffer, parse_threshold
-from serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer, torch_dtype_name
+from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, parse_threshold
+from serbench.serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer, torch_dtype_name
 
 
 def rebuild_tensor(buf: Any, dtype: str, shape: list[int], requires_grad: bool = False) -> torch.Tensor:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from serializers.base import (
+from serbench.serializers.base import (
     DecodeError,
     Serializer,
     declared_safety,
@@ -25,13 +25,13 @@ from serializers.base import (
     safety_text,
     unsupported_cases,
 )
-from serializers.cloudpickle_backend import CloudPickleSerializer
-from serializers.flat_mmk import FlatMMKSerializer
-from serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from serializers.numpy_intermediate import NumpyIntermediateSerializer
-from serializers.pickle_backend import PickleSerializer
-from serializers.pickle_oob import PickleOOBSerializer
-from specs import Spec, SpecError, call_with_options, format_spec, parse_spec
+from serbench.serializers.cloudpickle_backend import CloudPickleSerializer
+from serbench.serializers.flat_mmk import FlatMMKSerializer
+from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
+from serbench.serializers.numpy_intermediate import NumpyIntermediateSerializer
+from serbench.serializers.pickle_backend import PickleSerializer
+from serbench.serializers.pickle_oob import PickleOOBSerializer
+from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 
 __all__ = [
     "BUILTINS",

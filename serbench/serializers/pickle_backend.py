@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from serializers.base import Buffer
+from serbench.serializers.base import Buffer
 
 _NO_STORAGE_DTYPE = (
     "torch's own tensor pickler cannot rebuild a storage of this dtype "

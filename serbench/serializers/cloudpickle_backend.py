@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import cloudpickle
 
-from serializers.pickle_backend import PickleSerializer
+from serbench.serializers.pickle_backend import PickleSerializer
 
 
 class CloudPickleSerializer(PickleSerializer):

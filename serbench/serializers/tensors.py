@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from serializers.base import Buffer, DecodeError
-from workloads.tree import array_bytes
+from serbench.serializers.base import Buffer, DecodeError
+from serbench.workloads.tree import array_bytes
 
 
 def _carried_by_bytes(dtype: torch.dtype) -> bool:

@@ -34,12 +34,12 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from serbench import conformance
-from serializers import DecodeError, Serializer, get_serializer
-from serializers.flat_mmk import REF_EXT, FlatMMKSerializer
-from serializers.msgpack_backend import NDARRAY_EXT, TENSOR_EXT
-from serializers.tensors import TORCH_DTYPES
-from workloads import get_workload
-from workloads.messages import (
+from serbench.serializers import DecodeError, Serializer, get_serializer
+from serbench.serializers.flat_mmk import REF_EXT, FlatMMKSerializer
+from serbench.serializers.msgpack_backend import NDARRAY_EXT, TENSOR_EXT
+from serbench.serializers.tensors import TORCH_DTYPES
+from serbench.workloads import get_workload
+from serbench.workloads.messages import (
     EngineCoreOutputs,
     EngineCoreRequest,
     MultiModalFieldElem,
@@ -47,7 +47,7 @@ from workloads.messages import (
     MultiModalKwargsItem,
     SamplingParams,
 )
-from workloads.tree import map_leaves
+from serbench.workloads.tree import map_leaves
 
 # The safe backends, and threshold variants that move every array inline or into frames.
 SAFE_SPECS = [

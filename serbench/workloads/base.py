@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
-from workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from serbench.workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
 
 VOCAB_SIZE = 32_000
 

@@ -18,8 +18,8 @@ import msgspec
 import numpy as np
 import torch
 
-from serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
-from serializers.tensors import (
+from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
+from serbench.serializers.tensors import (
     UNCARRIED_DTYPES,
     ndarray_buffer,
     ndarray_from_buffer,

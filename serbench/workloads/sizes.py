@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from workloads.base import Workload
-from workloads.messages import (
+from serbench.workloads.base import Workload
+from serbench.workloads.messages import (
     EngineCoreRequest,
     MultiModalFieldElem,
     MultiModalKwargs,
