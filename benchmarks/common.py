@@ -3,16 +3,22 @@
 asv runs the suites of the working tree against every commit it benchmarks,
 so a suite must cope with a commit that predates the scenario (or the
 function) it wraps: that benchmark is skipped there (``NotImplementedError``
-in ``setup``), not failed.
+in ``setup``), not failed. It must also cope with both shapes serbench's
+cases and outcomes have had: today's typed ``Case`` (the transport a field of
+its own) and ``runner.Outcome`` / ``runner.Unsupported``, and before the
+typed model a ``Case`` whose backend carries ``@transport`` and dict outcomes
+(``{"metrics": {...}}`` or ``{"unsupported": reason}``). Both become the same
+cache: (label, workload) → each metric's median, or why the case failed.
 
 The grid is every built-in backend by every built-in workload;
 ``SERBENCH_ASV_BACKENDS`` / ``SERBENCH_ASV_WORKLOADS`` (specs separated by
 spaces, e.g. ``"pickle msgspec-frombuffer:threshold=inf"``) narrow or change
 it — the asv test uses them to stay quick. ``SERBENCH_ASV_TRANSPORTS``
 (e.g. ``"ipc shm"``) adds the ipc and memory scenarios' transports: a case
-over another transport than ipc is the backend parameter ``spec@transport``,
-as in a results file; the default (ipc alone) keeps the parameters of
-commits from before transports were a dimension.
+over another transport than ipc is the backend parameter ``spec@transport``
+(its label, as tables show it), with either shape of ``Case``; the default
+(ipc alone) keeps the parameters of commits from before transports were a
+dimension.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import run_case
-from serbench.scenarios import SCENARIOS, Case
+from serbench.scenarios import SCENARIOS
 
 try:  # one installed namespace
     from serbench import serializers, workloads
@@ -60,16 +66,48 @@ def measure(scenario: str) -> dict[tuple[str, str], Any]:
     return measure_grid(scenario, WORKLOADS)
 
 
+def _cases(scenario: str, workloads: list[str]) -> list:
+    """The scenario's cases on the grid, in this commit's way of asking for them."""
+    chosen = SCENARIOS[scenario]
+    if TRANSPORTS == ["ipc"]:
+        return chosen.cases(BACKENDS, workloads)
+    if hasattr(chosen, "dimensions"):  # typed cases: each dimension's values by Case field
+        return chosen.cases(BACKENDS, workloads, {"transport": tuple(TRANSPORTS)})
+    try:  # before the typed model: the transports as a tuple
+        return chosen.cases(BACKENDS, workloads, tuple(TRANSPORTS))
+    except TypeError:  # a commit from before transports: its cases are the ipc ones only
+        return chosen.cases(BACKENDS, workloads)
+
+
+def label(case: Any) -> str:
+    """The backend parameter of a case: its spec, ``spec@transport`` off the default
+    transport (a typed case's ``row``; before, the backend carried it already)."""
+    return getattr(case, "row", case.backend)
+
+
+def medians(outcome: Any) -> dict[str, float] | str:
+    """A case's outcome as each metric's median, or the reason it is not measured
+    (``Unsupported``); either shape of outcome."""
+    if isinstance(outcome, dict):  # before the typed model
+        if "unsupported" in outcome:
+            return Unsupported(outcome["unsupported"])
+        return {name: m["median"] for name, m in outcome["metrics"].items()}
+    if hasattr(outcome, "reason"):  # runner.Unsupported
+        return Unsupported(outcome.reason)
+    return {name: m.median for name, m in outcome.metrics.items()}
+
+
 def measure_grid(scenario: str, workloads: list[str]) -> dict[tuple[str, str], Any]:
     """For ``setup_cache``: every case of ``scenario`` on the grid, as ``serbench run`` measures it.
 
     Each case runs in its own fresh process under the quick profile with the
-    scenario's default options; the answer maps (backend, workload) to the
-    case's metrics, or to the reason it failed. Empty when this commit has no
-    such scenario; a cell the scenario does not measure is absent, and so
-    are the extra variants its ``cases`` may add (memory's zero-copy-off
-    rows): the parameters must stay the same from commit to commit, so a
-    variant is measured by naming it in ``SERBENCH_ASV_BACKENDS``.
+    scenario's default options; the answer maps (backend label, workload) to
+    each metric's median, or to the reason the case failed or is unsupported.
+    Empty when this commit has no such scenario; a cell the scenario does not
+    measure is absent, and so are the extra variants its ``cases`` may add
+    (memory's zero-copy-off rows): the parameters must stay the same from
+    commit to commit, so a variant is measured by naming it in
+    ``SERBENCH_ASV_BACKENDS``.
     """
     if scenario not in SCENARIOS:
         return {}
@@ -77,21 +115,14 @@ def measure_grid(scenario: str, workloads: list[str]) -> dict[tuple[str, str], A
     # in this commit and in older ones alike.
     profile = PROFILES["quick"]
     outcomes: dict[tuple[str, str], Any] = {}
-    over = (tuple(TRANSPORTS),) if TRANSPORTS != ["ipc"] else ()
-    try:
-        cases = SCENARIOS[scenario].cases(BACKENDS, workloads, *over)
-    except TypeError:  # a commit from before transports: its cases are the ipc ones only
-        cases = SCENARIOS[scenario].cases(BACKENDS, workloads)
-    for case in cases:
-        if case.backend not in LABELS:
+    for case in _cases(scenario, workloads):
+        if label(case) not in LABELS:
             continue
         try:
-            outcome = run_isolated(run_case, (case, profile), profile.case_timeout_s)
+            outcome = medians(run_isolated(run_case, (case, profile), profile.case_timeout_s))
         except CaseFailed as exc:
-            outcome = {"metrics": str(exc)}
-        if "unsupported" in outcome:  # declared by the backend: skipped, never timed
-            outcome = {"metrics": Unsupported(outcome["unsupported"])}
-        outcomes[case.backend, case.workload] = outcome["metrics"]
+            outcome = str(exc)
+        outcomes[label(case), case.workload] = outcome
     return outcomes
 
 
@@ -111,9 +142,12 @@ class ScenarioTracks:
         if not cache:
             raise NotImplementedError(f"no {self.scenario} scenario in this commit")
         if (backend, workload) not in cache:
-            raise NotImplementedError(f"no case {Case(self.scenario, backend, workload).label}")
+            raise NotImplementedError(f"no case {self._label(backend, workload)}")
         if isinstance(cache[backend, workload], Unsupported):
             raise NotImplementedError(f"unsupported by the backend: {cache[backend, workload]}")
+
+    def _label(self, backend: str, workload: str) -> str:
+        return f"{self.scenario} {backend} × {workload}"
 
     def median(self, cache: dict, backend: str, workload: str, metric: str) -> float:
         """The case's median of ``metric``; a failed case fails the benchmark with its reason.
@@ -123,5 +157,5 @@ class ScenarioTracks:
         """
         outcome = cache[backend, workload]
         if isinstance(outcome, str):
-            raise RuntimeError(f"{Case(self.scenario, backend, workload).label} failed: {outcome}")
-        return outcome[metric]["median"] if metric in outcome else math.nan
+            raise RuntimeError(f"{self._label(backend, workload)} failed: {outcome}")
+        return outcome.get(metric, math.nan)

@@ -29,9 +29,20 @@ def count() -> dict:
         if subprocess.run(command, capture_output=True).returncode:
             return {}  # no --measure in this commit
         records = json.loads((Path(out) / "results.json").read_text())["records"]
-    outcomes = {(r["backend"], r["workload"]): r["error"] or r["metrics"] for r in records}
+    outcomes = {(_label(r), r["workload"]): r["error"] or _medians(r["metrics"]) for r in records}
     counted = any(isinstance(o, dict) and COUNTS[0] in o for o in outcomes.values())
     return outcomes if counted else {}  # valgrind missing: wall time only, nothing to track
+
+
+def _label(record: dict) -> str:
+    """A record's backend parameter, from either schema: ``spec@transport`` where schema 1
+    folded the transport in, else the spec, marked when schema 2 names another transport."""
+    transport = record.get("transport")
+    return record["backend"] + (f"@{transport}" if transport not in (None, "ipc") else "")
+
+
+def _medians(metrics: dict) -> dict[str, float]:
+    return {name: m["median"] for name, m in metrics.items()}
 
 
 class Instructions(ScenarioTracks):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def measure(out: Path, runs: int, run_args: list[str]) -> None:
     """``serbench run`` into ``out/run-NN`` for each run not stored yet (one at a time)."""
     for n in range(runs):
         folder = out / f"run-{n + 1:02d}"
-        if (folder / "results.json").exists() and results.load(folder / "results.json")["complete"]:
+        if (folder / "results.json").exists() and results.load(folder / "results.json").complete:
             continue
         load = os.getloadavg()[0]
         command = [sys.executable, "-m", "serbench", "run", *run_args, "--out", str(folder), "--force"]
@@ -61,7 +62,7 @@ def score(out: Path) -> dict:
     summary = {"comparisons": len(rows), "alarms": alarms, "rows": rows}
     print(f"A/A compare of plain runs: {alarms}/{len(rows)} false alarms (exit 1)")
     print(f"indicative 'slower' rows per comparison: {[r['flags'] for r in rows]}")
-    results.write_json_atomic(out / "summary.json", summary)
+    results.write_text_atomic(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     return summary
 
 

@@ -1,7 +1,7 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
-Each trial is one gate run as ``serbench gate`` does it — a ``serbench run
---worker`` worker per side, every case measured on base and head back to back
+Each trial is one gate run as ``serbench gate`` does it — a ``python -m
+serbench.worker`` worker per side, every case measured on base and head back to back
 (alternating which goes first), merged per side — except that both sides run
 this working tree and differ only in the backends. Both sides measure the
 same number of cases of ``serbench.testing:slowed`` in the same order (slot
@@ -18,9 +18,9 @@ from ``serbench.compare.compare`` with the gate's default threshold; a trial
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
 
 With ``--measure instructions`` a trial is what ``serbench gate --measure
-instructions`` adds to the timed rounds: one ``serbench run --measure
-instructions`` per side (one valgrind process each, both at once), every case
-counted once, compared with the counts' own tolerance (docs/instructions.md).
+instructions`` adds to the timed rounds: one worker per side set up to count
+(one valgrind process each, both at once), every case counted once, compared
+with the counts' own tolerance (docs/instructions.md).
 
 The load average during each trial is recorded: on a shared machine it says
 how much noise the gate had to stay quiet on.
@@ -35,8 +35,13 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from serbench import compare, gate, results
 from serbench.commands import gate as gate_command
+from serbench.profiles import PROFILES
+from serbench.results import Results
+from serbench.runner import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base={backend},factor={factor},slot={slot}"
@@ -50,13 +55,17 @@ def _spec(backend: str, factor: float, slot: int, trial: int | None = None) -> s
     return SLOWED.format(backend=backend, factor=factor, slot=label)
 
 
-def _only(doc: dict, backend: str) -> dict:
+def _only(doc: Results, backend: str) -> Results:
     """``doc`` reduced to one backend's records, relabelled so both sides' cases match."""
-    records = [{**r, "backend": LABEL} for r in doc["records"] if r["backend"] == backend]
-    return {**doc, "records": records}
+    records = [msgspec.structs.replace(r, backend=LABEL) for r in doc.records if r.backend == backend]
+    return msgspec.structs.replace(doc, records=records)
 
 
-def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: str) -> tuple[dict, dict]:
+def _write_json(path: Path, data: dict) -> None:
+    results.write_text_atomic(path, json.dumps(data, indent=1))
+
+
+def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: str) -> tuple[Results, Results]:
     """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
     if measure == "instructions":
         counted = gate.count(sides, folder, log=print)
@@ -78,15 +87,14 @@ def run_trial(
     measure: str = "time",
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``."""
-    common = ("--workloads", workloads, "--scenarios", "micro", "--measure", measure)
+    profile = PROFILES["quick"].with_options(measure=measure)
     slots = range(len(factors) + 1)
-    base_specs = ",".join(_spec(backend, 1.0, slot, trial) for slot in slots)
-    head_specs = ",".join(
-        _spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)
-    )
+    base_specs = [_spec(backend, 1.0, slot, trial) for slot in slots]
+    head_specs = [_spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)]
+    chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     sides = [
-        gate.Revision("base", REPO, ("--backends", base_specs, *common)),
-        gate.Revision("head", REPO, ("--backends", head_specs, *common)),
+        gate.Revision("base", REPO, Plan(base_specs, chosen, ["micro"]), profile),
+        gate.Revision("head", REPO, Plan(head_specs, chosen, ["micro"]), profile),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,15 +108,13 @@ def run_trial(
         "measure": measure,
         "wall_s": round(time.perf_counter() - start, 1),
     }
-    results.write_json_atomic(folder / "base.json", base)
-    results.write_json_atomic(folder / "head.json", head)
-    results.write_json_atomic(
-        folder / "trial.json", {"trial": trial, "backend": backend, "factors": factors, **meta}
-    )
+    results.save(folder / "base.json", base)
+    results.save(folder / "head.json", head)
+    _write_json(folder / "trial.json", {"trial": trial, "backend": backend, "factors": factors, **meta})
     return meta
 
 
-def load_side(folder: Path, label: str, rounds: int | None) -> dict:
+def load_side(folder: Path, label: str, rounds: int | None) -> Results:
     """One side of a stored trial, merged: every round, or only the first ``rounds``
     (a round is ``<label>-<round>-<case>/`` per case, or ``<label>-<round>/`` for all)."""
     if rounds is None:
@@ -173,7 +179,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
     load = summary["load_average"]
     print(f"1-min load average during trials: {load['min']:.1f}..{load['max']:.1f} (mean {load['mean']:.1f})")
-    results.write_json_atomic(out / "summary.json", summary)
+    _write_json(out / "summary.json", summary)
     return summary
 
 

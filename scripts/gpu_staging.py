@@ -1,6 +1,6 @@
 """On a GPU machine: what the device stage costs TTFT, per serializer × transport × staging.
 
-For each transport, one ``serbench run --worker`` per staging — no device
+For each transport, one worker (``python -m serbench.worker``) per staging — no device
 (the reference: the request is ready once decoded), and ``--engine-device
 cuda`` with each ``--pin`` — measures the ipc scenario on the same cases,
 case by case, alternating the order (``serbench.gate.interleave``, as the
@@ -24,7 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-from serbench import compare, gate, results
+from serbench import commands, compare, gate, results
+from serbench.commands import options
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = "host"  # the side without a device stage
@@ -32,15 +33,17 @@ PINS = ("none", "decode", "receive")
 
 
 def sides(transports: list[str], pins: list[str], device: str, run_args: list[str]) -> list[gate.Revision]:
-    """One worker per transport × staging, the reference first."""
+    """One worker per transport × staging, the reference first: ``serbench run``'s own options
+    make each side's plan and profile."""
+    parser = commands.build_parser()
     made = []
     for transport in transports:
-        common = (*run_args, "--transport", transport)
-        made.append(gate.Revision(f"{transport}-{REFERENCE}", REPO, common))
-        for pin in pins:
-            made.append(
-                gate.Revision(f"{transport}-{pin}", REPO, (*common, "--engine-device", device, "--pin", pin))
-            )
+        common = ["run", *run_args, "--transport", transport]
+        stagings = [(REFERENCE, [])] + [(pin, ["--engine-device", device, "--pin", pin]) for pin in pins]
+        for label, extra in stagings:
+            args = parser.parse_args([*common, *extra])
+            plan, profile = options.plan(args), options.profile(args)
+            made.append(gate.Revision(f"{transport}-{label}", REPO, plan, profile))
     return made
 
 
@@ -50,7 +53,7 @@ def measure(out: Path, revisions: list[gate.Revision], rounds: int) -> None:
     with gate.measurers(revisions, out, log=print) as started:
         runs = gate.interleave(started, rounds, out, log=print)
     for revision, side_runs in zip(revisions, runs, strict=True):
-        results.write_json_atomic(out / f"{revision.label}.json", results.merge(side_runs))
+        results.save(out / f"{revision.label}.json", results.merge(side_runs))
 
 
 def _ms(value: float | None) -> str:
@@ -77,21 +80,23 @@ def table(out: Path, target: float) -> list[str]:
             if not head_path.exists():
                 continue
             head = results.load(head_path)
-            stage = {results.case_key(r): r["metrics"].get("to_device_s") for r in head["records"]}
+            base_records, head_records = base.by_case(), head.by_case()
             for row in compare.compare(base, head).rows:
+                backend = row.case.backend
                 if row.metric == compare.CASE_METRIC:
-                    lines.append(f"| {row.backend} | {transport} | pin {pin} | | | {row.verdict} | | no |")
+                    lines.append(f"| {backend} | {transport} | pin {pin} | | | {row.verdict} | | no |")
                 if row.metric != "ttft_s":
                     continue
-                n_base = len(_record(base, row.case)["metrics"]["ttft_s"]["values"])
-                n_head = len(_record(head, row.case)["metrics"]["ttft_s"]["values"])
-                to_device = (stage.get(row.case) or {}).get("median")
+                n_base = base_records[row.case].metrics["ttft_s"].n
+                n_head = head_records[row.case].metrics["ttft_s"].n
+                stage = head_records[row.case].metrics.get("to_device_s")
+                to_device = stage.median if stage else None
                 lines.append(
-                    f"| {row.backend} | {transport} | pin {pin} | {_ms(row.base_median)} ({n_base}) "
+                    f"| {backend} | {transport} | pin {pin} | {_ms(row.base_median)} ({n_base}) "
                     f"| {_ms(row.head_median)} ({n_head}) "
                     f"| {_ratio(row)} | {_ms(to_device)} | {_within(row, target)} |"
                 )
-                key = (row.backend, transport)
+                key = (backend, transport)
                 if row.ratio is not None and row.ratio < best.get(key, (float("inf"), ""))[0]:
                     best[key] = (row.ratio, pin)
     lines += ["", "Best staging per backend × transport:", ""]
@@ -113,10 +118,6 @@ def _within(row: compare.MetricComparison, target: float) -> str:
     if row.ratio is None or row.ratio > target:
         return "no"
     return "yes" if row.ci_high is not None and row.ci_high <= target else "likely"
-
-
-def _record(doc: dict, case: tuple[str, str, str]) -> dict:
-    return next(r for r in doc["records"] if results.case_key(r) == case)
 
 
 def main(argv: list[str] | None = None) -> int:

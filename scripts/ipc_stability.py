@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from serbench.results import load, ok_records
+from serbench.results import load
 from serbench.text import table
 
 METRICS = ("ttft_s", "ingress_s")
@@ -43,13 +43,14 @@ def run_once(folder: Path, extra: list[str]) -> Path:
 
 
 def payload_medians(path: Path) -> dict[tuple[str, str, str], float]:
-    """(backend, workload, metric) → median, for the payload cases of a results file."""
+    """(backend as a table row shows it, workload, metric) → median, for the payload cases of a
+    results file."""
     out = {}
-    for rec in ok_records(load(path), "ipc"):
-        if rec["info"].get("payload_bytes"):
+    for rec in load(path).of("ipc"):
+        if rec.info is not None and rec.info.payload_bytes:
             for name in METRICS:
-                if name in rec["metrics"]:
-                    out[rec["backend"], rec["workload"], name] = rec["metrics"][name]["median"]
+                if name in rec.metrics:
+                    out[rec.row, rec.workload, name] = rec.metrics[name].median
     return out
 
 

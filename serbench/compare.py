@@ -1,6 +1,7 @@
 """Comparing two results files: did head get worse than base?
 
-For every case (scenario, backend, workload) and metric present in both
+For every case (``results.Case``: scenario, backend, workload and the
+dimensions beyond them, such as the transport) and metric present in both
 files, the ratio head/base of the medians with a confidence interval
 bootstrapped from the raw samples (numpy, percentile method, a fixed seed so
 the same files always give the same verdict), and a verdict:
@@ -26,7 +27,7 @@ Statistics and verdicts only: the tables are ``serbench.text``'s, the page
 ``serbench.report``'s, the command ``serbench.commands.compare``'s.
 
 When the samples of a metric came from several processes (the gate merges
-rounds; the merged metric carries ``"rounds"``: the sample count of each),
+rounds; the merged ``Measurement`` carries ``rounds``: the sample count of each),
 the bootstrap resamples whole rounds first and samples within them second,
 so that a difference between processes (allocator history, CPU placement)
 widens the interval instead of passing for a regression. With as many
@@ -47,9 +48,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from serbench import environment, results
 from serbench.metrics import compared, metric
-from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, relative_spread
+from serbench.results import COMPARABLE, Case, Record, Results
+from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, Measurement, relative_spread
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -75,9 +76,7 @@ POWER = 0.8
 class MetricComparison:
     """One metric of one case, base against head."""
 
-    scenario: str
-    backend: str
-    workload: str
+    case: Case
     metric: str
     unit: str
     base_median: float | None
@@ -90,8 +89,17 @@ class MetricComparison:
     detectable: float | None = None  # smallest slowdown told from noise (0.02 = 2 %); a count: its tolerance
 
     @property
-    def case(self) -> tuple[str, str, str]:
-        return self.scenario, self.backend, self.workload
+    def scenario(self) -> str:
+        return self.case.scenario
+
+    @property
+    def backend(self) -> str:
+        """The backend spec (the transport and any other dimension are the case's own fields)."""
+        return self.case.backend
+
+    @property
+    def workload(self) -> str:
+        return self.case.workload
 
     @property
     def slowdown(self) -> float:
@@ -108,10 +116,10 @@ class Comparison:
     """Every metric row, the cases on one side only, and what differs in the environments."""
 
     rows: list[MetricComparison]
-    added: list[tuple[str, str, str]]
-    removed: list[tuple[str, str, str]]
+    added: list[Case]
+    removed: list[Case]
     environment_differences: dict[str, tuple]
-    head_errors: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    head_errors: dict[Case, str] = field(default_factory=dict)
 
     @property
     def regressions(self) -> list[MetricComparison]:
@@ -150,20 +158,30 @@ def parse_tolerance(text: str) -> float:
     return value
 
 
-def environment_differences(base: dict, head: dict) -> dict[str, tuple]:
-    """The ``environment.COMPARABLE_KEYS`` whose values differ: key → (base, head)."""
-    diffs = {}
-    for key in environment.COMPARABLE_KEYS:
-        b, h = base["environment"].get(key), head["environment"].get(key)
-        if b != h:
-            diffs[key] = (b, h)
-    return diffs
+def environment_differences(base: Results, head: Results) -> dict[str, tuple]:
+    """The ``results.COMPARABLE`` environment fields whose values differ: key → (base, head)."""
+    b, h = base.environment.comparable(), head.environment.comparable()
+    return {key: (b[key], h[key]) for key in COMPARABLE if b[key] != h[key]}
 
 
-def _groups(measured: dict) -> list[np.ndarray]:
+def case_order(case: Case) -> tuple[str, str, str]:
+    """How lists of cases are sorted: scenario, the row (``Case.row``: backend and dimensions),
+    workload."""
+    return case.scenario, case.row, case.workload
+
+
+def row_of(case: Case) -> Case:
+    """The part of a case that makes a table's row: the case less its scenario (the table's)
+    and workload (the column), so every other dimension (transport, workers, ...) tells rows
+    apart. Labelled by ``Results.row_label`` and ``Results.safety_mark`` like any case."""
+    fields = {name: getattr(case, name) for name in Case.__struct_fields__}
+    return Case(**{**fields, "scenario": "", "workload": ""})
+
+
+def _groups(measured: Measurement) -> list[np.ndarray]:
     """A metric's samples split by the round (process) that produced them."""
-    values = np.asarray(measured["values"], dtype=float)
-    sizes = measured.get("rounds") or [len(values)]
+    values = np.asarray(measured.values, dtype=float)
+    sizes = measured.rounds or [len(values)]
     if sum(sizes) != len(values):
         sizes = [len(values)]
     return np.split(values, np.cumsum(sizes)[:-1])
@@ -199,7 +217,7 @@ def _ratio(head: np.ndarray, base: np.ndarray, paired: bool) -> np.ndarray:
 
 
 def ratio_estimate(
-    base: dict, head: dict, confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED
+    base: Measurement, head: Measurement, confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float | None, float | None, float | None]:
     """Ratio head/base and its percentile-bootstrap interval, from the raw samples.
 
@@ -270,9 +288,9 @@ def unpaired_verdict(verdict: str) -> str:
     return {REGRESSION: SLOWER_INDICATIVE, IMPROVEMENT: FASTER_INDICATIVE}.get(verdict, NO_CHANGE)
 
 
-def unpaired(measured: dict) -> bool:
+def unpaired(measured: Measurement) -> bool:
     """Whether a metric's samples came from one process (a plain run, not merged rounds)."""
-    return len(measured.get("rounds") or [1]) < 2
+    return len(measured.rounds or [1]) < 2
 
 
 def detectable(
@@ -306,13 +324,13 @@ def exact_verdict(name: str, base: float, head: float) -> str:
 
 
 def compare_metric(
-    case: tuple[str, str, str], name: str, base: dict, head: dict, threshold: float, strict: bool = False
+    case: Case, name: str, base: Measurement, head: Measurement, threshold: float, strict: bool = False
 ) -> MetricComparison:
     """One row: medians, ratio head/base with its interval, verdict (``unpaired_verdict``
     when either side is one process, unless ``strict``), the smallest slowdown it could have
     caught. A count (``Metric.tolerance``) is one number a side: its ratio is compared with
     the threshold directly."""
-    b, h = base["median"], head["median"]
+    b, h = base.median, head.median
     facts = metric(name)
     exact, mde = facts.exact or facts.counted, None
     if facts.exact:
@@ -328,26 +346,22 @@ def compare_metric(
         if not strict and (unpaired(base) or unpaired(head)):
             verdict = unpaired_verdict(verdict)
         mde = detectable(ratio, low, high, facts.higher_is_better)
-    unit = head.get("unit") or base.get("unit", "")
-    return MetricComparison(*case, name, unit, b, h, ratio, low, high, verdict, exact, mde)
+    unit = head.unit or base.unit
+    return MetricComparison(case, name, unit, b, h, ratio, low, high, verdict, exact, mde)
 
 
-def _case_row(case: tuple[str, str, str], verdict: str) -> MetricComparison:
-    return MetricComparison(*case, CASE_METRIC, "", None, None, None, None, None, verdict, False)
-
-
-def _by_case(data: dict) -> dict[tuple[str, str, str], dict]:
-    return {results.case_key(rec): rec for rec in data["records"]}
+def _case_row(case: Case, verdict: str) -> MetricComparison:
+    return MetricComparison(case, CASE_METRIC, "", None, None, None, None, None, verdict, False)
 
 
 def compare(
-    base: dict,
-    head: dict,
+    base: Results,
+    head: Results,
     max_regression: float = 0.10,
     overrides: dict[str, float] | None = None,
     strict: bool = False,
 ) -> Comparison:
-    """Compare two loaded results documents (see ``results.load``).
+    """Compare two loaded results documents (see ``results.load``), case by case (``Case``).
 
     ``max_regression`` is the tolerated slowdown (0.10 = 10 %) of a sampled
     metric; a count's is its ``Metric.tolerance``; ``overrides`` maps a metric
@@ -356,46 +370,45 @@ def compare(
     metrics, counts and failures are judged the same either way.
     """
     overrides = overrides or {}
-    base_cases, head_cases = _by_case(base), _by_case(head)
+    base_cases, head_cases = base.by_case(), head.by_case()
     rows: list[MetricComparison] = []
-    head_errors = {}
+    head_errors: dict[Case, str] = {}
     for case in base_cases.keys() & head_cases.keys():
         b, h = base_cases[case], head_cases[case]
-        if h.get("error"):
-            head_errors[case] = h["error"]
-            if not b.get("error"):
+        if h.error is not None:
+            head_errors[case] = h.error
+            if b.ok:
                 rows.append(_case_row(case, FAILED_IN_HEAD))
             continue
-        if b.get("error"):
+        if not b.ok:
             rows.append(_case_row(case, FIXED_IN_HEAD))
             continue
-        for name in filter(compared, b["metrics"].keys() & h["metrics"].keys()):
+        for name in filter(compared, b.metrics.keys() & h.metrics.keys()):
             tolerance = metric(name).tolerance
             threshold = overrides.get(name, max_regression if tolerance is None else tolerance)
-            rows.append(compare_metric(case, name, b["metrics"][name], h["metrics"][name], threshold, strict))
+            rows.append(compare_metric(case, name, b.metrics[name], h.metrics[name], threshold, strict))
     return Comparison(
-        rows=worst_first(sorted(rows, key=lambda r: (*r.case, r.metric))),
-        added=sorted(head_cases.keys() - base_cases.keys()),
-        removed=sorted(base_cases.keys() - head_cases.keys()),
+        rows=worst_first(sorted(rows, key=lambda r: (case_order(r.case), r.metric))),
+        added=sorted(head_cases.keys() - base_cases.keys(), key=case_order),
+        removed=sorted(base_cases.keys() - head_cases.keys(), key=case_order),
         environment_differences=environment_differences(base, head),
         head_errors=head_errors,
     )
 
 
-def spreads(data: dict) -> dict[str, dict[tuple[str, str, str], float]]:
-    """How well a run pinned its medians: per scenario, (backend, workload, metric) → the
-    relative half-width of the median's CI, for every sampled metric with a distribution
-    (at least ``stats.MIN_DISTRIBUTION`` samples)."""
-    out: dict[str, dict[tuple[str, str, str], float]] = {}
-    for rec in results.ok_records(data):
-        for name, measured in rec["metrics"].items():
-            if not metric(name).exact and len(measured["values"]) >= MIN_DISTRIBUTION:
-                key = (rec["backend"], rec["workload"], name)
-                out.setdefault(rec["scenario"], {})[key] = relative_spread(measured["values"])
+def spreads(data: Results) -> dict[str, dict[tuple[Case, str], float]]:
+    """How well a run pinned its medians: per scenario, (case, metric) → the relative
+    half-width of the median's CI, for every sampled metric with a distribution (at least
+    ``stats.MIN_DISTRIBUTION`` samples)."""
+    out: dict[str, dict[tuple[Case, str], float]] = {}
+    for rec in data.of():
+        for name, measured in rec.metrics.items():
+            if not metric(name).exact and measured.n >= MIN_DISTRIBUTION:
+                out.setdefault(rec.scenario, {})[rec.case, name] = relative_spread(measured.values)
     return out
 
 
-def noise(data: dict) -> float | None:
+def noise(data: Results) -> float | None:
     """The typical (median) relative CI half-width over every metric ``spreads`` counts."""
     values = [v for per_scenario in spreads(data).values() for v in per_scenario.values()]
     return statistics.median(values) if values else None
@@ -408,45 +421,60 @@ DEFAULT_BASELINE = "pickle"
 
 @dataclass(frozen=True)
 class Ranked:
-    """One backend's speed-up against the baseline in one scenario's headline metric.
+    """One row's speed-up against the baseline in one scenario's headline metric.
 
-    ``speedups`` maps a workload to baseline / backend (of the medians; for a
+    ``row`` is the backend with its dimensions (``row_of``: a backend over
+    shm ranks apart from it over ipc), for ``Results.row_label``; ``speedups``
+    maps a workload to baseline / backend (of the medians; for a
     higher-is-better metric backend / baseline), so above 1 is better;
     ``geomean`` is their geometric mean over the ``n`` workloads both measured.
     """
 
-    backend: str
+    row: Case
     speedups: dict[str, float]
     geomean: float | None
+
+    @property
+    def backend(self) -> str:
+        """The backend spec."""
+        return self.row.backend
 
     @property
     def n(self) -> int:
         return len(self.speedups)
 
 
-def headline_metric(data: dict, scenario: str) -> str | None:
+def headline_metric(data: Results, scenario: str) -> str | None:
     """The scenario's ranking metric (``metrics.Metric.headline``) present in ``data``."""
-    present = {n for r in results.ok_records(data, scenario) for n in r["metrics"]}
+    present = {n for r in data.of(scenario) for n in r.metrics}
     return next((n for n in present if metric(n).headline), None)
 
 
-def ranking(data: dict, scenario: str, baseline: str = DEFAULT_BASELINE) -> list[Ranked]:
-    """Backends best first by the geometric mean of their speed-ups over the baseline backend
-    across workloads, in the scenario's headline metric; [] without the baseline or metric."""
+def _median(rec: Record, name: str) -> float | None:
+    measured = rec.metrics.get(name)
+    return None if measured is None else measured.median
+
+
+def ranking(data: Results, scenario: str, baseline: str = DEFAULT_BASELINE) -> list[Ranked]:
+    """Rows (``row_of``) best first by the geometric mean of their speed-ups over the baseline
+    across workloads, in the scenario's headline metric; [] without the baseline or metric.
+    The baseline is a row as ``Case.row`` writes it: a spec over the default transport
+    (``pickle``), or over another (``pickle@shm``)."""
     name = headline_metric(data, scenario)
     if name is None:
         return []
-    medians: dict[str, dict[str, float]] = {}
-    for rec in results.ok_records(data, scenario):
-        if name in rec["metrics"] and rec["metrics"][name]["median"] > 0:
-            medians.setdefault(rec["backend"], {})[rec["workload"]] = rec["metrics"][name]["median"]
-    base = medians.get(baseline)
+    medians: dict[Case, dict[str, float]] = {}
+    for rec in data.of(scenario):
+        median = _median(rec, name)
+        if median is not None and median > 0:
+            medians.setdefault(row_of(rec), {})[rec.workload] = median
+    base = next((per_workload for row, per_workload in medians.items() if row.row == baseline), None)
     if not base:
         return []
     flip = metric(name).higher_is_better
     rows = []
-    for backend, per_workload in medians.items():
+    for row, per_workload in medians.items():
         speedups = {w: (v / base[w] if flip else base[w] / v) for w, v in per_workload.items() if w in base}
         geomean = math.exp(statistics.fmean(map(math.log, speedups.values()))) if speedups else None
-        rows.append(Ranked(backend, speedups, geomean))
+        rows.append(Ranked(row, speedups, geomean))
     return sorted(rows, key=lambda r: -(r.geomean or 0))

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from serbench.errors import VerificationError
+from serbench.results import Verification
 from serbench.serializers import Serializer, unsupported_cases
 from serbench.workloads import get_workload
 from serbench.workloads.messages import (
@@ -361,7 +362,7 @@ def sample(count: int, most: int = VERIFY_SAMPLE) -> list[int]:
 
 def verify(
     serializer: Serializer, messages: Sequence[Any], label: str = "message", key: tuple[str, ...] = ()
-) -> dict[str, Any]:
+) -> Verification:
     """Round-trip ``messages`` (a sample of them when there are many) bit-exact before they are timed.
 
     Each is encoded, its frames copied as a transport would, decoded as its own
@@ -391,10 +392,8 @@ def verify(
                 f"{type(exc).__name__}: {exc}"[:500]
             ) from None
     seconds = round(time.perf_counter() - start, 4)
-    done = {"messages": len(chosen), "of": len(messages), "seconds": seconds, "earlier": len(earlier)}
-    if names:
-        done["keys"] = [list(names[index]) for index in chosen if index not in earlier]
-    return done
+    keys = [list(names[index]) for index in chosen if index not in earlier] if names else None
+    return Verification(len(chosen), len(messages), seconds, len(earlier), keys)
 
 
 _VERIFIED: set[tuple] = set()  # messages round-tripped earlier in this run (``remember``)

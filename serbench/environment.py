@@ -19,6 +19,7 @@ import torch
 
 from serbench import system
 from serbench.isolation import CaseFailed, run_isolated
+from serbench.results import Accelerator, Device, Environment
 
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench")
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")
@@ -78,54 +79,47 @@ def host_link(bus_id: str) -> dict[str, str] | None:
         return None
 
 
-def _probe_accelerator() -> dict:
+def _probe_accelerator() -> Accelerator:
     """torch's CUDA build and, where CUDA works, each device: name, memory, capability, host link."""
-    available = torch.cuda.is_available()
-    info: dict = {"torch_cuda": torch.version.cuda, "cuda_available": available, "devices": []}
-    if not info["cuda_available"]:
-        return info
-    for index in range(torch.cuda.device_count()):
+    found = Accelerator(torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    for index in range(torch.cuda.device_count() if found.cuda_available else 0):
         props = torch.cuda.get_device_properties(index)
         domain, bus, device = (getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
         bus_id = None if bus is None else f"{domain or 0:04x}:{bus:02x}:{device or 0:02x}.0"
-        info["devices"].append(
-            {
-                "name": props.name,
-                "memory_bytes": props.total_memory,
-                "capability": f"{props.major}.{props.minor}",
-                "pci_bus_id": bus_id,
-                "host_link": host_link(bus_id) if bus_id else None,
-            }
+        found.devices.append(
+            Device(
+                name=props.name,
+                memory_bytes=props.total_memory,
+                capability=f"{props.major}.{props.minor}",
+                pci_bus_id=bus_id,
+                host_link=host_link(bus_id) if bus_id else None,
+            )
         )
-    return info
+    return found
 
 
-def accelerator() -> dict:
-    """``_probe_accelerator`` in a child process; ``{"error": ...}`` if the probe fails."""
+def accelerator() -> Accelerator:
+    """``_probe_accelerator`` in a child process; one with ``error`` set if the probe fails."""
     try:
         return run_isolated(_probe_accelerator, (), PROBE_TIMEOUT_S)
     except CaseFailed as exc:
-        return {"error": f"accelerator probe failed: {exc}"}
+        return Accelerator(error=f"accelerator probe failed: {exc}")
 
 
-def collect(argv: list[str]) -> dict:
+def collect(argv: list[str]) -> Environment:
     """Versions, CPU, memory, accelerator, commit, command line, allocator settings and the system check."""
-    return {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "accelerator": accelerator(),
-        "libraries": {name: _version(name) for name in LIBRARIES},
-        "git_commit": git_commit(),
-        "command": [Path(sys.argv[0]).name, *argv],
-        "allocator_env": {k: v for k, v in os.environ.items() if k.startswith(MALLOC_PREFIXES)},
-        "system": system.as_record(system.check()),
-    }
-
-
-# Keys whose difference makes two runs incomparable (the gate's --force overrides).
-COMPARABLE_KEYS = ("machine", "cpu", "cpu_count", "python")
+    return Environment(
+        python=platform.python_version(),
+        implementation=platform.python_implementation(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpu=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        memory_bytes=psutil.virtual_memory().total,
+        accelerator=accelerator(),
+        libraries={name: _version(name) for name in LIBRARIES},
+        git_commit=git_commit(),
+        command=[Path(sys.argv[0]).name, *argv],
+        allocator_env={k: v for k, v in os.environ.items() if k.startswith(MALLOC_PREFIXES)},
+        system=system.check(),
+    )

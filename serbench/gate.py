@@ -2,21 +2,28 @@
 
 The base revision is checked out in a temporary git worktree (removed
 afterwards). Each side — base and working tree — gets one worker, a
-``python -m serbench run --worker`` process with that side's code first on
-the path (``PYTHONPATH`` and the working directory both point at it, and both
-come before the editable install's finder). Then every case is measured on
-both sides back to back, round after round, the side that goes first
-alternating from case to case and from round to round. On a shared machine
-whose speed changes every second or so, the two halves of such a pair mostly
-see the same machine; ``serbench.compare`` takes the median of the per-pair
-ratios, so the few pairs that straddle a change are outvoted. The rounds of
-each side are merged into one results document whose metrics remember the
-sample count of each round (``"rounds"``), which is what pairs them.
+``python -m serbench.worker`` process with that side's code first on the path
+(``PYTHONPATH`` and the working directory both point at it, and both come
+before the editable install's finder), driven by ``serbench.protocol``: it
+says hello (protocol version, capabilities, the dimensions and options it
+knows), takes the plan and profile as a ``Setup`` message, checks its
+backends once and announces its cases (``Case``s, the keys of every round).
+Then every case is measured on both sides back to back, round after round,
+the side that goes first alternating from case to case and from round to
+round. On a shared machine whose speed changes every second or so, the two
+halves of such a pair mostly see the same machine; ``serbench.compare`` takes
+the median of the per-pair ratios, so the few pairs that straddle a change
+are outvoted. The rounds of each side are merged into one ``Results`` whose
+metrics remember the sample count of each round, which is what pairs them.
 
-A base revision without ``--worker`` is measured the older way, a fresh
-``serbench run`` of every case per round, and so is head then, so that both
-revisions are measured alike. The command, its options and the verdict are
-``serbench.commands.gate``'s.
+A revision from before ``serbench.worker`` ends without a hello. Only then is
+its ``serbench run --help`` read: with ``--worker`` it is measured by that
+(``LegacyWorker``: JSON lines, its options on the command line, its case keys
+``[scenario, spec@transport, workload]`` and its schema-1 results converted
+to this model, as ``results.load`` converts any); without, by a fresh
+``serbench run`` of every case per round (``OneShot``), and so is head then,
+so that both revisions are measured alike. The command, its options and the
+verdict are ``serbench.commands.gate``'s.
 
 Where the machine has CPUs to spare, the workers run on a set of their own,
 as pyperf's ``--affinity`` pins its workers (``worker_cpus``): the CPUs the
@@ -25,18 +32,18 @@ a base pinned to one core and a head to another would turn any difference
 between the two cores into a verdict.
 
 ``count`` adds instruction counts (``--measure instructions``, see
-``serbench.instructions``): after the timed rounds, one ``serbench run
---measure instructions`` per side — one valgrind process measuring every
-micro case — both at once, each on a CPU of its own (a count does not depend
-on what else runs), once: a count repeats to within 0.1 %, so more rounds
-would only repeat it.
+``serbench.instructions``): after the timed rounds, one worker per side set
+up with the counting profile, each of which counts every micro case in one
+valgrind process of its own (``serbench.worker.count``), both at once, each on
+a CPU of its own (a count does not depend on what else runs), once: a count
+repeats to within 0.1 %, so more rounds would only repeat it. A revision from
+before the worker counts by ``serbench run --measure instructions``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -48,10 +55,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serbench import results
+import msgspec
+
+from serbench import protocol, results
 from serbench.errors import GateError
 from serbench.isolation import end_tree, end_trees
-from serbench.results import CaseKey
+from serbench.profiles import Profile
+from serbench.protocol import Measure, Measured, Ready, Setup, WorkerError, WorkerStopped
+from serbench.results import Case, Results
+from serbench.runner import Plan
+from serbench.scenarios import SCENARIOS, dimensions
 
 RUN_TIMEOUT_S = 1800
 COUNTING_GRACE_S = 20.0  # for an ended counting run to stop valgrind, which runs its code slowly
@@ -109,36 +122,68 @@ def worktree(repo: Path, ref: str) -> Iterator[tuple[Path, str]]:
         subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)
 
 
+def run_options(plan: Plan, profile: Profile) -> tuple[str, ...]:
+    """``serbench run``'s options for ``plan`` and ``profile``: what a revision from before
+    ``serbench.worker`` is given, and the command line a worker's results record. Only what
+    was chosen: a dimension or option left at its default is not named, so a revision from
+    before it still runs."""
+    options = ["--backends", ",".join(plan.backends), "--workloads", ",".join(plan.workloads)]
+    options += ["--scenarios", ",".join(plan.scenarios)]
+    known = dimensions()
+    for field, values in plan.dimensions.items():
+        options += [known[field].flag, ",".join(map(str, values))]
+    flags = {option.key: option.flag for scenario in SCENARIOS.values() for option in scenario.options}
+    for key, value in profile.options.items():
+        options += [flags[key], protocol.option_text(value)]
+    if profile.name != "quick":
+        options.append(f"--{profile.name}")
+    return tuple(options)
+
+
 @dataclass(frozen=True)
 class Revision:
-    """One revision of the comparison: a label (base or head), the folder whose code runs, its run options."""
+    """One revision of the comparison: a label (base or head), the folder whose code runs, and
+    what it measures there."""
 
     label: str
     code: Path
-    run_args: tuple[str, ...]
+    plan: Plan
+    profile: Profile
 
-    def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
-        """``python -m serbench run`` with this side's options and its code first on the path,
-        pinned to ``cpus`` when given."""
+    def start(
+        self, command: Sequence[str], cpus: frozenset[int] | None = None, **popen: Any
+    ) -> subprocess.Popen:
+        """``python COMMAND`` with this side's code first on the path, pinned to ``cpus`` when given."""
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.code), os.environ.get("PYTHONPATH")])),
         }
-        command = [sys.executable, "-m", "serbench", "run", *self.run_args, *extra]
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        return subprocess.Popen(command, cwd=self.code, env=env, text=True, preexec_fn=pin, **popen)
+        return subprocess.Popen([sys.executable, *command], cwd=self.code, env=env, preexec_fn=pin, **popen)
+
+    def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
+        """``python -m serbench run`` with this side's plan and profile as options (``run_options``):
+        for a revision from before ``serbench.worker``."""
+        command = ["-m", "serbench", "run", *run_options(self.plan, self.profile), *extra]
+        return self.start(command, cpus, **popen)
+
+    def setup(self) -> Setup:
+        """The ``Setup`` message of this side's worker."""
+        argv = ["run", *run_options(self.plan, self.profile)]
+        return Setup(protocol.plan_message(self.plan), protocol.profile_message(self.profile), argv)
 
 
 _HELP: dict[Path, str] = {}  # code folder → its `serbench run --help`
 
 
 def run_help(revisions: Sequence[Revision]) -> list[str]:
-    """Each revision's ``serbench run --help``, which says whether it has ``--worker`` and
-    ``--measure`` (older revisions lack them). Those not asked before are asked all at once:
-    each answer is an interpreter start with torch's import, seconds."""
+    """Each revision's ``serbench run --help``, read only for a revision without
+    ``serbench.worker``: it says whether it has ``--worker`` and ``--measure`` (older
+    revisions lack them). Those not asked before are asked all at once: each answer is an
+    interpreter start with torch's import, seconds."""
     unasked = {r.code: r for r in revisions if r.code not in _HELP}
-    quiet = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
-    asking = {code: r.run("--help", **quiet) for code, r in unasked.items()}
+    quiet = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL, "text": True}
+    asking = {code: r.start(["-m", "serbench", "run", "--help"], **quiet) for code, r in unasked.items()}
     for code, proc in asking.items():
         _HELP[code] = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
     return [_HELP[r.code] for r in revisions]
@@ -149,43 +194,164 @@ def _last_line(path: Path, default: str) -> str:
     return lines[-1] if lines else default
 
 
+def _close(proc: subprocess.Popen) -> None:
+    """End a worker: its stdin closes; terminated, then killed, if it does not end in time."""
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        end_tree(proc.pid)
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 class Worker:
-    """A revision's ``serbench run --worker`` process (see ``runner.work``): started once, then
-    one case measured per request, so a measurement costs only itself; stderr goes to ``log``."""
+    """A revision's ``python -m serbench.worker`` (``serbench.protocol``): started once, set up,
+    then one case measured per request, so a measurement costs only itself; stderr goes to
+    ``log``."""
 
     def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
-        """Started; ``ready`` waits until it has announced its cases (start several, then wait)."""
+        """Started; ``greet`` reads its hello and sets it up, ``ready`` waits until it has
+        announced its cases (start several, then wait)."""
         self.revision, self.log = revision, log
         with log.open("w") as err:
-            self.proc = revision.run(
-                "--worker", cpus=cpus, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
-            )
-        self.cases: list[CaseKey] | None = None
+            pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": err}
+            self.proc = revision.start(["-m", protocol.MODULE], cpus, **pipes)
+        self.client = protocol.Client(self.proc)
+        self.hello: protocol.Hello | None = None
+        self.cases: list[Case] | None = None
+
+    def greet(self) -> bool:
+        """Read the worker's hello and send its setup; False (the worker ended) when it ended
+        without a hello: a revision from before ``serbench.worker``. GateError for a worker
+        of another protocol, of another tree, or without a dimension or option asked for."""
+        try:
+            hello = self.client.hello(RUN_TIMEOUT_S)
+        except (TimeoutError, WorkerError) as exc:
+            self.close()
+            raise self._stopped(exc) from None
+        if hello is None:
+            self.close()
+            return False
+        self.hello = hello
+        label, code = self.revision.label, self.revision.code.resolve()
+        problem = None
+        if hello.protocol != protocol.PROTOCOL:
+            problem = f"its worker speaks protocol {hello.protocol}, this gate {protocol.PROTOCOL}"
+        elif not Path(hello.code).resolve().is_relative_to(code):
+            problem = f"its worker runs the serbench in {hello.code}, not the one in {code}"
+        missing = [dimensions()[f].flag for f in self.revision.plan.dimensions if f not in hello.dimensions]
+        missing += [f"option {k}" for k in self.revision.profile.options if k not in hello.options]
+        if problem is None and missing:
+            problem = f"its serbench has no {', '.join(missing)}"
+        if problem:
+            self.close()
+            raise GateError(f"{label}: {problem}")
+        try:
+            self.client.send(self.revision.setup())
+        except WorkerError as exc:
+            self.close()
+            raise self._stopped(exc) from None
+        return True
 
     def ready(self) -> Worker:
         """This worker once it has announced its cases; GateError if it stopped instead."""
-        announced = self._reply()
-        if not announced:
+        try:
+            self.cases = self.client.reply(Ready, RUN_TIMEOUT_S).cases
+        except (TimeoutError, WorkerError) as exc:
             self.close()
-            raise self._stopped()
-        self.cases = [tuple(key) for key in json.loads(announced)["cases"]]
+            raise self._stopped(exc) from None
         return self
 
+    def _stopped(self, exc: Exception) -> GateError:
+        """What the worker said (its ``Failed``), else the last line of its log."""
+        if isinstance(exc, WorkerStopped):
+            reason = _last_line(self.log, "no reply")
+        elif isinstance(exc, TimeoutError):
+            reason = f"no answer in {RUN_TIMEOUT_S} s"
+        else:
+            reason = str(exc)
+        return GateError(f"{self.revision.label}: serbench worker stopped: {reason}")
+
+    def request(self, out: Path, case: Case | None = None) -> None:
+        """Ask for ``case`` (every case if None) measured into ``out``; ``result`` waits for it."""
+        try:
+            self.client.send(Measure(str(out), case))
+        except WorkerError as exc:
+            raise self._stopped(exc) from None
+
+    def result(self, out: Path) -> Results:
+        """The results of the request for ``out``, once measured."""
+        try:
+            done = self.client.reply(Measured, RUN_TIMEOUT_S)
+        except (TimeoutError, WorkerError) as exc:
+            raise self._stopped(exc) from None
+        if done.out != str(out):
+            raise GateError(f"{self.revision.label}: measured {done.out}, asked for {out}")
+        return results.load(out / "results.json")
+
+    def measure(self, out: Path, case: Case | None = None) -> Results:
+        """``case`` (every case if None) measured into ``out``; its loaded results."""
+        self.request(out, case)
+        return self.result(out)
+
+    def close(self) -> None:
+        """End the worker (its stdin closes); terminated, then killed, if it does not end in time."""
+        _close(self.proc)
+
+
+def schema_1_cases(keys: Sequence[Sequence[str]]) -> list[Case]:
+    """Cases as serbench before the typed model named them, ``[scenario, spec[@transport],
+    workload]``, read as its results files are read (``results.decode`` of schema 1)."""
+    records = [{"scenario": s, "backend": b, "workload": w} for s, b, w in keys]
+    document = {"schema": results.SCHEMA_1, "complete": True, "records": records}
+    return [record.case for record in results.decode(json.dumps(document), "the worker's cases").records]
+
+
+class LegacyWorker:
+    """A revision's ``serbench run --worker``, from before ``serbench.worker``: its options on
+    the command line, then JSON lines — it announces ``{"cases": [[scenario, spec@transport,
+    workload], ...]}``, and echoes each request ``{"out": FOLDER, "case": [...]}`` once
+    measured. Its keys are converted to ``Case``s and its schema-1 results on load."""
+
+    def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
+        self.revision, self.log = revision, log
+        with log.open("a") as err:  # after the words of its failed serbench.worker
+            pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": err}
+            self.proc = revision.run("--worker", cpus=cpus, **pipes)
+        self.channel = protocol.Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno(), Any)
+        self.cases: list[Case] | None = None
+        self._keys: dict[Case, list[str]] = {}
+
     def _reply(self) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], RUN_TIMEOUT_S)
-        return self.proc.stdout.readline().strip() if ready else ""
+        try:
+            line = self.channel.read_line(RUN_TIMEOUT_S)
+        except TimeoutError:
+            line = None
+        return "" if line is None else line.decode().strip()
 
     def _stopped(self) -> GateError:
         return GateError(
             f"{self.revision.label}: serbench run --worker stopped: {_last_line(self.log, 'no reply')}"
         )
 
-    def measure(self, out: Path, case: CaseKey | None = None) -> dict:
+    def ready(self) -> LegacyWorker:
+        """This worker once it has announced its cases; GateError if it stopped instead."""
+        announced = self._reply()
+        if not announced:
+            self.close()
+            raise self._stopped()
+        keys = json.loads(announced)["cases"]
+        self.cases = schema_1_cases(keys)
+        self._keys = dict(zip(self.cases, keys, strict=True))
+        return self
+
+    def measure(self, out: Path, case: Case | None = None) -> Results:
         """``case`` (every case if None) measured into ``out``; its loaded results."""
-        request = json.dumps({"out": str(out), **({"case": list(case)} if case else {})})
+        request = json.dumps({"out": str(out), **({"case": self._keys[case]} if case else {})})
         try:
-            self.proc.stdin.write(request + "\n")
-            self.proc.stdin.flush()
+            self.channel.write_line(request.encode())
             reply = self._reply()
         except OSError:
             reply = ""
@@ -195,12 +361,7 @@ class Worker:
 
     def close(self) -> None:
         """End the worker (its stdin closes); terminated, then killed, if it does not end in time."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            end_tree(self.proc.pid)
-            self.proc.wait()
+        _close(self.proc)
 
 
 class OneShot:
@@ -216,7 +377,7 @@ class OneShot:
         """Nothing to wait for: each round starts its own process."""
         return self
 
-    def measure(self, out: Path, case: None = None) -> dict:
+    def measure(self, out: Path, case: None = None) -> Results:
         """Every case measured into ``out``; its loaded results."""
         return self.finish(self.start(out), out)
 
@@ -225,7 +386,7 @@ class OneShot:
         with self.log.open("a") as err:
             return self.revision.run("--out", str(out), cpus=self.cpus, stdout=subprocess.DEVNULL, stderr=err)
 
-    def finish(self, proc: subprocess.Popen, out: Path) -> dict:
+    def finish(self, proc: subprocess.Popen, out: Path) -> Results:
         """Wait for ``proc`` (from ``start``); its loaded results, or GateError."""
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S)
@@ -243,33 +404,47 @@ class OneShot:
         """Nothing stays running between rounds."""
 
 
-Measurer = Worker | OneShot
+Measurer = Worker | LegacyWorker | OneShot
+
+
+def older_indices(spoken: Sequence[bool]) -> list[int]:
+    """The revisions whose worker said no hello (``Worker.greet``): from before ``serbench.worker``."""
+    return [i for i, ok in enumerate(spoken) if not ok]
 
 
 @contextmanager
 def measurers(
     revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
 ) -> Iterator[list[Measurer]]:
-    """A worker per revision, or a process per round for both if one of them has no worker
-    (the two are measured alike either way); all stopped on exit."""
-    workers = all("--worker" in text for text in run_help(revisions))
-    if not workers:
-        log("note: a revision predates `serbench run --worker`: a fresh process per round (slower, noisier)")
-    kind = Worker if workers else OneShot
+    """A worker per revision (``serbench.worker``, else the revision's ``serbench run
+    --worker``), or a process per round for both if one of them has neither (the two are
+    measured alike either way); all stopped on exit."""
     cpus = worker_cpus()
     if cpus:
         log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
     started: list[Measurer] = []
     try:
         for revision in revisions:  # all started before any is waited for: their starts overlap
-            started.append(kind(revision, out / f"{revision.label}.log", cpus))
+            started.append(Worker(revision, out / f"{revision.label}.log", cpus))
+        spoken = [worker.greet() for worker in started]
+        older = older_indices(spoken)
+        if older and all("--worker" in text for text in run_help([revisions[i] for i in older])):
+            for i in older:
+                label = revisions[i].label
+                log(f"note: {label} predates serbench.worker: measured by its `serbench run --worker`")
+                started[i] = LegacyWorker(revisions[i], out / f"{revisions[i].label}.log", cpus)
+        elif older:
+            log("note: a revision predates `serbench run --worker`: a process per round (slower, noisier)")
+            for measurer in started:
+                measurer.close()
+            started = [OneShot(revision, out / f"{revision.label}.log", cpus) for revision in revisions]
         yield [measurer.ready() for measurer in started]
     finally:
         for measurer in started:
             measurer.close()
 
 
-def _units(sides: Sequence[Measurer]) -> list[CaseKey | None]:
+def _units(sides: Sequence[Measurer]) -> list[Case | None]:
     """What one request measures: each case in turn when every side can measure one case
     (their cases, in order, without repeats), else everything at once."""
     if any(m.cases is None for m in sides):
@@ -279,16 +454,16 @@ def _units(sides: Sequence[Measurer]) -> list[CaseKey | None]:
 
 def interleave(
     sides: Sequence[Measurer], rounds: int, out: Path, log: Callable[[str], None] = print
-) -> list[list[dict]]:
+) -> list[list[Results]]:
     """Measure every side ``rounds`` times, alternating which side goes first (A B, B A, …)
     from case to case and from round to round (round by round only, where a side
     cannot measure one case).
 
-    Returns the results documents of each side, in order; raw measurements stay
-    under ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured
-    on the other only.
+    Returns the results of each side, in order; raw measurements stay under
+    ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured on the
+    other only.
     """
-    runs: list[list[dict]] = [[] for _ in sides]
+    runs: list[list[Results]] = [[] for _ in sides]
     units = _units(sides)
     for r in range(1, rounds + 1):
         start = time.perf_counter()
@@ -302,59 +477,91 @@ def interleave(
     return runs
 
 
-def count(revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print) -> list[dict] | None:
-    """Every case of each revision's options counted once, the revisions at once, each on a CPU
-    of its own where there are several; their results, or None (with a note) when a side's
-    ``serbench run`` has no ``--measure`` (a revision older than instruction counts)."""
-    if not all("--measure" in text for text in run_help(revisions)):
-        log("note: a revision predates `serbench run --measure`: instructions not counted")
-        return None
+def count(
+    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
+) -> list[Results] | None:
+    """Every case of each revision counted once (their profiles ask for instructions), the
+    revisions at once, each on a CPU of its own where there are several; their results, or
+    None (with a note) when a side cannot count (a revision older than instruction counts).
+
+    A side with ``serbench.worker`` counts through it (``serbench.worker.count``), one
+    from before through ``serbench run --measure instructions``.
+    """
     available = sorted(os.sched_getaffinity(0))
-    runs = []
-    for i, revision in enumerate(revisions):
-        cpu = frozenset({available[i % len(available)]}) if len(available) > 1 else None
-        runner = OneShot(revision, out / f"{revision.label}-instructions.log", cpu)
-        folder = out / f"{revision.label}-instructions"
-        runs.append((runner, runner.start(folder), folder))
-    start = time.perf_counter()
+
+    def cpu(i: int) -> frozenset[int] | None:
+        return frozenset({available[i % len(available)]}) if len(available) > 1 else None
+
+    sides: list[Worker | OneShot] = []
+    running: list[subprocess.Popen] = []
     try:
-        counted = [runner.finish(proc, folder) for runner, proc, folder in runs]
+        for i, revision in enumerate(revisions):
+            sides.append(Worker(revision, out / f"{revision.label}-instructions.log", cpu(i)))
+        running = [side.proc for side in sides]
+        spoken = [side.greet() for side in sides]
+        older = [revisions[i] for i in older_indices(spoken)]
+        newer = [side for side, ok in zip(sides, spoken, strict=True) if ok]
+        if not all("--measure" in text for text in run_help(older)) or not all(
+            protocol.INSTRUCTIONS in side.hello.capabilities for side in newer
+        ):
+            log("note: a revision predates `serbench run --measure`: instructions not counted")
+            for side in sides:
+                side.close()
+            return None
+        start = time.perf_counter()
+        folders = [out / f"{revision.label}-instructions" for revision in revisions]
+        handles: list[subprocess.Popen | None] = [None] * len(sides)
+        for i in older_indices(spoken):  # started first: a worker is asked once its backends are checked
+            sides[i] = OneShot(revisions[i], out / f"{revisions[i].label}-instructions.log", cpu(i))
+            handles[i] = sides[i].start(folders[i])
+            running.append(handles[i])
+        for i, side in enumerate(sides):
+            if isinstance(side, Worker):
+                side.ready().request(folders[i])
+        counted = [
+            side.result(folder) if handle is None else side.finish(handle, folder)
+            for side, handle, folder in zip(sides, handles, folders, strict=True)
+        ]
+        for side in sides:
+            side.close()
     finally:  # ended with SIGTERM first, so that each removes its dump folder
-        end_trees([proc.pid for _, proc, _ in runs if proc.poll() is None], COUNTING_GRACE_S)
-        for _, proc, _ in runs:
+        end_trees([proc.pid for proc in running if proc.poll() is None], COUNTING_GRACE_S)
+        for proc in running:
             proc.wait()
     log(f"instructions counted: {time.perf_counter() - start:.1f} s")
     return counted
 
 
-def add_counts(timed: dict, counted: dict) -> dict:
+def add_counts(timed: Results, counted: Results) -> Results:
     """``timed`` with the metrics that only ``counted`` has added to each of its cases; a case
     whose count failed fails (``serbench compare`` then says whether it did on one side only)."""
-    counts = {results.case_key(rec): rec for rec in counted["records"]}
+    counts = counted.by_case()
     records = []
-    for rec in timed["records"]:
-        other = counts.get(results.case_key(rec))
-        if other is not None and not rec.get("error"):
-            if other.get("error"):
-                rec = {**rec, "error": f"counting instructions: {other['error']}"}
+    for rec in timed.records:
+        other = counts.get(rec.case)
+        if other is not None and rec.ok:
+            if not other.ok:
+                rec = msgspec.structs.replace(rec, error=f"counting instructions: {other.error}")
             else:
-                rec = {**rec, "metrics": {**other["metrics"], **rec["metrics"]}}
+                rec = msgspec.structs.replace(rec, metrics={**other.metrics, **rec.metrics})
         records.append(rec)
-    return {**timed, "records": records}
+    return msgspec.structs.replace(timed, records=records)
 
 
 def measure(
     repo: Path,
     base_ref: str,
-    run_args: Sequence[str],
+    plan: Plan,
+    profile: Profile,
     rounds: int,
     out: Path,
     log: Callable[[str], None],
-    count_args: Sequence[str] | None = None,
-) -> tuple[dict, dict]:
-    """``base_ref`` and the working tree of ``repo``, each case measured on both ``rounds``
-    times (``run_args`` select the cases); the merged results of base and of head, with
-    instruction counts added when ``count_args`` (the options of the counting run) are given.
+    counting: tuple[Plan, Profile] | None = None,
+) -> tuple[Results, Results]:
+    """``base_ref`` and the working tree of ``repo``, each case of ``plan`` measured on both
+    ``rounds`` times under ``profile``; the merged results of base and of head, with
+    instruction counts added when ``counting`` (the plan and profile of the counting run)
+    is given.
 
     GateError for anything that stops the measurement: a bad ref, git, a worker
     that stops or a run that takes too long.
@@ -362,16 +569,12 @@ def measure(
     try:
         with worktree(repo, base_ref) as (base_code, commit):
             log(f"gate: base {base_ref} ({commit[:12]}) against the working tree of {repo}")
-            revisions = [
-                Revision("base", base_code, tuple(run_args)),
-                Revision("head", repo, tuple(run_args)),
-            ]
+            revisions = [Revision("base", base_code, plan, profile), Revision("head", repo, plan, profile)]
             with measurers(revisions, out, log) as started:
                 base_runs, head_runs = interleave(started, rounds, out, log)
             base, head = results.merge(base_runs), results.merge(head_runs)
-            if count_args is not None:
-                counting = [Revision(r.label, r.code, tuple(count_args)) for r in revisions]
-                counted = count(counting, out, log)
+            if counting is not None:
+                counted = count([Revision(r.label, r.code, *counting) for r in revisions], out, log)
                 if counted:
                     base, head = add_counts(base, counted[0]), add_counts(head, counted[1])
     except (subprocess.TimeoutExpired, OSError) as exc:

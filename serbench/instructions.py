@@ -58,9 +58,9 @@ evenly into both windows.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import ctypes
 import gc
-import json
 import math
 import mmap
 import os
@@ -74,10 +74,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
-# Where the callgrind process writes its dumps; set by ``run_under_callgrind`` for the process it starts.
-OUT_ENV = "SERBENCH_CALLGRIND_OUT"
 HASH_SEED = "0"
 # glibc's mmap threshold fixed at its initial value: a tunable that is set turns off the dynamic threshold.
 FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
@@ -89,7 +86,6 @@ HOLDERS = 4  # placeholder threads of ``_in_new_thread``; glibc allows 8 arenas 
 WINDOW_INSTRUCTIONS = 20_000_000
 PERIOD = 100  # calls: windows are whole multiples of it ...
 PERIOD_LIMIT = 5  # ... unless that makes a window more than this many times WINDOW_INSTRUCTIONS
-HANDOFF = "handoff-"  # + key + .json, in the dump folder: see ``run_under_callgrind``
 MISSING = "valgrind not found on PATH (Debian: apt-get install valgrind)"
 # pymalloc on 64-bit CPython 3.10+: 16 KiB pools with a 48-byte header, blocks in 32 size
 # classes of 16 bytes up to 512.
@@ -205,11 +201,31 @@ def _client_request() -> Callable[[int], int]:
     return request
 
 
+def on_valgrind() -> bool:
+    """Whether this process runs under valgrind: a fact valgrind itself answers (its client
+    request ``RUNNING_ON_VALGRIND``), not a setting. ``python -m serbench.worker`` asks it
+    first thing, to align its arenas before its imports allocate."""
+    return platform.machine() in ("x86_64", "AMD64") and bool(_client_request()(_RUNNING_ON_VALGRIND))
+
+
+# The folder callgrind writes this process's dumps in: set from the message that set the
+# counting process up (``protocol.Counting``, see ``counting_in``), inherited by its forks.
+_dumps: Path | None = None
+
+
+def counting_in(dumps: Path) -> None:
+    """Count instructions in this process and its forks, callgrind's dumps in ``dumps`` (the
+    folder ``run_under_callgrind`` gave valgrind). Called by ``serbench.worker`` when its
+    ``Setup`` says so, before its zygote is taken."""
+    global _dumps
+    _dumps = dumps
+
+
 def unavailable() -> str | None:
     """Why this process cannot count instructions, or None when it can."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"instruction counts need x86-64 (this machine is {platform.machine()})"
-    if not os.environ.get(OUT_ENV) or not _client_request()(_RUNNING_ON_VALGRIND):
+    if not launched() or not _client_request()(_RUNNING_ON_VALGRIND):
         return "not running under callgrind (`serbench run --measure instructions` starts it)"
     return None
 
@@ -231,8 +247,9 @@ def align_arenas() -> None:
 
 
 def launched() -> bool:
-    """Whether this process was started by ``run_under_callgrind`` (or descends from one)."""
-    return bool(os.environ.get(OUT_ENV))
+    """Whether this process counts instructions: a worker that ``run_under_callgrind`` started
+    and set up to count (``counting_in``), or a fork of one."""
+    return _dumps is not None
 
 
 def cannot_launch() -> str | None:
@@ -263,10 +280,12 @@ def valgrind_command(out: Path) -> list[str]:
     ]
 
 
-def counting_environment(out: Path) -> dict[str, str]:
-    """This process's environment plus what a counting process needs: where its dumps go, the
-    hash seed fixed, pymalloc (``_Pools`` reads its pools), glibc's mmap threshold
-    fixed (added to any tunables already set), and the current folder off ``sys.path``.
+def counting_environment() -> dict[str, str]:
+    """This process's environment plus what the interpreter and the libraries of a counting
+    process read as they start, before any message can reach it: the hash seed fixed,
+    pymalloc (``_Pools`` reads its pools), glibc's mmap threshold fixed (added to any
+    tunables already set), one thread per math library, and the current folder off
+    ``sys.path``. serbench's own settings go in the worker's ``Setup`` message.
 
     ``python -m`` puts the current folder first on ``sys.path``, and every import
     then reads its listing: a folder whose entries other programs add and remove
@@ -276,7 +295,6 @@ def counting_environment(out: Path) -> dict[str, str]:
     tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
     return {
         **os.environ,
-        OUT_ENV: str(out),
         "PYTHONHASHSEED": HASH_SEED,
         "PYTHONMALLOC": "pymalloc",
         "PYTHONSAFEPATH": "1",
@@ -285,48 +303,59 @@ def counting_environment(out: Path) -> dict[str, str]:
     }
 
 
-def run_under_callgrind(command: Sequence[str], handoff: dict[str, Any] | None = None) -> int:
+def run_under_callgrind(command: Sequence[str], talk: Callable[[subprocess.Popen, Path], None]) -> int:
     """Run ``command`` under callgrind and return its exit code (see ``cannot_launch`` first).
 
-    The child inherits stdin, stdout and stderr, so it can stand in for this
-    process (a gate worker's requests and replies pass straight through);
-    SIGTERM is passed on to it and Ctrl-C reaches it directly. ``handoff``
-    holds what this process already did for the child (under valgrind
-    everything runs 5-10 times slower), each item JSON in a file of its own,
-    which the child reads with ``handed_off`` when it needs it. The dump
-    folder is removed afterwards.
+    The command (``python -m serbench.worker``) gets pipes for its stdin and
+    stdout and inherits stderr; ``talk(proc, dumps)`` speaks to it while it
+    runs (``serbench.protocol``: its ``Setup`` says where callgrind writes
+    the dumps, ``dumps``, and carries everything else it needs). Under
+    valgrind everything runs 5-10 times slower, so what this process already
+    did for it (the backends' checks) goes with the messages rather than
+    being done again. SIGTERM is passed on to it and Ctrl-C reaches it
+    directly; either way it ends with its own code, which is returned. The
+    dump folder is removed afterwards.
     """
     out = Path(tempfile.mkdtemp(prefix="serbench-callgrind-"))
     try:
-        for key, value in (handoff or {}).items():
-            (out / f"{HANDOFF}{key}.json").write_text(json.dumps(value))
-        proc = subprocess.Popen([*valgrind_command(out), *command], env=counting_environment(out))
+        proc = subprocess.Popen(
+            [*valgrind_command(out), *command],
+            env=counting_environment(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
         try:
-            while True:
-                try:
-                    return proc.wait()
-                except KeyboardInterrupt:
-                    continue  # the child got it too and ends with its own code
+            try:
+                talk(proc, out)
+            except KeyboardInterrupt:
+                pass  # the child got it too and ends with its own code
+            except BaseException:
+                proc.terminate()
+                _wait(proc)
+                raise
+            finally:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()  # the worker's end of file: it ends
+            return _wait(proc)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            proc.stdout.close()
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def handed_off(key: str) -> Any:
-    """The item ``key`` that the process which started this one under callgrind handed it
-    (``run_under_callgrind``), or None. Read when asked for: what a counting process
-    allocates before its zygote is taken is in every case's heap."""
-    if not launched():
-        return None
-    path = Path(os.environ[OUT_ENV]) / f"{HANDOFF}{key}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def _wait(proc: subprocess.Popen) -> int:
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue  # the child got it too and ends with its own code
 
 
 def _dumped_instructions() -> int:
     """The instruction total of this process's latest dump (the file is removed once read)."""
-    out = Path(os.environ[OUT_ENV])
+    out = _dumps
     parts = list(out.glob(f"callgrind.{os.getpid()}.*"))
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serbench.stats import summarize
+from serbench.stats import Measurement, summarize
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,8 @@ def metric(name: str) -> Metric:
     return Metric(name, "", name, higher_is_better=name.endswith("_per_s"))
 
 
-def measured(name: str, values: Sequence[float]) -> dict:
-    """The results-file form of a registered metric's samples (unit from the table).
+def measured(name: str, values: Sequence[float]) -> Measurement:
+    """A registered metric's samples as the results file holds them (unit from the table).
 
     KeyError for a name not in ``METRICS``: a scenario cannot record a metric
     nothing downstream knows how to read.

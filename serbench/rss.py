@@ -110,7 +110,9 @@ class SideResult:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Reading:
+    """What ``measure`` read of its sides: each side's baseline and peak, and the RSS timeline."""
+
     sides: dict[str, SideResult]
     timeline: dict[str, list[float | None]]  # "t_s"; per side, RSS above baseline (None: unreadable)
     started: float  # time.monotonic() when the sides were released; t_s counts from it
@@ -187,7 +189,7 @@ class _Run:
         if not wait([self.conns[name]], max(0.0, self.deadline - time.monotonic())):
             raise MeasurementFailed(f"{name} timed out")
 
-    def go(self) -> Measurement:
+    def go(self) -> Reading:
         """Release every side at once; sample RSS until all have reported."""
         watched = {name: psutil.Process(proc.pid) for name, proc in self.procs.items()}
         timeline: dict[str, list[float | None]] = {"t_s": [], **{name: [] for name in self.procs}}
@@ -205,7 +207,7 @@ class _Run:
                 peak, result, pss, uss = _receive(conn, name, "done")
                 results[name] = SideResult(self.baselines[name], peak, result, pss, uss)
                 del pending[name]
-        return Measurement(results, _thin(timeline), start)
+        return Reading(results, _thin(timeline), start)
 
     def _sample(
         self, watched: dict[str, psutil.Process], timeline: dict[str, list[float | None]], start: float
@@ -227,7 +229,7 @@ class _Run:
             proc.join(5)
 
 
-def measure(sides: list[Side], timeout_s: float) -> Measurement:
+def measure(sides: list[Side], timeout_s: float) -> Reading:
     """Run ``sides`` in fresh forked processes, together; their peaks above baseline.
 
     Sides start in order, each after the previous one's setup is done, from a

@@ -18,75 +18,82 @@ the gate's workers.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any
 
-from serbench import conformance, environment
+import msgspec
+
+from serbench import conformance, environment, protocol
 from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
-from serbench.results import ResultsFile, record
-from serbench.scenarios import Case, get_scenario
+from serbench.results import Backend, Case, Conformance, ResultsFile, record
+from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import declared_safety, describe, get_serializer
-from serbench.transport import DEFAULT_KIND
 
 CONFORMANCE_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
 class Plan:
+    """What a run measures: backends × workloads × scenarios, and the values of each case
+    dimension (``scenarios.Dimension``, by field) the scenarios that declare it vary."""
+
     backends: list[str]
     workloads: list[str]
     scenarios: list[str]
-    transports: tuple[str, ...] = (DEFAULT_KIND,)  # for the scenarios that link two processes
+    dimensions: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def cases(self) -> list[Case]:
         return [
             case
             for name in self.scenarios
-            for case in get_scenario(name).cases(self.backends, self.workloads, self.transports)
+            for case in get_scenario(name).cases(self.backends, self.workloads, self.dimensions)
         ]
 
 
-def check_backend(spec: str) -> dict:
+def check_backend(spec: str) -> Backend:
     """Runs in a child: the backend's declared traits and its conformance results."""
     serializer = get_serializer(spec)
     results = list(conformance.check(serializer))
-    return {
-        "name": serializer.name,
-        "description": describe(serializer),
-        "safe": declared_safety(serializer),  # None: undeclared
-        "conformance": {
-            "passed": sum(r.status == "pass" for r in results),
-            "unsupported": {r.id: r.detail for r in results if r.status == "unsupported"},
-            "failed": {r.id: r.detail for r in results if r.status == "fail"},
-        },
-    }
+    return Backend(
+        name=serializer.name,
+        description=describe(serializer),
+        safe=declared_safety(serializer),  # None: undeclared
+        conformance=Conformance(
+            passed=sum(r.status == "pass" for r in results),
+            unsupported={r.id: r.detail for r in results if r.status == "unsupported"},
+            failed={r.id: r.detail for r in results if r.status == "fail"},
+        ),
+    )
 
 
-UNSUPPORTED = "unsupported"
+@dataclass(frozen=True)
+class Unsupported:
+    """A case never timed: its backend declares the workload unsupported, for ``reason``."""
+
+    reason: str
 
 
-def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) -> dict:
-    """Runs in a child: one scenario measurement, or ``{"unsupported": reason}`` (nothing timed)
-    when the backend declares the case's workload unsupported. ``verified``: the keys of the
-    messages that earlier cases of the run round-tripped (``conformance.remember``)."""
+def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) -> Outcome | Unsupported:
+    """Runs in a child: one scenario measurement, or ``Unsupported`` (nothing timed) when the
+    backend declares the case's workload unsupported. ``verified``: the keys of the messages
+    that earlier cases of the run round-tripped (``conformance.remember``)."""
     conformance.remember(verified)
-    reason = conformance.case_unsupported(get_serializer(case.spec), case.workload)
+    reason = conformance.case_unsupported(get_serializer(case.backend), case.workload)
     if reason is not None:
-        return {UNSUPPORTED: reason}
+        return Unsupported(reason)
     return get_scenario(case.scenario).run(case, profile)
 
 
-def check_backends(specs: list[str]) -> dict[str, dict]:
+def check_backends(specs: list[str]) -> dict[str, Backend]:
     """Each backend's safety and conformance suite, checked in a child of its own: spec → facts
     (the suite's failures are why a backend is not timed)."""
     checked = {}
@@ -94,12 +101,13 @@ def check_backends(specs: list[str]) -> dict[str, dict]:
         try:
             checked[spec] = run_isolated(check_backend, (spec,), CONFORMANCE_TIMEOUT_S)
         except CaseFailed as exc:
-            checked[spec] = {"safe": False, "conformance": {"error": str(exc), "failed": {"*": str(exc)}}}
+            failed = Conformance(error=str(exc), failed={"*": str(exc)})
+            checked[spec] = Backend(safe=False, conformance=failed)
     return checked
 
 
-def _conformance_error(info: dict) -> str | None:
-    failed = info["conformance"].get("failed") or {}
+def _conformance_error(backend: Backend) -> str | None:
+    failed = backend.conformance.failed
     if not failed:
         return None
     first = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
@@ -144,7 +152,7 @@ class _Forks:
         self.zygote = zygote
         self.verified: set[tuple] = set()
 
-    def run(self, case: Case, profile: Profile) -> dict:
+    def run(self, case: Case, profile: Profile) -> Outcome | Unsupported:
         """The case's outcome (``run_case``), or CaseFailed."""
         args = (case, profile, frozenset(self.verified))
         outcome = self.zygote.run(run_case, args, profile.case_timeout_s)
@@ -155,7 +163,7 @@ class _Forks:
 def _measure(
     cases: list[Case],
     profile: Profile,
-    backends: dict[str, dict],
+    backends: dict[str, Backend],
     results: ResultsFile,
     forks: _Forks,
     on_case: Callable[[int, int, Case], None] | None = None,
@@ -165,36 +173,29 @@ def _measure(
         if on_case:
             on_case(index, len(cases), case)
         start = time.perf_counter()
-        error = _conformance_error(backends[case.spec])
-        outcome: dict = {}
+        error = _conformance_error(backends[case.backend])
+        outcome: Outcome | Unsupported = Outcome({})
         if error is None:
             try:
                 outcome = forks.run(case, profile)
             except CaseFailed as exc:
                 error = str(exc)
-        if UNSUPPORTED in outcome:
-            error = f"{UNSUPPORTED}: {outcome[UNSUPPORTED]}"
-            outcome = {"info": {UNSUPPORTED: outcome[UNSUPPORTED]}}
-        results.add(
-            record(
-                case.scenario,
-                case.backend,
-                case.workload,
-                outcome.get("metrics"),
-                outcome.get("info"),
-                error,
-                round(time.perf_counter() - start, 3),
-            )
-        )
+        duration = round(time.perf_counter() - start, 3)
+        if isinstance(outcome, Unsupported):
+            rec = record(case, error=f"unsupported: {outcome.reason}", unsupported=outcome.reason)
+        else:
+            rec = record(case, metrics=outcome.metrics, info=outcome.info, error=error)
+        results.add(msgspec.structs.replace(rec, duration_s=duration))
     results.finish()
 
 
-def _verified_keys(outcome: dict) -> list[tuple]:
+def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:
     """Take the keys of the messages a case verified out of its info."""
-    verification = (outcome.get("info") or {}).get("verification")
-    if not isinstance(verification, dict):
+    info = getattr(outcome, "info", None)
+    if info is None or info.verification is None:
         return []
-    return [tuple(key) for key in verification.pop("keys", ())]
+    keys, info.verification.keys = info.verification.keys or [], None
+    return [tuple(key) for key in keys]
 
 
 def execute(
@@ -203,7 +204,7 @@ def execute(
     out: Path,
     argv: list[str],
     on_case: Callable[[int, int, Case], None] | None = None,
-    backend_facts: Callable[[list[str]], dict[str, dict]] = check_backends,
+    backend_facts: Callable[[list[str]], dict[str, Backend]] = check_backends,
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
@@ -215,33 +216,55 @@ def execute(
     cases = plan.cases()
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.data["backends"] = backend_facts(sorted({c.spec for c in cases}))
+        results.results.backends = backend_facts(sorted({c.backend for c in cases}))
         results.save()
-        _measure(cases, profile, results.data["backends"], results, _Forks(zygote), on_case)
+        _measure(cases, profile, results.results.backends, results, _Forks(zygote), on_case)
     return results
 
 
-def work(plan: Plan, profile: Profile, argv: list[str], requests: TextIO, replies: TextIO) -> None:
-    """The gate's worker: measure cases on request, one process for many short rounds.
+def work(
+    plan: Plan,
+    profile: Profile,
+    argv: list[str],
+    channel: protocol.Channel,
+    ask_backends: bool = False,
+    progress: bool = False,
+) -> None:
+    """A worker's loop (``python -m serbench.worker``, ``serbench.protocol``): measure cases on
+    request, one process for many short rounds.
 
-    It checks the backends once and announces its cases, a JSON line
-    ``{"cases": [[scenario, backend, workload], ...]}``. Then for each request
-    line ``{"out": FOLDER, "case": [scenario, backend, workload]}`` it measures
-    that case (every case if "case" is left out) into ``FOLDER/results.json``
-    and echoes the line. The gate can thus alternate base and head case by
-    case, a fraction of a second apart, without paying an interpreter start,
-    the imports and the conformance checks each time.
+    Once its zygote is taken it checks the backends — or, with ``ask_backends``,
+    asks the client for their facts (``Wanted``; a counting process's parent
+    checked them at full speed) — and answers ``Ready`` with its cases. Then each
+    ``Measure(out, case)`` measures that case (every case when None; a case it
+    does not have, none) into ``out/results.json`` and is answered
+    ``Measured(out)``, after a ``Progress`` before each case when ``progress``.
+    It returns when the client closes its end. The gate can thus alternate base
+    and head case by case, a fraction of a second apart, without paying an
+    interpreter start, the imports and the conformance checks each time.
     """
     cases = plan.cases()
-    keys = [[c.scenario, c.backend, c.workload] for c in cases]
     with Zygote() as zygote:
         forks = _Forks(zygote)
         env = environment.collect(argv)
-        backends = check_backends(sorted({c.spec for c in cases}))
-        print(json.dumps({"cases": keys}), file=replies, flush=True)
-        for line in requests:
-            request = json.loads(line)
-            chosen = [c for c, key in zip(cases, keys, strict=True) if request.get("case") in (None, key)]
-            results = ResultsFile(Path(request["out"]) / "results.json", env, profile.name, backends)
-            _measure(chosen, profile, backends, results, forks)
-            print(line.strip(), file=replies, flush=True)
+        specs = sorted({c.backend for c in cases})
+        if ask_backends:
+            channel.send(protocol.Wanted(specs))
+            answer = channel.receive()
+            if not isinstance(answer, protocol.Backends) or set(specs) - set(answer.facts):
+                raise protocol.WorkerError(f"asked for the facts of {', '.join(specs)}, got {answer!r:.200}")
+            backends = answer.facts
+        else:
+            backends = check_backends(specs)
+        channel.send(protocol.Ready(cases))
+
+        def on_case(index: int, total: int, case: Case) -> None:
+            channel.send(protocol.Progress(index, total, case))
+
+        while (request := channel.receive()) is not None:
+            if not isinstance(request, protocol.Measure):
+                raise protocol.WorkerError(f"{type(request).__name__} out of turn")
+            chosen = [c for c in cases if request.case in (None, c)]
+            results = ResultsFile(Path(request.out) / "results.json", env, profile.name, backends)
+            _measure(chosen, profile, backends, results, forks, on_case if progress else None)
+            channel.send(protocol.Measured(request.out))

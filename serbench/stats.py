@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Sequence
 from fractions import Fraction
 
+import msgspec
+
 CONFIDENCE = 0.95
 # Fewer samples than this are shown as values, never as a distribution (no CI, no percentile).
 MIN_DISTRIBUTION = 5
@@ -50,17 +52,30 @@ def _binomial_half_quantile(q: float, n: int) -> int:
     return n
 
 
-def summarize(values: Sequence[float], unit: str) -> dict:
-    """The results-file form of a metric: unit, raw values, median and its CI."""
+class Measurement(msgspec.Struct, omit_defaults=True):
+    """One metric of one case: its raw samples and their summary, as the results file holds it.
+
+    ``rounds``: when the samples came from several processes (the gate merges
+    its rounds), how many each gave, in order; None for one process.
+    """
+
+    unit: str
+    values: list[float]
+    median: float
+    ci_low: float
+    ci_high: float
+    rounds: list[int] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+def summarize(values: Sequence[float], unit: str, rounds: list[int] | None = None) -> Measurement:
+    """Samples as a ``Measurement``: unit, raw values, median and its CI."""
     values = [float(v) for v in values]
     low, high = median_ci(values)
-    return {
-        "unit": unit,
-        "values": values,
-        "median": statistics.median(values),
-        "ci_low": low,
-        "ci_high": high,
-    }
+    return Measurement(unit, values, statistics.median(values), low, high, rounds)
 
 
 def relative_spread(values: Sequence[float]) -> float:

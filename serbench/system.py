@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -122,15 +122,6 @@ def check() -> list[Check]:
     return [governor(), turbo(), load(), aslr(), swap(), busy_processes()]
 
 
-def as_record(checks: list[Check]) -> list[dict]:
-    """The checks as the results file's environment stores them."""
-    return [asdict(c) for c in checks]
-
-
-def warnings(records: list[dict]) -> list[str]:
-    """One line per check that failed (not the unknown ones), from stored records."""
-    return [
-        f"{c['name']}: {c['value']}" + (f" — {c['advice']}" if c.get("advice") else "")
-        for c in records
-        if c.get("ok") is False
-    ]
+def warnings(checks: list[Check]) -> list[str]:
+    """One line per check that failed (not the unknown ones)."""
+    return [f"{c.name}: {c.value}" + (f" — {c.advice}" if c.advice else "") for c in checks if c.ok is False]

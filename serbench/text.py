@@ -1,7 +1,7 @@
 """Text for terminals and pull requests: tables of a run, of a comparison, the serving summary.
 
-Presentation only: the numbers come from results documents and from
-``serbench.compare``; what a metric is called and how it scales comes from
+Presentation only: the numbers come from results documents (``results.Results``)
+and from ``serbench.compare``; what a metric is called and how it scales comes from
 ``serbench.metrics``.
 """
 
@@ -13,7 +13,7 @@ import json
 import math
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,15 +22,26 @@ from serbench.compare import (
     DEFAULT_BASELINE,
     Comparison,
     MetricComparison,
+    case_order,
     headline_metric,
     noise,
     ranking,
+    row_of,
 )
 from serbench.metrics import METRICS, metric
-from serbench.results import backend_label, ok_records, safety_mark, split_backend, unsupported
-from serbench.scenarios.stream import fitting_batches
-from serbench.stats import MIN_DISTRIBUTION
+from serbench.results import (
+    DEFAULT_TRANSPORT,
+    Case,
+    IpcInfo,
+    Record,
+    Results,
+    ServingStat,
+    SweepPoint,
+)
+from serbench.scenarios import SCENARIOS
+from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.units import UNITLESS, format_value, scale_for
+from serbench.views import Table
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -47,65 +58,56 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
-def _column(records: Sequence[dict], name: str) -> tuple[float, str]:
+def _column(records: Sequence[Record], name: str) -> tuple[float, str]:
     """One display scale for a metric across a table: the one its largest median reads best in."""
-    medians = [r["metrics"][name]["median"] for r in records if name in r["metrics"]]
+    medians = [r.metrics[name].median for r in records if name in r.metrics]
     return scale_for(metric(name).unit, max(medians, default=0.0))
 
 
-def sample_count(rec: dict, name: str) -> int | None:
+def sample_count(rec: Record, name: str) -> int | None:
     """How many samples a record's metric stands on (a statistic's: its source's); None for an
     exact metric, which is a fact, not a sample, or when the record has neither."""
     facts = metric(name)
-    source = rec["metrics"].get(facts.statistic_of or name)
-    return None if facts.exact or source is None else len(source["values"])
+    source = rec.metrics.get(facts.statistic_of or name)
+    return None if facts.exact or source is None else source.n
 
 
-def _cell(rec: dict | None, name: str, factor: float) -> str:
+def _cell(rec: Record | None, name: str, factor: float) -> str:
     """A metric's median in the column's scale, ``(n=K)`` beside it under ``MIN_DISTRIBUTION``
     samples (a value, not a distribution; a statistic of so few is not shown at all); FAILED,
     unsupported (declared by the backend, never timed) or blank if none."""
     if rec is None:
         return ""
-    if rec.get("error"):
-        return "unsupported" if unsupported(rec) else "FAILED"
-    measured = rec["metrics"].get(name)
+    if not rec.ok:
+        return "unsupported" if rec.unsupported is not None else "FAILED"
+    measured = rec.metrics.get(name)
     n = sample_count(rec, name)
     few = n is not None and n < MIN_DISTRIBUTION
     if few and (measured is None or metric(name).statistic_of):
         return f"(n={n})"
     if measured is None:
         return ""
-    value = f"{measured['median'] / factor:.3g}"
+    value = f"{measured.median / factor:.3g}"
     return f"{value} (n={n})" if few else value
 
 
-@dataclass(frozen=True)
-class Table:
-    """One titled table of a run: the summary's and the ranking's, in the terminal or exported."""
-
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    note: str = ""  # a line under the table (e.g. what "(n=K)" means)
-
-
-def summary_tables(data: dict) -> list[Table]:
-    """Per scenario, a table for each summary metric (``metrics.Metric.summary``): rows backends
-    (by ``results.backend_label``, marked unsafe or undeclared), columns workloads, medians."""
+def summary_tables(data: Results) -> list[Table]:
+    """Per scenario, a table for each summary metric (``metrics.Metric.summary``): rows a backend
+    with its dimensions each (``compare.row_of``, labelled by ``Results.row_label`` and marked
+    unsafe or undeclared), columns workloads, medians."""
     out = []
-    for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
-        records = [r for r in data["records"] if r["scenario"] == scenario]
-        workloads = list(dict.fromkeys(r["workload"] for r in records))
-        backends = list(dict.fromkeys(r["backend"] for r in records))
-        by_case = {(r["backend"], r["workload"]): r for r in records}
-        present = {name for r in records for name in r["metrics"]}
+    for scenario in data.scenarios():
+        records = [r for r in data.records if r.scenario == scenario]
+        workloads = list(dict.fromkeys(r.workload for r in records))
+        backends = list(dict.fromkeys(row_of(r) for r in records))
+        by_cell = {(row_of(r), r.workload): r for r in records}
+        present = {name for r in records for name in r.metrics}
         for name in (n for n, m in METRICS.items() if m.summary and n in present):
             factor, unit = _column(records, name)
             rows = [
                 [
-                    backend_label(data, b) + safety_mark(data, b),
-                    *(_cell(by_case.get((b, w)), name, factor) for w in workloads),
+                    data.row_label(b) + data.safety_mark(b),
+                    *(_cell(by_cell.get((b, w)), name, factor) for w in workloads),
                 ]
                 for b in backends
             ]
@@ -115,30 +117,25 @@ def summary_tables(data: dict) -> list[Table]:
             note = f"(n=K): fewer than {MIN_DISTRIBUTION} samples, a value and not a distribution"
             title = f"{scenario}: {metric(name).label} ({shown}{stat})"
             out.append(Table(title, ["backend", *workloads], rows, note if few else ""))
-    fitting = fitting_batches(data["records"])
-    if fitting:
-        rows = [
-            [backend, family, str(cell["fits"] or "none"), str(cell["over"] or "-")]
-            for (backend, family), cell in fitting.items()
-        ]
-        headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
-        out.append(Table("ipc: largest batch whose decode fits the step", headers, rows))
+    for scenario in data.scenarios():
+        if scenario in SCENARIOS:  # the tables only the scenario can compute, as it declares them
+            out += [replace(t, title=f"{scenario}: {t.title}") for t in SCENARIOS[scenario].tables(data)]
     return out
 
 
-def ranking_tables(data: dict, baseline: str = DEFAULT_BASELINE) -> list[Table]:
+def ranking_tables(data: Results, baseline: str = DEFAULT_BASELINE) -> list[Table]:
     """Per scenario with a headline metric, the backends ranked by the geometric mean of their
     speed-up over ``baseline`` across workloads (``compare.ranking``); n = workloads in the mean."""
     out = []
-    for scenario in dict.fromkeys(r["scenario"] for r in data["records"]):
+    for scenario in data.scenarios():
         ranked = ranking(data, scenario, baseline)
         if not ranked:
             continue
-        workloads = list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
+        workloads = list(dict.fromkeys(r.workload for r in data.records if r.scenario == scenario))
         rows = [
             [
                 str(i),
-                backend_label(data, r.backend),
+                data.row_label(r.row),
                 *(f"{r.speedups[w]:.3g}" if w in r.speedups else "" for w in workloads),
                 f"{r.geomean:.3g}" if r.geomean else "",
                 str(r.n),
@@ -151,18 +148,15 @@ def ranking_tables(data: dict, baseline: str = DEFAULT_BASELINE) -> list[Table]:
     return out
 
 
-def render(data: dict, baseline: str = DEFAULT_BASELINE) -> str:
+def render(data: Results, baseline: str = DEFAULT_BASELINE) -> str:
     """The summary tables, the rankings against ``baseline``, then the failed cases."""
     out = [
         f"{t.title}\n{table(t.headers, t.rows)}" + (f"\n{t.note}" if t.note else "")
         for t in summary_tables(data) + ranking_tables(data, baseline)
     ]
-    failed = [r for r in data["records"] if r.get("error")]
+    failed = [r for r in data.records if not r.ok]
     if failed:
-        out.append(
-            "failed cases:\n"
-            + "\n".join(f"  {r['scenario']} {r['backend']} × {r['workload']}: {r['error']}" for r in failed)
-        )
+        out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in failed))
     return "\n\n".join(out)
 
 
@@ -175,7 +169,7 @@ def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
 SUMMARY_FORMATS = ("md", "csv", "json")
 
 
-def export_summary(data: dict, fmt: str, baseline: str = DEFAULT_BASELINE) -> str:
+def export_summary(data: Results, fmt: str, baseline: str = DEFAULT_BASELINE) -> str:
     """The summary and ranking tables as Markdown, CSV (a ``table`` column first) or JSON."""
     tables = summary_tables(data) + ranking_tables(data, baseline)
     if fmt == "md":
@@ -206,6 +200,7 @@ def export_summary(data: dict, fmt: str, baseline: str = DEFAULT_BASELINE) -> st
 
 
 SERVING_PARTS = (("ttft", "TTFT", "ttft_s"), ("itl", "ITL", "itl_s"), ("e2e", "E2E", "e2e_s"))
+SERVING_STATS = (("mean", "Mean"), ("median", "Median"), ("p99", "P99"))
 TTFT_PARTS = (
     ("encode_s", "encode"),
     ("ingress_s", "ingress"),
@@ -215,7 +210,18 @@ TTFT_PARTS = (
 )
 
 
-def _serving_rows(records: list[dict]) -> list[list[str]]:
+def _ipc(rec: Record) -> IpcInfo:
+    """A serving record's info (``serving_report`` takes only records that have one)."""
+    assert isinstance(rec.info, IpcInfo)
+    return rec.info
+
+
+def _latency_ms(latency: ServingStat, stat: str) -> float:
+    """One of the serving benchmark's statistics of a latency: mean, median or p99."""
+    return {"mean": latency.mean_ms, "median": latency.median_ms, "p99": latency.p99_ms}[stat]
+
+
+def _serving_rows(records: list[Record]) -> list[list[str]]:
     """The serving benchmark's summary lines, one column per record, then TTFT's parts.
 
     A p99 of fewer than ``MIN_DISTRIBUTION`` samples is not one: its cell says n instead.
@@ -224,64 +230,80 @@ def _serving_rows(records: list[dict]) -> list[list[str]]:
     def row(label: str, value) -> list[str]:
         return [label, *(value(r) for r in records)]
 
-    def median(name: str, scale: float, fmt: str = "{:.2f}"):
-        return lambda r: fmt.format(r["metrics"][name]["median"] * scale) if name in r["metrics"] else "-"
+    def measured(r: Record, name: str) -> Measurement | None:
+        return r.metrics.get(name)
 
-    def count(r: dict, name: str) -> int:
-        return len(r["metrics"][name]["values"])
+    def median(name: str, scale: float, fmt: str = "{:.2f}"):
+        def cell(r: Record) -> str:
+            m = measured(r, name)
+            return "-" if m is None else fmt.format(m.median * scale)
+
+        return cell
+
+    def count(r: Record, name: str) -> int:
+        return r.metrics[name].n
 
     def serving(part: str, stat: str, name: str):
-        def cell(r: dict) -> str:
+        def cell(r: Record) -> str:
             if stat == "p99" and count(r, name) < MIN_DISTRIBUTION:
                 return f"n={count(r, name)}"
-            return f"{r['info']['serving'][part][f'{stat}_ms']:.2f}"
+            return f"{_latency_ms(getattr(_ipc(r).serving, part), stat):.2f}"
 
         return cell
 
     def part(name: str, stat: str):
-        def cell(r: dict) -> str:
-            if name not in r["metrics"]:
+        def cell(r: Record) -> str:
+            m = measured(r, name)
+            if m is None:
                 return "-"
-            values = r["metrics"][name]["values"]
-            if stat == "p99" and len(values) < MIN_DISTRIBUTION:
-                return f"n={len(values)}"
-            value = r["metrics"][name]["median"] if stat == "median" else np.percentile(values, 99)
+            if stat == "p99" and m.n < MIN_DISTRIBUTION:
+                return f"n={m.n}"
+            value = m.median if stat == "median" else np.percentile(m.values, 99)
             return f"{value * 1e3:.3f}"
 
         return cell
 
+    def ingress_over_floor(r: Record) -> str:
+        ratio = _ipc(r).ingress_over_floor
+        return f"{math.nan if ratio is None else ratio:.2f}"
+
     rows = [
         row("Successful requests", lambda r: str(count(r, "ttft_s"))),
-        row("Benchmark duration (s)", lambda r: f"{r['info']['duration_s']:.2f}"),
+        row("Benchmark duration (s)", lambda r: f"{_ipc(r).duration_s:.2f}"),
         row("Request throughput (req/s)", median("req_per_s", 1)),
         row("Output token throughput (tok/s)", median("output_tokens_per_s", 1, "{:.1f}")),
     ]
     for key, label, name in SERVING_PARTS:
-        for stat, stat_label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
+        for stat, stat_label in SERVING_STATS:
             rows.append(row(f"{stat_label} {label} (ms)", serving(key, stat, name)))
     for name, label in TTFT_PARTS:
         for stat, stat_label in (("median", "Median"), ("p99", "P99")):
             rows.append(row(f"{stat_label} {label} (ms)", part(name, stat)))
     rows.append(row("Empty-message round trip (µs)", median("floor_rtt_s", 1e6, "{:.0f}")))
-    ratio = "ingress_over_floor"
-    rows.append(row("Median ingress / round trip", lambda r: f"{r['info'].get(ratio, math.nan):.2f}"))
+    rows.append(row("Median ingress / round trip", ingress_over_floor))
     rows.append(row("Payload GB/s (median)", median("payload_gb_per_s", 1)))
     rows.append(row("Unix-socket GB/s, same bytes", median("unix_gb_per_s", 1)))
-    if any("sweep" in r["info"] for r in records):
+    if any(_ipc(r).sweep is not None for r in records):
         rows += _sweep_rows(records)
     return rows
 
 
-def _points(record: dict) -> dict:
+def _points(record: Record) -> dict[float | str, SweepPoint]:
     """A record's sweep points by rate (empty without a sweep)."""
-    return {p["rate"]: p for p in record["info"].get("sweep", {}).get("points", ())}
+    sweep = _ipc(record).sweep
+    return {} if sweep is None else {p.rate: p for p in sweep.points}
 
 
 def _per_second(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _sweep_rows(records: list[dict]) -> list[list[str]]:
+def _ttft_ms(point: SweepPoint) -> str:
+    ttft = point.metrics.get("ttft_s")
+    return "-" if ttft is None else f"{ttft.median * 1e3:.2f}"
+
+
+def _sweep_rows(records: list[Record]) -> list[list[str]]:
     """A rate sweep's lines: TTFT median and admitted/goodput per rate, then where it saturated."""
     points = [_points(r) for r in records]
     rows = []
@@ -289,27 +311,30 @@ def _sweep_rows(records: list[dict]) -> list[list[str]]:
         ttft, rates = [f"Rate {rate}: median TTFT (ms)"], [f"Rate {rate}: admitted / goodput (req/s)"]
         for by_rate in points:
             p = by_rate.get(rate)
-            ttft.append("-" if p is None else f"{p['metrics']['ttft_s']['median'] * 1e3:.2f}")
-            admitted = None if p is None else _per_second(p["admitted_per_s"])
-            rates.append("-" if p is None else f"{admitted} / {p['goodput_per_s']:.1f}")
+            ttft.append("-" if p is None else _ttft_ms(p))
+            admitted = None if p is None else _per_second(p.admitted_per_s)
+            rates.append("-" if p is None else f"{admitted} / {p.goodput_per_s:.1f}")
         rows += [ttft, rates]
-    sweeps = [r["info"].get("sweep", {}) for r in records]
-    rows.append(["Saturated at (offered req/s)", *(str(s.get("saturated_at") or "-") for s in sweeps)])
-    rows.append(["Capacity, all at once (req/s)", *(_per_second(s.get("capacity_per_s")) for s in sweeps)])
+    sweeps = [_ipc(r).sweep for r in records]
+    saturated = [None if s is None else s.saturated_at for s in sweeps]
+    capacity = [None if s is None else s.capacity_per_s for s in sweeps]
+    rows.append(["Saturated at (offered req/s)", *(str(v or "-") for v in saturated)])
+    rows.append(["Capacity, all at once (req/s)", *map(_per_second, capacity)])
     return rows
 
 
-def serving_report(data: dict) -> str:
-    """Per workload, the ipc records of a results document in the serving benchmark's layout.
+def serving_report(data: Results) -> str:
+    """Per workload, the ipc records of a results document in the serving benchmark's layout
+    (records with serving numbers: an output workload's, ``StreamInfo``, has none).
 
     Printed for docs/ipc.md by ``python -c "from serbench.results import load;
     from serbench.text import serving_report as r; print(r(load('RESULTS.json')))"``.
     """
-    records = list(ok_records(data, "ipc"))
+    records = [r for r in data.of() if isinstance(r.info, IpcInfo)]
     blocks = []
-    for workload in dict.fromkeys(r["workload"] for r in records):
-        group = [r for r in records if r["workload"] == workload]
-        blocks.append(table([workload, *(r["backend"] for r in group)], _serving_rows(group)))
+    for workload in dict.fromkeys(r.workload for r in records):
+        group = [r for r in records if r.workload == workload]
+        blocks.append(table([workload, *(r.row for r in group)], _serving_rows(group)))
     return "\n\n".join(blocks)
 
 
@@ -326,20 +351,22 @@ def format_ratio(row: MetricComparison) -> tuple[str, str]:
     return f"{row.ratio:.3f}", interval
 
 
-def reproduce_command(row: MetricComparison, base: dict, head: dict) -> str:
+def reproduce_command(row: MetricComparison, base: Results, head: Results) -> str:
     """A command that measures this case again locally: a gate of base against the working
     tree, or a plain run when there is no base commit or head is the same commit (a gate of
-    a commit against itself says nothing about the change)."""
-    spec, link = split_backend(row.backend)
-    selection = ["--scenarios", row.scenario, "--backends", spec, "--workloads", row.workload]
-    selection += ["--transport", link] if link else []
-    commit = base["environment"].get("git_commit") or ""
-    if commit and commit != head["environment"].get("git_commit"):
+    a commit against itself says nothing about the change). ``--transport`` is named unless
+    the case runs over the default one (or links no processes)."""
+    case = row.case
+    selection = ["--scenarios", case.scenario, "--backends", case.backend, "--workloads", case.workload]
+    if case.transport not in (None, DEFAULT_TRANSPORT):
+        selection += ["--transport", case.transport]
+    commit = base.environment.git_commit or ""
+    if commit and commit != head.environment.git_commit:
         return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])
     return shlex.join(["serbench", "run", *selection])
 
 
-def _reproduce_commands(comparison: Comparison, base: dict, head: dict) -> list[str]:
+def _reproduce_commands(comparison: Comparison, base: Results, head: Results) -> list[str]:
     """One command per regressed case, worst first."""
     return list(dict.fromkeys(reproduce_command(r, base, head) for r in comparison.regressions))
 
@@ -363,7 +390,7 @@ def _cells(row: MetricComparison) -> list[str]:
     ratio, interval = format_ratio(row)
     return [
         row.verdict.upper() if row.verdict in BAD_VERDICTS else row.verdict,
-        f"{row.scenario} {row.backend} × {row.workload}",
+        row.case.label,
         row.metric,
         format_value(row.base_median, row.unit),
         format_value(row.head_median, row.unit),
@@ -377,7 +404,12 @@ def _cells(row: MetricComparison) -> list[str]:
 HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI", "detects"]
 
 
-def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[str]:
+def _case_words(case: Case) -> str:
+    """A case in a line of notes: scenario, row (``Case.row``), workload."""
+    return " ".join(case_order(case))
+
+
+def _notes(comparison: Comparison, base: Results, head: Results, bullet: str) -> list[str]:
     """Lines under the table: noise, environment, failures, added/removed cases."""
     lines = []
     base_noise, head_noise = noise(base), noise(head)
@@ -387,14 +419,14 @@ def _notes(comparison: Comparison, base: dict, head: dict, bullet: str) -> list[
         )
     for key, (b, h) in comparison.environment_differences.items():
         lines.append(f"environment differs (--force): {key}: {b!r} → {h!r}")
-    for case, error in sorted(comparison.head_errors.items()):
-        lines.append(f"failed in head: {' '.join(case)}: {error}")
-    lines += [f"added: {' '.join(case)}" for case in comparison.added]
-    lines += [f"removed: {' '.join(case)}" for case in comparison.removed]
+    for case, error in sorted(comparison.head_errors.items(), key=lambda item: case_order(item[0])):
+        lines.append(f"failed in head: {_case_words(case)}: {error}")
+    lines += [f"added: {_case_words(case)}" for case in comparison.added]
+    lines += [f"removed: {_case_words(case)}" for case in comparison.removed]
     return [f"{bullet}{line}" for line in lines]
 
 
-def comparison_table(comparison: Comparison, base: dict, head: dict, changes_only: bool = False) -> str:
+def comparison_table(comparison: Comparison, base: Results, head: Results, changes_only: bool = False) -> str:
     """The terminal report: every row (or every change) worst first, then how to reproduce
     each regression."""
     shown = comparison.changes if changes_only else comparison.rows
@@ -413,7 +445,7 @@ def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
     return _markdown(HEADERS, [_cells(r) for r in rows])
 
 
-def comparison_markdown(comparison: Comparison, base: dict, head: dict) -> str:
+def comparison_markdown(comparison: Comparison, base: Results, head: Results) -> str:
     """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``."""
     bad = comparison.regressions
     mark = "❌" if bad else "✅"

@@ -10,16 +10,21 @@ every suite still runs, every metric exists for that case.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from asv.util import load_json
 
-from serbench.scenarios import SCENARIOS
+from serbench import runner
+from serbench.results import Case
+from serbench.scenarios import SCENARIOS, Outcome
+from serbench.stats import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 ASV = [sys.executable, "-m", "asv"]
@@ -85,3 +90,34 @@ def test_asv_quick_run_has_a_result_for_every_benchmark(tmp_path: Path) -> None:
         (value,) = row["result"]
         assert value is not None, f"{name} failed:\n{run.stdout[-4000:]}"
         assert math.isfinite(value) and value > 0, f"{name} = {value}"
+
+
+def _common():
+    """``benchmarks/common.py``, as asv imports it (no relative import in it)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_common", ROOT / "benchmarks" / "common.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suites_read_old_and_new_cases_and_outcomes_alike(monkeypatch) -> None:
+    """asv runs today's suites against older commits: a typed ``Case`` (transport a field)
+    and one from before the typed model (``spec@transport`` in the backend) get the same
+    parameter, and an ``Outcome`` / ``runner.Unsupported`` the same cache entry as the dicts
+    that older commits returned."""
+    common = _common()
+    shm = Case("ipc", "pickle", "images-4", transport="shm")
+    before = SimpleNamespace(scenario="ipc", backend="pickle@shm", workload="images-4")
+    assert common.label(shm) == common.label(before) == "pickle@shm"
+    assert common.label(Case("ipc", "pickle", "images-4", transport="ipc")) == "pickle"
+    assert common.label(Case("micro", "pickle", "images-4")) == "pickle"
+    measured = summarize([0.1] * 5, "s")
+    old = {"metrics": {"ttft_s": {"unit": "s", "values": [0.1] * 5, "median": 0.1}}}
+    assert common.medians(Outcome({"ttft_s": measured})) == common.medians(old) == {"ttft_s": 0.1}
+    unsupported = common.medians(runner.Unsupported("no images"))
+    assert isinstance(unsupported, common.Unsupported) and unsupported == "no images"
+    assert common.medians({"unsupported": "no images"}) == unsupported
+    monkeypatch.setattr(common, "BACKENDS", ["pickle"])
+    monkeypatch.setattr(common, "TRANSPORTS", ["ipc", "shm"])
+    assert [common.label(c) for c in common._cases("ipc", ["images-4"])] == ["pickle", "pickle@shm"]
+    assert [common.label(c) for c in common._cases("micro", ["images-4"])] == ["pickle"]

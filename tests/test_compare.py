@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
+import msgspec
 import numpy as np
 import pytest
 
 from serbench import compare as cmp
+from serbench import results
+from serbench.metrics import compared
 from serbench.metrics import metric as metric_facts
-from serbench.results import SCHEMA, record
-from serbench.stats import summarize
+from serbench.results import Case, Environment, Record, Results, record
+from serbench.stats import Measurement, summarize
 
 BASE_S = 1e-5  # a 10 µs timing
+# A run of serbench before the typed model (schema 1): pickle and msgspec-frombuffer ×
+# text-sonnet, images-4, outputs-8 × micro, ipc, memory × the ipc and shm transports.
+SCHEMA_1_FIXTURE = Path(__file__).parent / "fixtures" / "results-schema-1.json"
 
 
 def samples(seed: int, factor: float = 1.0, n: int = 60, sigma: float = 0.02) -> list[float]:
@@ -19,31 +29,38 @@ def samples(seed: int, factor: float = 1.0, n: int = 60, sigma: float = 0.02) ->
     return list(BASE_S * factor * rng.lognormal(0.0, sigma, n))
 
 
-def metric(values: list[float], unit: str = "s", rounds: list[int] | None = None) -> dict:
-    out = summarize(values, unit)
-    return {**out, "rounds": rounds} if rounds else out
+def metric(values: list[float], unit: str = "s", rounds: list[int] | None = None) -> Measurement:
+    return summarize(values, unit, rounds)
 
 
-def doc(records: list[dict], **environment: object) -> dict:
+def doc(records: list[Record], **environment: object) -> Results:
     """A results document with the given records and a fixed environment."""
     env = {"machine": "x86_64", "cpu": "AMD EPYC", "cpu_count": 2, "python": "3.11.7", "git_commit": "a" * 40}
-    return {
-        "schema": SCHEMA,
-        "complete": True,
-        "started": "2026-11-29T17:00:00+00:00",
-        "finished": "2026-11-29T17:01:00+00:00",
-        "profile": "quick",
-        "environment": {**env, **environment},
-        "backends": {},
-        "records": records,
-    }
+    return Results(
+        complete=True,
+        started="2026-11-29T17:00:00+00:00",
+        finished="2026-11-29T17:01:00+00:00",
+        profile="quick",
+        environment=Environment(**{**env, **environment}),
+        backends={},
+        records=records,
+    )
 
 
-def rec(metrics: dict, backend: str = "b", workload: str = "w", error: str | None = None) -> dict:
-    return record("micro", backend, workload, metrics, error=error)
+def rec(
+    metrics: dict[str, Measurement],
+    backend: str = "b",
+    workload: str = "w",
+    error: str | None = None,
+    scenario: str = "micro",
+    transport: str | None = None,
+) -> Record:
+    return record(Case(scenario, backend, workload, transport), metrics=metrics, error=error)
 
 
-def one(base_metrics: dict, head_metrics: dict, **kwargs: object) -> dict[str, cmp.MetricComparison]:
+def one(
+    base_metrics: dict[str, Measurement], head_metrics: dict[str, Measurement], **kwargs: object
+) -> dict[str, cmp.MetricComparison]:
     """Compare one case; rows by metric name. Strict: these synthetic samples stand for
     measurements whose run-to-run spread is in them (plain runs get ``unpaired_verdict``)."""
     kwargs.setdefault("strict", True)
@@ -135,7 +152,7 @@ def test_failed_in_head_is_a_regression_and_fixed_in_head_is_listed() -> None:
     assert by_backend[("b", cmp.CASE_METRIC)] == cmp.FIXED_IN_HEAD
     assert not any(backend == "c" for backend, _ in by_backend)  # failed on both sides: nothing to compare
     assert [r.backend for r in comparison.regressions] == ["a"]
-    assert comparison.head_errors[("micro", "a", "w")] == "crash"
+    assert comparison.head_errors[Case("micro", "a", "w")] == "crash"
 
 
 def test_regressions_are_worst_first_with_failures_on_top() -> None:
@@ -154,8 +171,8 @@ def test_regressions_are_worst_first_with_failures_on_top() -> None:
 def test_added_and_removed_cases_are_listed() -> None:
     m = {"encode_s": metric(samples(1))}
     comparison = cmp.compare(doc([rec(m, "old"), rec(m, "both")]), doc([rec(m, "both"), rec(m, "new")]))
-    assert comparison.added == [("micro", "new", "w")]
-    assert comparison.removed == [("micro", "old", "w")]
+    assert comparison.added == [Case("micro", "new", "w")]
+    assert comparison.removed == [Case("micro", "old", "w")]
     assert {r.backend for r in comparison.rows} == {"both"}
 
 
@@ -237,7 +254,7 @@ def test_interleaved_pairs_cancel_drift_that_hits_both_sides() -> None:
     paired = one({"decode_s": base}, {"decode_s": head})["decode_s"]
     assert paired.verdict == cmp.REGRESSION
     assert paired.ratio == pytest.approx(1.10, abs=0.02)
-    unpaired = one({"decode_s": base}, {"decode_s": {**head, "rounds": [75]}})["decode_s"]
+    unpaired = one({"decode_s": base}, {"decode_s": msgspec.structs.replace(head, rounds=[75])})["decode_s"]
     assert unpaired.ci_low < 1 and unpaired.verdict == cmp.NO_CHANGE
 
 
@@ -319,3 +336,63 @@ def test_a_derived_metric_does_not_count_twice() -> None:
     assert {r.metric for r in twice.changes} == {"encode_s", "roundtrip_s"}  # shown all the same
     once = cmp.compare(doc([rec(base)]), doc([rec(alone)]), strict=True)
     assert [r.metric for r in once.regressions] == ["roundtrip_s"]
+
+
+def schema_1_and_2(tmp_path: Path) -> tuple[Path, Path]:
+    """The schema-1 fixture and the same document re-saved as schema 2."""
+    resaved = tmp_path / "results-schema-2.json"
+    results.save(resaved, results.load(SCHEMA_1_FIXTURE))
+    assert json.loads(resaved.read_text())["schema"] == results.SCHEMA
+    return SCHEMA_1_FIXTURE, resaved
+
+
+def test_a_schema_1_file_keeps_its_transports_as_case_fields(tmp_path: Path) -> None:
+    raw = json.loads(SCHEMA_1_FIXTURE.read_text())
+    assert raw["schema"] == results.SCHEMA_1
+    assert {"pickle@shm", "msgspec-frombuffer@shm"} <= {r["backend"] for r in raw["records"]}
+    for path in schema_1_and_2(tmp_path):
+        cases = [r.case for r in results.load(path).records]
+        assert len(cases) == len(raw["records"]) == len(set(cases))
+        assert not any("@" in c.backend for c in cases)
+        shm = {(c.scenario, c.backend) for c in cases if c.transport == "shm"}
+        assert shm == {
+            ("ipc", "pickle"),
+            ("ipc", "msgspec-frombuffer"),
+            ("memory", "pickle"),
+            ("memory", "msgspec-frombuffer"),
+            ("memory", "msgspec-frombuffer:threshold=inf"),
+        }
+        assert {c.transport for c in cases if c.scenario == "micro"} == {None}
+        assert {c.transport for c in cases if c.scenario != "micro"} == {"ipc", "shm"}
+
+
+@functools.cache
+def _schema_1_against_itself() -> list[tuple]:
+    """The numbers of the schema-1 fixture compared with itself (the bootstrap takes seconds)."""
+    data = results.load(SCHEMA_1_FIXTURE)
+    return [(r.case, r.metric, r.ratio, r.ci_low, r.ci_high) for r in cmp.compare(data, data).rows]
+
+
+@pytest.mark.parametrize(("base_schema", "head_schema"), [(1, 1), (1, 2), (2, 1)])
+def test_a_schema_1_file_compares_with_itself_and_as_schema_2(
+    tmp_path: Path, base_schema: int, head_schema: int
+) -> None:
+    """Every case of the old file is found on both sides, shm cases included: nothing added or
+    removed, every metric compared, the same numbers whichever schema a side was read from."""
+    paths = dict(zip((1, 2), schema_1_and_2(tmp_path), strict=True))
+    base, head = results.load(paths[base_schema]), results.load(paths[head_schema])
+    comparison = cmp.compare(base, head)
+    assert comparison.added == comparison.removed == []
+    assert comparison.environment_differences == {}
+    ok = {r.case: r for r in base.of()}
+    failed = {r.case: r.error for r in base.records if not r.ok}
+    assert {r.case for r in comparison.rows} == set(ok)
+    assert comparison.head_errors == failed  # failed on both sides: nothing else to say
+    assert len(comparison.rows) == sum(len(list(filter(compared, r.metrics))) for r in ok.values())
+    assert {r.verdict for r in comparison.rows} == {cmp.NO_CHANGE}
+    assert not comparison.regressions
+    shm = {r.case for r in comparison.rows if r.case.transport == "shm"}
+    assert Case("ipc", "pickle", "images-4", "shm") in shm
+    assert Case("memory", "msgspec-frombuffer:threshold=inf", "outputs-8", "shm") in shm
+    numbers = [(r.case, r.metric, r.ratio, r.ci_low, r.ci_high) for r in comparison.rows]
+    assert numbers == _schema_1_against_itself()

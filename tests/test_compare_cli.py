@@ -6,20 +6,22 @@ import json
 from pathlib import Path
 
 import pytest
-from test_compare import doc, metric, rec, samples
+from test_compare import doc, metric, rec, samples, schema_1_and_2
 
-from serbench import commands
+from serbench import commands, results
+from serbench.metrics import compared
+from serbench.stats import Measurement
 
 
-def write(path: Path, data: dict) -> str:
-    path.write_text(json.dumps(data))
+def write(path: Path, data: results.Results) -> str:
+    results.save(path, data)
     return str(path)
 
 
 def files(tmp_path: Path, head_factor: float = 1.0, **head_env: object) -> tuple[str, str]:
     """BASE.json and HEAD.json for one case, head's encode slowed by ``head_factor``."""
 
-    def side(seed: int, factor: float) -> dict:
+    def side(seed: int, factor: float) -> dict[str, Measurement]:
         return {
             "encode_s": metric(samples(seed, factor)),
             "payload_gb_per_s": metric(samples(seed, 1 / factor), "GB/s"),
@@ -121,3 +123,23 @@ def test_export_github_action_benchmark_keeps_smaller_is_better_only(tmp_path) -
     ]
     assert entries[1] | {"extra": ""} == {"name": entries[1]["name"], "unit": "bytes", "value": 1712.0,
                                           "range": "1712..1712", "extra": ""}  # fmt: skip
+
+
+def test_compare_reads_a_schema_1_file_against_itself_and_as_schema_2(tmp_path, capsys) -> None:
+    """The previous serbench's file against itself and against its schema-2 copy: every case
+    in common (shm ones as ``@shm`` rows), no change, exit 0 even with --strict."""
+    old, new = schema_1_and_2(tmp_path)
+    data = results.load(old)
+    expected = sum(len(list(filter(compared, r.metrics))) for r in data.of())
+    failed = [r for r in data.records if not r.ok]
+    assert expected and failed
+    for base, head in ((old, old), (old, new)):
+        assert commands.main(["compare", str(base), str(head), "--strict"]) == 0
+        out = capsys.readouterr().out
+        assert f"no regression in {expected} comparison(s)" in out
+        assert "added:" not in out and "removed:" not in out and "environment differs" not in out
+        lines = out.splitlines()
+        for shm in ("ipc pickle@shm × images-4", "memory msgspec-frombuffer:threshold=inf@shm × outputs-8"):
+            assert any(line.startswith("no change") and shm in line for line in lines)
+        for case in failed:
+            assert f"failed in head: {case.scenario} {case.row} {case.workload}: {case.error}" in out

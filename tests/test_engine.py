@@ -165,11 +165,11 @@ def test_run_drives_a_separately_started_engine_over_tcp(tmp_path: Path) -> None
         )
         profile = options.profile(args)
         plan = Plan(["msgspec-frombuffer", "pickle"], [TEXT], ["ipc"])
-        data = execute(plan, profile, tmp_path / "results.json", argv=[]).data
-        records = data["records"]
-        assert [r["error"] for r in records] == [None, None]
-        assert {r["info"]["local_engine"] for r in records} == {False}
-        assert {r["info"]["output_tokens"] for r in records} == {18}
+        data = execute(plan, profile, tmp_path / "results.json", argv=[]).results
+        records = data.records
+        assert [r.error for r in records] == [None, None]
+        assert {r.info.local_engine for r in records} == {False}
+        assert {r.info.output_tokens for r in records} == {18}
         header, _, *rows = serving_report(data).splitlines()
         assert header.split() == [TEXT, "msgspec-frombuffer", "pickle"]
         assert rows[0].split()[-2:] == ["3", "3"]  # successful requests
@@ -265,7 +265,7 @@ def test_ctrl_c_mid_case_leaves_no_process_and_no_socket_file(tmp_path: Path) ->
     assert run.exitcode == 130
     assert all(_gone(pid) for pid in started), "process left behind"
     assert not list(tmp.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
-    assert load_results(tmp_path / "out" / "results.json")["complete"] is False
+    assert load_results(tmp_path / "out" / "results.json").complete is False
 
 
 class Flaky:
@@ -298,7 +298,7 @@ def test_backend_failing_one_message_in_a_hundred_fails_only_its_case(tmp_path: 
     plan = Plan([f"{__name__}:flaky", "msgspec-frombuffer"], ["text-sonnet:output_len=120"], ["ipc"])
     profile = PROFILES["quick"].with_options(ipc_num_prompts=1, ipc_step_ms=0.0, ipc_rates=(math.inf,))
     results = execute(plan, profile, tmp_path / "results.json", argv=[])
-    errors = {r["backend"]: r["error"] for r in results.data["records"]}
+    errors = {r.backend: r.error for r in results.results.records}
     assert "could not decode an outputs message: ValueError: flaky: refusing outputs message #100" in (
         errors[f"{__name__}:flaky"] or ""
     )

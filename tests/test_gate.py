@@ -1,10 +1,11 @@
-"""serbench gate: merging rounds, interleaving, errors, and one end-to-end run in a fresh clone."""
+"""serbench gate: merging rounds, interleaving, workers and their fallbacks, errors, and one
+end-to-end run in a fresh clone."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,40 +15,45 @@ import psutil
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, gate, instructions, results, testing
+from serbench import commands, gate, instructions, protocol, results, testing
 from serbench.errors import EXIT_TERMINATED, GateError
 from serbench.isolation import kill_tree
-from serbench.serializers import get_serializer
+from serbench.profiles import PROFILES
+from serbench.results import Case, Results
+from serbench.runner import Plan
+from serbench.serializers import BUILTINS, get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
+QUICK = PROFILES["quick"]
 
 
 def test_merge_concatenates_samples_and_remembers_rounds() -> None:
     first = doc([rec({"encode_s": metric(samples(1, n=15)), "frames": metric([2], "count")})])
     second = doc([rec({"encode_s": metric(samples(2, n=10)), "frames": metric([2], "count")})])
     merged = results.merge([first, second])
-    (record,) = merged["records"]
-    encode = record["metrics"]["encode_s"]
-    assert encode["values"] == samples(1, n=15) + samples(2, n=10)
-    assert encode["rounds"] == [15, 10]
-    assert encode["ci_low"] <= encode["median"] <= encode["ci_high"]
-    assert record["metrics"]["frames"]["values"] == [2.0, 2.0]
-    assert record["error"] is None and record["info"]["rounds"] == 2
+    (record,) = merged.records
+    encode = record.metrics["encode_s"]
+    assert encode.values == samples(1, n=15) + samples(2, n=10)
+    assert encode.rounds == [15, 10]
+    assert encode.ci_low <= encode.median <= encode.ci_high
+    assert record.metrics["frames"].values == [2.0, 2.0]
+    assert record.error is None and record.rounds == 2
 
 
 def test_a_case_failing_in_any_round_is_failed() -> None:
     ok = rec({"encode_s": metric(samples(1))})
     merged = results.merge([doc([ok]), doc([rec({}, error="segfault")]), doc([ok])])
-    (record,) = merged["records"]
-    assert record["error"] == "failed in 1 of 3 rounds: segfault"
-    assert record["metrics"] == {}
+    (record,) = merged.records
+    assert record.error == "failed in 1 of 3 rounds: segfault"
+    assert record.metrics == {}
 
 
 class FakeMeasurer:
-    def __init__(self, label: str, calls: list, cases: list | None) -> None:
-        self.revision, self.calls, self.cases = gate.Revision(label, Path("."), ()), calls, cases
+    def __init__(self, label: str, calls: list, cases: list[Case] | None) -> None:
+        plan = Plan([], [], [])
+        self.revision, self.calls, self.cases = gate.Revision(label, Path("."), plan, QUICK), calls, cases
 
-    def measure(self, out: Path, case: tuple | None = None) -> dict:
+    def measure(self, out: Path, case: Case | None = None) -> Results:
         self.calls.append((self.revision.label, case))
         return doc([])
 
@@ -63,7 +69,7 @@ def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
 def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> None:
     """Every case is measured on both sides back to back, and which side goes first changes
     from case to case and from round to round; a case only head has runs on head only."""
-    a, b, new = ("micro", "x", "w1"), ("micro", "x", "w2"), ("micro", "y", "w1")
+    a, b, new = Case("micro", "x", "w1"), Case("micro", "x", "w2"), Case("micro", "y", "w1")
     calls: list = []
     sides = [FakeMeasurer("base", calls, [a, b]), FakeMeasurer("head", calls, [a, b, new])]
     runs = gate.interleave(sides, 2, tmp_path, log=lambda _: None)
@@ -74,53 +80,122 @@ def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> No
     assert [len(r) for r in runs] == [4, 6]
 
 
-MICRO_TEXT = ("--backends", "msgspec-frombuffer", "--workloads", "text-sonnet", "--scenarios", "micro")
+MICRO_TEXT = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
-    side = gate.Revision("head", REPO, MICRO_TEXT)
-    assert "--worker" in gate.run_help([side])[0]
-    worker = gate.Worker(side, tmp_path / "head.log").ready()
+    side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
+    worker = gate.Worker(side, tmp_path / "head.log")
     try:
-        assert worker.cases == [("micro", "msgspec-frombuffer", "text-sonnet")]
+        assert worker.greet()  # its hello, instead of its --help, says what it can do
+        assert worker.hello.protocol == protocol.PROTOCOL
+        assert protocol.MEASURE_CASE in worker.hello.capabilities
+        worker.ready()
+        assert worker.cases == [Case("micro", "msgspec-frombuffer", "text-sonnet")]
         first = worker.measure(tmp_path / "round-1")
         second = worker.measure(tmp_path / "round-2", worker.cases[0])
-        unknown = worker.measure(tmp_path / "round-3", ("micro", "pickle", "text-sonnet"))
+        unknown = worker.measure(tmp_path / "round-3", Case("micro", "pickle", "text-sonnet"))
     finally:
         worker.close()
     assert worker.proc.returncode == 0
     for data in (first, second):
-        assert data["complete"]
-        (record,) = data["records"]
-        assert record["error"] is None and len(record["metrics"]["encode_s"]["values"]) > 1
-    assert first["started"] <= second["started"]
-    assert unknown["records"] == []
+        assert data.complete
+        (record,) = data.records
+        assert record.error is None and len(record.metrics["encode_s"].values) > 1
+    assert first.started <= second.started
+    assert unknown.records == []
 
 
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
-    side = gate.Revision("base", REPO, ("--backends", "no-such-backend"))
-    with pytest.raises(gate.GateError, match=r"base: serbench run --worker stopped: .*no-such-backend"):
-        gate.Worker(side, tmp_path / "base.log").ready()
+    side = gate.Revision("base", REPO, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
+    worker = gate.Worker(side, tmp_path / "base.log")
+    assert worker.greet()
+    with pytest.raises(gate.GateError, match=r"base: serbench worker stopped: .*no-such-backend"):
+        worker.ready()
 
 
-def test_if_one_side_has_no_worker_both_run_a_process_per_round(monkeypatch, tmp_path: Path) -> None:
+# A revision from before serbench.worker, as small as the gate needs: `serbench run --help`
+# (with or without --worker), and `serbench run --worker` speaking the JSON lines of serbench
+# before the typed model (schema-1 results, the transport in the backend: spec@transport).
+OLD_MAIN = """
+import json, sys
+from pathlib import Path
+
+argv = sys.argv[1:]
+if "--help" in argv:
+    print("usage: serbench run [--backends B] [--transport T] " + ("[--worker]" if WORKER else ""))
+    sys.exit(0)
+if "--worker" not in argv:
+    sys.exit("serbench: error: no such thing")
+print(json.dumps({"cases": CASES}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    chosen = [key for key in CASES if request.get("case") in (None, key)]
+    records = [
+        {"scenario": s, "backend": b, "workload": w, "error": None, "duration_s": 0.1,
+         "metrics": {"encode_s": {"unit": "s", "values": [1e-5] * 5, "median": 1e-5,
+                                  "ci_low": 1e-5, "ci_high": 1e-5}}, "info": {}}
+        for s, b, w in chosen
+    ]
+    document = {"schema": "serbench-results/1", "complete": True, "started": "2026-12-01T00:00:00+00:00",
+                "environment": {"command": argv}, "backends": {}, "records": records}
+    out = Path(request["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(document))
+    print(line.strip(), flush=True)
+"""
+OLD_CASES = [["ipc", "pickle@shm", "text-sonnet"], ["micro", "pickle", "text-sonnet"]]
+
+
+def old_revision(folder: Path, worker: bool) -> Path:
+    """A tree whose serbench predates ``serbench.worker`` (``OLD_MAIN``)."""
+    (folder / "serbench").mkdir(parents=True)
+    (folder / "serbench" / "__init__.py").write_text('__version__ = "0.0.1"\n')
+    code = f"WORKER = {worker}\nCASES = {OLD_CASES!r}\n{OLD_MAIN}"
+    (folder / "serbench" / "__main__.py").write_text(code)
+    return folder
+
+
+def test_a_revision_without_serbench_worker_falls_back_to_its_run_worker(tmp_path: Path) -> None:
+    """Its serbench.worker never says hello (the module is missing there; the editable
+    install's would be another tree's, and says so and ends), so its `serbench run --worker`
+    measures, given the plan as options; its case keys and schema-1 results come back as
+    ``Case``s, keyed like head's."""
+    plan = Plan(["pickle"], ["text-sonnet"], ["micro", "ipc"], {"transport": ("shm",)})
+    base = gate.Revision("base", old_revision(tmp_path / "old", worker=True), plan, QUICK)
+    head = gate.Revision("head", REPO, Plan(["pickle"], ["text-sonnet"], ["micro"]), QUICK)
+    notes: list[str] = []
+    with gate.measurers([base, head], tmp_path, notes.append) as (old, new):
+        assert [type(old), type(new)] == [gate.LegacyWorker, gate.Worker]
+        shm = Case("ipc", "pickle", "text-sonnet", transport="shm")
+        micro = Case("micro", "pickle", "text-sonnet")
+        assert old.cases == [shm, micro]
+        assert new.cases == [micro]  # the same key on both sides: the pair is measured back to back
+        measured = old.measure(tmp_path / "base-1-1", shm)
+    assert "base predates serbench.worker" in notes[-1]
+    (record,) = measured.records
+    assert record.case == shm and record.metrics["encode_s"].median == 1e-5
+    command = measured.environment.command  # the options it was started with: the plan as text
+    assert command[command.index("--transport") + 1] == "shm" and "--worker" in command
+    assert command[command.index("--scenarios") + 1] == "micro,ipc"
+    assert "no worker" in (tmp_path / "base.log").read_text()  # why it fell back
+
+
+def test_if_one_side_has_no_worker_both_run_a_process_per_round(tmp_path: Path) -> None:
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
-    sides = [gate.Revision("base", tmp_path, ()), gate.Revision("head", REPO, ())]
-
-    def run_help(revisions: list[gate.Revision]) -> list[str]:
-        return ["--worker" if r.label == "head" else "" for r in revisions]
-
-    monkeypatch.setattr(gate, "run_help", run_help)
+    sides = [
+        gate.Revision("base", old_revision(tmp_path / "old", worker=False), MICRO_TEXT, QUICK),
+        gate.Revision("head", REPO, MICRO_TEXT, QUICK),
+    ]
     notes: list[str] = []
     with gate.measurers(sides, tmp_path, notes.append) as started:
         assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]
-    assert "predates" in notes[0]
+    assert "predates" in notes[-1]
 
 
 def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
-    one_shot = gate.OneShot(
-        gate.Revision("base", REPO, ("--backends", "no-such-backend")), tmp_path / "base.log"
-    )
+    plan = Plan(["no-such-backend"], ["text-sonnet"], ["micro"])
+    one_shot = gate.OneShot(gate.Revision("base", REPO, plan, QUICK), tmp_path / "base.log")
     with pytest.raises(gate.GateError, match=r"base: serbench run failed: .*no-such-backend"):
         one_shot.measure(tmp_path / "round-1")
 
@@ -131,7 +206,7 @@ def test_a_one_shot_round_past_its_time_is_ended_and_leaves_nothing(monkeypatch,
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
     monkeypatch.setattr(gate, "RUN_TIMEOUT_S", 10)
-    revision = gate.Revision("base", REPO, ("--scenarios", "micro", "--workloads", "images-32"))
+    revision = gate.Revision("base", REPO, Plan(list(BUILTINS), ["images-32"], ["micro"]), QUICK)
     with pytest.raises(gate.GateError, match="took over 10 s"):
         gate.OneShot(revision, tmp_path / "base.log").measure(tmp_path / "round-1")
     assert sorted(p.name for p in temporary.iterdir()) == []
@@ -140,6 +215,23 @@ def test_a_one_shot_round_past_its_time_is_ended_and_leaves_nothing(monkeypatch,
 def git(repo: Path, *args: str) -> str:
     command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
     return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def clone_working_tree(clone: Path) -> None:
+    """A clone of this repository whose last commit is this working tree as it is (tracked and
+    untracked files, ignored ones left out): the code under test, committed or not, on both
+    sides of a gate run there."""
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    listed = git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for name in filter(None, listed.split("\0")):
+        source, target = REPO / name, clone / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif not source.exists():
+            target.unlink(missing_ok=True)  # deleted in the working tree
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "the working tree", "--allow-empty")
 
 
 def test_an_unknown_ref_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
@@ -176,8 +268,8 @@ def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
     monkeypatch.setattr(instructions, "cannot_launch", lambda: None if valgrind else "no valgrind here")
     asked = {}
 
-    def measure(repo, base_ref, run_args, rounds, out, log, count_args):
-        asked.update(rounds=rounds, counted=count_args is not None)
+    def measure(repo, base_ref, plan, profile, rounds, out, log, counting):
+        asked.update(rounds=rounds, counted=counting is not None)
         raise GateError("stop here")
 
     monkeypatch.setattr(gate, "measure", measure)
@@ -223,7 +315,7 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     """Clone, commit a backend, commit a change that adds a frame; ``gate --base HEAD~1``
     runs each revision's own code and fails on the extra frame."""
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    clone_working_tree(clone)
     for version, source in (("base", BASE_BACKEND), ("head", HEAD_BACKEND)):
         (clone / "gate_e2e_backend.py").write_text(source)
         git(clone, "add", "gate_e2e_backend.py")
@@ -240,12 +332,12 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     frames_line = next(line for line in printed.splitlines() if " frames " in line)
     assert frames_line.startswith("REGRESSION") and "exact" in frames_line
     assert f"serbench gate --base {base_commit[:12]} --scenarios micro" in printed
-    base, head = (json.loads((out / f"{side}.json").read_text()) for side in ("base", "head"))
+    base, head = (results.load(out / f"{side}.json") for side in ("base", "head"))
     # each side ran its own revision's serbench (the commit comes from serbench's own location)
-    assert base["environment"]["git_commit"] == base_commit
-    assert head["environment"]["git_commit"] == head_commit
-    (record,) = head["records"]
-    assert record["metrics"]["encode_s"]["rounds"] == [record["info"]["samples"]] * 2
+    assert base.environment.git_commit == base_commit
+    assert head.environment.git_commit == head_commit
+    (record,) = head.records
+    assert record.metrics["encode_s"].rounds == [record.info.samples] * 2
     assert "frames" in (out / "summary.md").read_text()
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the temporary one is gone
 
@@ -255,7 +347,7 @@ def test_a_terminated_gate_leaves_no_process_no_worktree_and_no_file_behind(tmp_
     """SIGTERM while the counting runs count, after the rounds: exit 143, every process gone,
     nothing left in the temporary folder (worktree, zygotes, dump folders, valgrind's FIFOs)."""
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    clone_working_tree(clone)
     options = "--measure instructions --rounds 1 --backends msgspec-frombuffer --workloads text-sonnet"
     command = [sys.executable, "-m", "serbench", "gate", "--base", "HEAD", *options.split()]
     command += ["--out", str(tmp_path / "out")]

@@ -9,6 +9,7 @@ from pathlib import Path
 from test_compare import doc, metric, rec, samples
 
 from serbench import results
+from serbench.results import Results
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("gate_quality", ROOT / "scripts" / "gate_quality.py")
@@ -18,7 +19,7 @@ SPEC.loader.exec_module(gate_quality)
 BACKEND = "msgspec-frombuffer"
 
 
-def round_doc(seed: int, factors: list[float], scales: list[float]) -> dict:
+def round_doc(seed: int, factors: list[float], scales: list[float]) -> Results:
     """One round: a case per slot, labelled with the slot's factor, its times scaled by ``scales``."""
     return doc(
         [
@@ -36,12 +37,12 @@ def store_trial(folder: Path, factor: float, slowed_rounds: list[bool]) -> None:
         sides = {"base": ([1.0, 1.0], [1.0, 1.0]), "head": (head_factors, [1.0, factor if slowed else 1.0])}
         for label, (factors, scales) in sides.items():
             path = folder / f"{label}-{r}" / "results.json"
-            results.write_json_atomic(path, round_doc(100 * r, factors, scales))
+            results.save(path, round_doc(100 * r, factors, scales))
     for label in ("base", "head"):
         rounds = [
             results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, len(slowed_rounds) + 1)
         ]
-        results.write_json_atomic(folder / f"{label}.json", results.merge(rounds))
+        results.save(folder / f"{label}.json", results.merge(rounds))
     meta = {"backend": BACKEND, "factors": [factor], "load_before": 1.0, "load_after": 1.0, "cpus": 2}
     (folder / "trial.json").write_text(json.dumps(meta))
 

@@ -18,12 +18,16 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import commands, compare, gate, instructions, text
+from serbench import compare, gate, instructions, protocol, text, worker
 from serbench.commands import gate as gate_command
-from serbench.errors import EXIT_USAGE
+from serbench.errors import GateError
+from serbench.profiles import PROFILES
+from serbench.runner import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
+QUICK = PROFILES["quick"]
+MICRO = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 
 def test_windows_hold_the_target_count_in_whole_hundreds_of_calls_unless_too_long() -> None:
@@ -59,7 +63,7 @@ def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() 
 def test_reading_a_dump_takes_its_total_and_allocates_nothing_its_size(monkeypatch, tmp_path: Path) -> None:
     # Dumps are read between two windows in the counting thread: a buffer the size of the dump
     # (which varies from run to run) would move where the next window's objects land.
-    monkeypatch.setenv(instructions.OUT_ENV, str(tmp_path))
+    monkeypatch.setattr(instructions, "_dumps", tmp_path)  # as ``counting_in`` sets it
     body = b"fn=(1) filler\n" * 20_000  # 280 kB, as large as real dumps get and more
     for n, total in ((2, 111), (10, 123_456_789)):  # the latest dump is the highest number, not the last name
         (tmp_path / f"callgrind.{os.getpid()}.{n}").write_bytes(body + f"\ntotals: {total}\n".encode())
@@ -155,13 +159,23 @@ def test_a_counting_process_fixes_the_mmap_threshold_and_keeps_tunables_already_
     monkeypatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    env = instructions.counting_environment(tmp_path)
+    env = instructions.counting_environment()
     assert env["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC and env["PYTHONHASHSEED"] == "0"
     assert env["PYTHONMALLOC"] == "pymalloc"  # whose pools _Pools reads
     assert env["PYTHONSAFEPATH"] == "1"  # the current folder's listing off the path
     assert env["OMP_NUM_THREADS"] == "1"  # no pool thread mapping memory at times of its own
+    # only what the interpreter and the libraries read as they start: serbench's own settings
+    # (the dump folder, the output folder, the backends) go in the worker's messages
+    added = {key for key in env if key not in os.environ}
+    assert added <= {
+        "GLIBC_TUNABLES",
+        "PYTHONHASHSEED",
+        "PYTHONMALLOC",
+        "PYTHONSAFEPATH",
+        *instructions.SINGLE_THREADED,
+    }
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
-    env = instructions.counting_environment(tmp_path)
+    env = instructions.counting_environment()
     assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=3:{instructions.FIXED_MALLOC}"
 
 
@@ -203,10 +217,10 @@ def test_the_gate_adds_counts_to_the_timed_cases_and_a_failed_count_fails_the_ca
     timed = doc([rec({"encode_s": metric(samples(1))}, "a"), rec({"encode_s": metric(samples(2))}, "b")])
     counted = doc([rec(counts(5.0), "a"), rec({}, "b", error="valgrind crashed")])
     merged = gate.add_counts(timed, counted)
-    a, b = merged["records"]
-    assert set(a["metrics"]) == {"encode_s", "decode_instructions"} and a["error"] is None
-    assert b["error"] == "counting instructions: valgrind crashed"
-    assert timed["records"][1]["error"] is None  # the input is left alone
+    a, b = merged.records
+    assert set(a.metrics) == {"encode_s", "decode_instructions"} and a.error is None
+    assert b.error == "counting instructions: valgrind crashed"
+    assert timed.records[1].error is None  # the input is left alone
 
 
 def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_path: Path) -> None:
@@ -222,7 +236,7 @@ def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_pat
 
 def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    side = gate.Revision("head", REPO, ())
+    side = gate.Revision("head", REPO, MICRO, QUICK)
     proc = side.run("--help", cpus=frozenset({cpu}), stdout=subprocess.PIPE)
     try:
         assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
@@ -231,17 +245,20 @@ def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
 
 
 def test_gate_counts_only_micro_and_says_why_not(monkeypatch, capsys) -> None:
-    args = type("Args", (), {"measure": "instructions", "scenarios": "ipc"})()
-    assert gate_command.count_args(args, ("--backends", "x")) is None
+    args = type("Args", (), {"measure": "instructions"})()
+    ipc = Plan(["x"], ["text-sonnet"], ["ipc"])
+    assert gate_command.count_plan(args, ipc, QUICK) is None
     assert "no micro" in capsys.readouterr().err
-    args.scenarios = "micro"
+    both = Plan(["x"], ["text-sonnet"], ["micro", "ipc"])
     monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
-    assert gate_command.count_args(args, ("--backends", "x")) is None
+    assert gate_command.count_plan(args, both, QUICK) is None
     assert "valgrind not found" in capsys.readouterr().err
     monkeypatch.setattr(instructions, "cannot_launch", lambda: None)
-    assert gate_command.count_args(args, ("--backends", "x"))[-2:] == ("--measure", "instructions")
+    plan, profile = gate_command.count_plan(args, both, QUICK)
+    assert plan.scenarios == ["micro"] and plan.backends == ["x"]
+    assert profile.options == {"measure": "instructions"}
     args.measure = "time"
-    assert gate_command.count_args(args, ("--backends", "x")) is None
+    assert gate_command.count_plan(args, both, QUICK) is None
 
 
 def _run(
@@ -268,24 +285,88 @@ def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Pat
     assert record["info"]["instructions"].startswith("not counted")
 
 
-def test_a_gate_worker_does_not_count(capsys) -> None:
-    """The gate's timed worker measures wall time; its counts come from a run of their own."""
-    argv = ["run", "--worker", "--scenarios", "micro", "--measure", "instructions"]
-    assert commands.main(argv) == EXIT_USAGE
-    assert "one run per side" in capsys.readouterr().err
+def test_a_gate_worker_does_not_count_case_by_case(tmp_path: Path) -> None:
+    """The gate's timed workers measure wall time (their profile asks for no counts); a worker
+    set up to count does so for every case at once, one valgrind process per side, and
+    refuses a single case."""
+    profile = QUICK.with_options(measure="instructions")
+    counting = gate.Worker(gate.Revision("head", REPO, MICRO, profile), tmp_path / "head.log")
+    try:
+        assert counting.greet() and protocol.INSTRUCTIONS in counting.hello.capabilities
+        (case,) = counting.ready().cases
+        if instructions.cannot_launch() is None:
+            with pytest.raises(GateError, match="one run per side"):
+                counting.measure(tmp_path / "one", case)
+        else:  # no valgrind here: the clock alone, and the case says why
+            (record,) = counting.measure(tmp_path / "one", case).records
+            assert "decode_s" in record.metrics and record.info.instructions.startswith("not counted")
+    finally:
+        counting.close()
 
 
-def test_a_process_under_callgrind_reads_what_its_starter_handed_off(monkeypatch, tmp_path, capfd) -> None:
-    """Each item when asked for, None for an item not handed off; the dump folder is removed."""
+def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path: Path) -> None:
+    """Each side's worker, set up to count, checks its backends and counts every case in one
+    valgrind process of its own; the counts come back as each side's results, and no dump
+    folder or zygote is left behind."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    profile = QUICK.with_options(measure="instructions")
+    sides = [gate.Revision(label, REPO, MICRO, profile) for label in ("base", "head")]
+    notes: list[str] = []
+    counted = gate.count(sides, tmp_path, notes.append)
+    assert counted is not None and len(counted) == 2
+    for side in counted:
+        (record,) = side.records
+        assert record.ok and record.case.backend == "msgspec-frombuffer"
+        if instructions.cannot_launch() is None:
+            assert {"encode_instructions", "decode_instructions"} <= set(record.metrics)
+            assert "decode_s" not in record.metrics
+        else:  # no valgrind here: the worker measured wall time and says why
+            assert record.info.instructions.startswith("not counted")
+    assert notes[-1].startswith("instructions counted")
+    assert sorted(p.name for p in temporary.iterdir()) == []
+
+
+# What a counting process does with the setting its message carries: before it, it does not
+# count; after it, it does (under valgrind), and nothing came through its environment.
+UNDER_CALLGRIND = """
+import json, os, sys
+from pathlib import Path
+from serbench import instructions
+before = instructions.launched()
+instructions.counting_in(Path(json.loads(sys.stdin.readline())["dumps"]))
+unset = [k for k in os.environ if k.startswith("SERBENCH")]
+print(json.dumps([before, instructions.launched(), instructions.unavailable(), unset]), flush=True)
+"""
+
+
+def test_a_process_under_callgrind_gets_its_settings_by_message(monkeypatch, tmp_path) -> None:
+    """``launched()`` follows the message, not the environment; the dump folder is removed."""
     if instructions.cannot_launch():
         pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the dump folder is made
-    ask = "from serbench import instructions as i; print(i.handed_off('backends'), i.handed_off('out'))"
-    handoff = {"backends": {"pickle": {"safe": False}}}
-    code = instructions.run_under_callgrind([sys.executable, "-c", ask], handoff)
+    said: list = []
+
+    def talk(proc: subprocess.Popen, dumps: Path) -> None:
+        assert dumps.parent == tmp_path and dumps.is_dir()
+        proc.stdin.write(json.dumps({"dumps": str(dumps)}).encode() + b"\n")
+        proc.stdin.flush()
+        said.append(json.loads(proc.stdout.readline()))
+
+    code = instructions.run_under_callgrind([sys.executable, "-c", UNDER_CALLGRIND], talk)
     assert code == 0
-    assert capfd.readouterr().out.strip() == "{'pickle': {'safe': False}} None"
+    assert said == [[False, True, None, []]]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_counting_run_that_cannot_set_up_says_why(tmp_path: Path) -> None:
+    """The counting worker's ``Failed`` comes back as a WorkerError naming what went wrong."""
+    if instructions.cannot_launch():
+        pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
+    plan = Plan(["no-such-backend"], ["text-sonnet"], ["micro"])
+    with pytest.raises(protocol.WorkerError, match="no-such-backend"):
+        worker.count(plan, QUICK.with_options(measure="instructions"), ["run"], tmp_path, {})
 
 
 @pytest.fixture(scope="module")

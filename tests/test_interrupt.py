@@ -95,9 +95,9 @@ def test_interrupted_run_leaves_incomplete_results_and_no_orphans(tmp_path: Path
     assert "interrupted: partial results (complete: false)" in log.read_text()
     assert "text-sonnet" in (out / "index.html").read_text()  # the report of the cases so far
     data = results.load(path)
-    assert data["complete"] is False and data["finished"] is None
-    assert [(r["workload"], r["error"]) for r in data["records"]] == [("text-sonnet", None)]
-    assert data["records"][0]["metrics"]["decode_s"]["median"] > 0
+    assert data.complete is False and data.finished is None
+    assert [(r.workload, r.error) for r in data.records] == [("text-sonnet", None)]
+    assert data.records[0].metrics["decode_s"].median > 0
     assert leftovers == []
 
 

@@ -16,6 +16,7 @@ import zmq
 from serbench import transport
 from serbench.engine.protocol import Control, EngineError, IntegrityError
 from serbench.profiles import PROFILES
+from serbench.results import Case, Record, Results, Sweep, SweepPoint, record
 from serbench.scenarios import ipc, load
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.load import Tracked, account
@@ -37,19 +38,19 @@ pytestmark = pytest.mark.usefixtures("ipc_sandbox")
 
 def test_text_case_accounts_for_every_token() -> None:
     out = measure("msgspec-frombuffer", TEXT, settings())
-    metrics = out["metrics"]
-    assert len(metrics["ttft_s"]["values"]) == 3
-    assert len(metrics["itl_s"]["values"]) == 3 * 5
-    assert out["info"]["output_tokens"] == 18
-    assert metrics["floor_rtt_s"]["median"] > 0
-    assert metrics["ttft_s"]["median"] <= metrics["e2e_s"]["median"]
+    metrics = out.metrics
+    assert len(metrics["ttft_s"].values) == 3
+    assert len(metrics["itl_s"].values) == 3 * 5
+    assert out.info.output_tokens == 18
+    assert metrics["floor_rtt_s"].median > 0
+    assert metrics["ttft_s"].median <= metrics["e2e_s"].median
     assert "payload_gb_per_s" not in metrics
     assert "ttft_p99_s" not in metrics  # a p99 of 3 requests is not one
 
 
 def test_ttft_is_decomposed_per_request_from_the_engines_stamps() -> None:
     out = measure("flat-mmk", TEXT, settings(num_prompts=5, rates=(400.0,)))
-    m = {name: m["values"] for name, m in out["metrics"].items()}
+    m = {name: m.values for name, m in out.metrics.items()}
     for name in ("encode_s", "ingress_s", "queue_s", "first_step_s"):
         assert len(m[name]) == 5, name
     # One clock on both sides: every part is positive, and the parts of each
@@ -58,9 +59,9 @@ def test_ttft_is_decomposed_per_request_from_the_engines_stamps() -> None:
     assert all(e < i for e, i in zip(m["encode_s"], m["ingress_s"], strict=True))
     assert all(f >= 0.001 for f in m["first_step_s"])  # the first step sleeps step_s (1 ms) at least
     # Every outputs message was timed on its way back: at least one per token position.
-    assert TEXT_OUTPUT_LEN <= len(m["egress_s"]) <= out["info"]["output_tokens"]
+    assert TEXT_OUTPUT_LEN <= len(m["egress_s"]) <= out.info.output_tokens
     assert len(m["ttft_p99_s"]) == 1
-    assert out["info"]["ingress_over_floor"] > 0
+    assert out.info.ingress_over_floor > 0
 
 
 TEXT_OUTPUT_LEN = 6
@@ -68,46 +69,43 @@ TEXT_OUTPUT_LEN = 6
 
 def test_rate_sweep_runs_every_rate_on_one_session() -> None:
     out = measure("msgspec-frombuffer", TEXT, settings(num_prompts=5, rates=(100.0, math.inf)))
-    sweep = out["info"]["sweep"]
-    assert [p["rate"] for p in sweep["points"]] == [100.0, "inf"]
-    assert out["info"]["output_tokens"] == 5 * TEXT_OUTPUT_LEN  # the record's metrics: the first rate
-    for point in sweep["points"]:
-        assert len(point["metrics"]["ttft_s"]["values"]) == 5
-        assert point["goodput_per_s"] > 0
-    assert sweep["points"][0]["offered_per_s"] > 0 and sweep["points"][1]["offered_per_s"] is None
-    assert sweep["capacity_per_s"] == sweep["points"][1]["admitted_per_s"]
+    sweep = out.info.sweep
+    assert [p.rate for p in sweep.points] == [100.0, "inf"]
+    assert out.info.output_tokens == 5 * TEXT_OUTPUT_LEN  # the record's metrics: the first rate
+    for point in sweep.points:
+        assert len(point.metrics["ttft_s"].values) == 5
+        assert point.goodput_per_s > 0
+    assert sweep.points[0].offered_per_s > 0 and sweep.points[1].offered_per_s is None
+    assert sweep.capacity_per_s == sweep.points[1].admitted_per_s
 
 
-def _point(rate, offered, admitted) -> dict:
-    return {"rate": rate, "offered_per_s": offered, "admitted_per_s": admitted}
+def _point(rate, offered, admitted) -> SweepPoint:
+    return SweepPoint(rate, offered, admitted, goodput_per_s=1.0, ttft_slo_s=0.1, metrics={})
 
 
 def test_saturation_is_the_lowest_rate_not_kept_up_with() -> None:
     points = [_point(10.0, 9.5, 9.4), _point(40.0, 41.0, 39.0), _point(160.0, 150.0, 60.0)]
-    assert load.saturation([*points, _point("inf", None, 70.0)]) == {
-        "saturated_at": 160.0,
-        "capacity_per_s": 70.0,
-        "keep_up": 0.9,
-    }
-    assert load.saturation(points[:2])["saturated_at"] is None
-    assert load.saturation(points[:2])["capacity_per_s"] is None
+    every = [*points, _point("inf", None, 70.0)]
+    assert load.saturation(every) == Sweep(every, saturated_at=160.0, capacity_per_s=70.0, keep_up=0.9)
+    assert load.saturation(points[:2]).saturated_at is None
+    assert load.saturation(points[:2]).capacity_per_s is None
 
 
 def test_tcp_transport_and_concurrency_limit() -> None:
     out = measure("pickle", TEXT, settings(transport="tcp", max_concurrency=1, rates=(50.0,)))
-    assert out["info"]["output_tokens"] == 18
-    ttft, e2e = out["metrics"]["ttft_s"]["values"], out["metrics"]["e2e_s"]["values"]
+    assert out.info.output_tokens == 18
+    ttft, e2e = out.metrics["ttft_s"].values, out.metrics["e2e_s"].values
     assert all(t <= e for t, e in zip(ttft, e2e, strict=True))
 
 
 def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
     cfg = settings(num_prompts=2, max_concurrency=1)
     out = measure("pickle-oob", "images-4:profile=llava", cfg)
-    metrics, info = out["metrics"], out["info"]
-    assert len(metrics["payload_gb_per_s"]["values"]) == 2
-    assert len(metrics["unix_gb_per_s"]["values"]) == 2
-    assert info["payload_vs_unix"] > 0
-    assert info["payload_bytes"] == get_workload("images-4:profile=llava").payload_bytes()
+    metrics, info = out.metrics, out.info
+    assert len(metrics["payload_gb_per_s"].values) == 2
+    assert len(metrics["unix_gb_per_s"].values) == 2
+    assert info.payload_vs_unix > 0
+    assert info.payload_bytes == get_workload("images-4:profile=llava").payload_bytes()
 
 
 def test_references_stream_at_most_their_limit_of_the_payload() -> None:
@@ -172,7 +170,7 @@ def test_sender_reusing_its_buffer_too_early_fails_the_case() -> None:
 
 def test_sender_waiting_for_every_frame_passes() -> None:
     out = measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1), waiting_sender)
-    assert out["info"]["output_tokens"] == 2 * get_workload(IMAGES).output_len
+    assert out.info.output_tokens == 2 * get_workload(IMAGES).output_len
 
 
 def test_lost_request_fails_the_case(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,8 +250,8 @@ def test_a_budget_adds_requests_while_one_more_fits_and_never_past_the_maximum()
 def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() -> None:
     cfg = settings(num_prompts=2, max_concurrency=1, budget_s=60.0, max_prompts=4)
     out = measure("msgspec-frombuffer", IMAGES, cfg)
-    assert len(out["metrics"]["ingress_s"]["values"]) == 4
-    assert len(out["metrics"]["unix_gb_per_s"]["values"]) == 4
+    assert len(out.metrics["ingress_s"].values) == 4
+    assert len(out.metrics["unix_gb_per_s"].values) == 4
 
 
 def test_rate_option_takes_a_sweep() -> None:
@@ -292,29 +290,28 @@ def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
     assert exit_info.value.code == 2
 
 
-def _record(ttft: list[float]) -> dict:
+def _record(ttft: list[float], workload: str = "images-4") -> Record:
     from serbench import metrics as m
 
     measured = {"ttft_s": m.measured("ttft_s", ttft)}
     if len(ttft) >= MIN_DISTRIBUTION:
         measured["ttft_p99_s"] = m.measured("ttft_p99_s", [max(ttft)])
-    return {"scenario": "ipc", "backend": "b", "workload": "images-4", "metrics": measured, "info": {}}
+    return record(Case("ipc", "b", workload, transport="ipc"), metrics=measured)
 
 
 def test_fewer_than_five_samples_say_n_in_the_terminal_and_the_report() -> None:
     from serbench.report.page import metric_cell
     from serbench.text import render
 
-    few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5])
-    enough["workload"] = "text-sonnet"
-    text = render({"backends": {}, "records": [few, enough]})
+    few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5], "text-sonnet")
+    text = render(Results(records=[few, enough]))
     median, p99 = text.split("\n\n")
     assert median.splitlines()[3].split() == ["b", "200", "(n=3)", "300"]  # images-4 with its n, then text
     assert p99.startswith("ipc: TTFT p99 (ms, per case)")
     assert p99.splitlines()[3].split() == ["b", "(n=3)", "500"]  # no p99 of three samples
-    assert "(n=" not in render({"backends": {}, "records": [enough]})
-    cell = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "p99", "")
+    assert "(n=" not in render(Results(records=[enough]))
+    cell = metric_cell(few.metrics["ttft_s"], "ttft_s", "p99", "")
     assert ">n=3<" in cell and "too few for a p99" in cell
-    median = metric_cell(few["metrics"]["ttft_s"], "ttft_s", "median", "")
+    median = metric_cell(few.metrics["ttft_s"], "ttft_s", "median", "")
     assert "(n=3)" in median and "95% CI" not in median
-    assert "95% CI" in metric_cell(enough["metrics"]["ttft_s"], "ttft_s", "median", "")
+    assert "95% CI" in metric_cell(enough.metrics["ttft_s"], "ttft_s", "median", "")

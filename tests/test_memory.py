@@ -24,6 +24,7 @@ from serbench import results
 from serbench.commands import build_parser
 from serbench.commands.options import profile as profile_of
 from serbench.profiles import PROFILES
+from serbench.results import Record
 from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
 from serbench.serializers import get_serializer
@@ -64,7 +65,7 @@ def copying_decoder() -> CopyingDecoder:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    records: dict[tuple[str, str], dict]  # (backend, workload) → record
+    records: dict[tuple[str, str], Record]  # (backend, workload) → record
     summary: str
 
 
@@ -83,13 +84,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = results.load(out / "results.json")
-    failed = [f"{r['backend']} x {r['workload']}: {r['error']}" for r in data["records"] if r["error"]]
+    failed = [f"{r.backend} x {r.workload}: {r.error}" for r in data.records if r.error]
     assert not failed
-    return Run({(r["backend"], r["workload"]): r for r in data["records"]}, render(data))
+    return Run({(r.backend, r.workload): r for r in data.records}, render(data))
 
 
-def median(record: dict, metric: str) -> float:
-    return record["metrics"][metric]["median"]
+def median(record: Record, metric: str) -> float:
+    return record.metrics[metric].median
 
 
 def test_msgpack_backends_at_their_default_threshold_get_a_zero_copy_off_variant() -> None:
@@ -99,6 +100,7 @@ def test_msgpack_backends_at_their_default_threshold_get_a_zero_copy_off_variant
     assert zero_copy_off("pickle") is None
     assert zero_copy_off("pickle-oob") is None  # pickle-oob at inf would be in-band pickle again
     cases = get_scenario("memory").cases(["pickle", "numpy-intermediate"], ["images-4", "images-8"])
+    assert {c.transport for c in cases} == {"ipc"}  # the default transport
     assert [(c.backend, c.workload) for c in cases] == [
         ("pickle", "images-4"),
         ("pickle", "images-8"),
@@ -168,12 +170,13 @@ COPIES_AFTER = """
 import json
 from serbench import heap
 from serbench.profiles import PROFILES
+from serbench.results import Record
 from serbench.scenarios.base import Case
 from serbench.scenarios.memory import Memory
 {setting}
 profile = PROFILES["quick"].with_options(memory_repetitions=1)
-metrics = Memory().run(Case("memory", "{spec}", "images-4"), profile)["metrics"]
-print(json.dumps({{name: metrics[name]["median"] for name in ("copies", "copies_frontend", "copies_total")}}))
+metrics = Memory().run(Case("memory", "{spec}", "images-4", transport="ipc"), profile).metrics
+print(json.dumps({{name: metrics[name].median for name in ("copies", "copies_frontend", "copies_total")}}))
 """
 SETTINGS = {
     "glibc's defaults": "heap.fresh_memory()",
@@ -200,27 +203,27 @@ def test_copies_do_not_depend_on_the_allocator_settings_the_sides_inherit() -> N
 def test_repetitions_are_fresh_processes_that_agree(run: Run) -> None:
     for key, rec in run.records.items():
         for metric in ("peak_rss_engine_bytes", "peak_rss_frontend_bytes"):
-            values = rec["metrics"][metric]["values"]
+            values = rec.metrics[metric].values
             assert len(values) == REPEATS
             assert max(values) - min(values) <= 2 * MB, (key, metric, values)
 
 
 def test_text_has_no_payload_so_no_copies_and_a_small_peak(run: Run) -> None:
     text = run.records[(ZERO_COPY, "text-sonnet")]
-    assert "copies" not in text["metrics"]
+    assert "copies" not in text.metrics
     assert median(text, "peak_rss_engine_bytes") <= 4 * MB
     assert median(text, "peak_rss_frontend_bytes") <= 4 * MB
 
 
 def test_phases_and_timeline_are_consistent_with_the_peaks(run: Run) -> None:
     rec = run.records[(ZERO_COPY, "images-4")]
-    phases = rec["info"]["phases"]
+    phases = rec.info.phases
     order = ["start", "encoded", "received", "decoded", "used", "acknowledged"]
-    assert [phases[p]["t_s"] for p in order] == sorted(phases[p]["t_s"] for p in order)
-    assert phases["received"]["peak_bytes"] >= 0.95 * rec["info"]["payload_bytes"]  # the receive buffer
-    timeline = rec["info"]["timeline"]
+    assert [phases[p].t_s for p in order] == sorted(phases[p].t_s for p in order)
+    assert phases["received"].peak_bytes >= 0.95 * rec.info.payload_bytes  # the receive buffer
+    timeline = rec.info.timeline
     assert len(timeline["t_s"]) == len(timeline["engine"]) == len(timeline["frontend"]) >= 1
-    peak = max(rec["metrics"]["peak_rss_engine_bytes"]["values"])
+    peak = max(rec.metrics["peak_rss_engine_bytes"].values)
     sampled = [rss for rss in timeline["engine"] if rss is not None]
     assert max(sampled) <= peak + 2 * MB  # sampled RSS never above the kernel's peak
 

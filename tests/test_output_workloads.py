@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from serbench import results
 from serbench.engine.protocol import IntegrityError
+from serbench.metrics import measured
 from serbench.profiles import PROFILES
+from serbench.results import Record, StreamInfo
 from serbench.scenarios import stream
 from serbench.scenarios.base import Case
 from serbench.scenarios.load import Tracked, account
@@ -91,14 +94,14 @@ def test_tensor_sweep_sizes_and_names() -> None:
 
 def test_micro_counts_inline_and_out_of_band_arrays_at_the_threshold() -> None:
     profile = PROFILES["quick"]
-    below = Micro().run(Case("micro", "msgspec-frombuffer", "tensor-255"), profile)["metrics"]
-    at = Micro().run(Case("micro", "msgspec-frombuffer", "tensor-256"), profile)["metrics"]
-    assert (below["inline_arrays"]["median"], below["oob_frames"]["median"]) == (1, 0)
-    assert (at["inline_arrays"]["median"], at["oob_frames"]["median"]) == (0, 1)
+    below = Micro().run(Case("micro", "msgspec-frombuffer", "tensor-255"), profile).metrics
+    at = Micro().run(Case("micro", "msgspec-frombuffer", "tensor-256"), profile).metrics
+    assert (below["inline_arrays"].median, below["oob_frames"].median) == (1, 0)
+    assert (at["inline_arrays"].median, at["oob_frames"].median) == (0, 1)
     flat = "outputs-64:logprobs=2,layout=flat"
     step = Micro().run(Case("micro", "pickle", flat), profile)
-    assert step["metrics"]["inline_arrays"]["median"] == 5  # pickle: every array in band
-    assert step["info"]["payload_bytes"] == payload_bytes(get_workload(flat).message(0))
+    assert step.metrics["inline_arrays"].median == 5  # pickle: every array in band
+    assert step.info.payload_bytes == payload_bytes(get_workload(flat).message(0))
 
 
 @pytest.mark.usefixtures("ipc_sandbox")
@@ -107,17 +110,20 @@ def test_ipc_output_path_checks_every_step_and_times_full_batches(layout: str) -
     out = stream.measure(
         "msgspec-frombuffer", f"outputs-6:logprobs=2,layout={layout},steps=12", 0.002, None, "ipc"
     )
-    info, metrics = out["info"], out["metrics"]
-    assert info["batch"] == 6 and info["full_steps"] >= 1
-    assert len(metrics["step_decode_s"]["values"]) == info["full_steps"] == len(metrics["egress_s"]["values"])
-    assert all(v > 0 for v in metrics["egress_s"]["values"])
-    assert info["fits_step"] == (metrics["step_decode_s"]["median"] <= 0.002)
+    info, metrics = out.info, out.metrics
+    assert info.batch == 6 and info.full_steps >= 1
+    assert len(metrics["step_decode_s"].values) == info.full_steps == len(metrics["egress_s"].values)
+    assert all(v > 0 for v in metrics["egress_s"].values)
+    assert info.fits_step == (metrics["step_decode_s"].median <= 0.002)
 
 
 def test_fitting_batches_reads_the_largest_batch_under_the_step() -> None:
-    def record(backend: str, workload: str, decode: float) -> dict:
-        metrics = {"step_decode_s": {"median": decode}}
-        return {"backend": backend, "workload": workload, "metrics": metrics, "info": {"step_s": 0.005}}
+    def record(backend: str, workload: str, decode: float) -> Record:
+        metrics = {"step_decode_s": measured("step_decode_s", [decode])}
+        info = StreamInfo(
+            batch=1, steps=1, full_steps=1, step_s=0.005, local_engine=True, fits_step=decode <= 0.005
+        )
+        return results.record(Case("ipc", backend, workload, transport="ipc"), metrics=metrics, info=info)
 
     records = [
         record("a", "outputs-64:logprobs=5", 0.001),
@@ -125,7 +131,7 @@ def test_fitting_batches_reads_the_largest_batch_under_the_step() -> None:
         record("a", "outputs-1024:logprobs=5", 0.012),
         record("a", "outputs-1024:layout=flat,logprobs=5", 0.001),
         record("b", "outputs-64", 0.006),
-        {"backend": "b", "workload": "outputs-1", "error": "boom", "metrics": {}, "info": {}},
+        results.record(Case("ipc", "b", "outputs-1", transport="ipc"), error="boom"),
         record("b", "text-sonnet", 0.0),
     ]
     assert stream.fitting_batches(records) == {

@@ -64,7 +64,18 @@ def test_the_wheel_installs_one_namespace_and_ships_no_test_dependency(tmp_path:
     """``pip install serbench`` puts ``serbench`` into site-packages and nothing beside it:
     no top-level ``serializers``, ``workloads`` or ``specs`` to collide with another project's."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, ROOT],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            tmp_path,
+            ROOT,
+        ],
         check=True,
         capture_output=True,
     )

@@ -13,11 +13,12 @@ import matplotlib.colors
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, compare, environment, system, text
+from serbench import commands, compare, environment, results, system, text
 from serbench.report import plots, run_page
+from serbench.results import Backend, Results
 
 
-def ranked_doc() -> dict:
+def ranked_doc() -> Results:
     """pickle at 1x, fast at 1/4 and 1/2 on two workloads, slow at 2x on one."""
     records = []
     for backend, factors in {"pickle": (1, 1), "fast": (0.25, 0.5), "slow": (2.0, None)}.items():
@@ -25,10 +26,10 @@ def ranked_doc() -> dict:
             if factor is not None:
                 records.append(rec({"roundtrip_s": metric(samples(1, factor))}, backend, workload))
     data = doc(records)
-    data["backends"] = {
-        "pickle": {"name": "pickle", "safe": False},
-        "fast": {"name": "fast", "safe": True},
-        "slow": {"name": "slow", "safe": None},
+    data.backends = {
+        "pickle": Backend(name="pickle", safe=False),
+        "fast": Backend(name="fast", safe=True),
+        "slow": Backend(name="slow", safe=None),
     }
     return data
 
@@ -55,7 +56,7 @@ def test_summary_tables_export_as_markdown_csv_and_json(capsys, tmp_path) -> Non
     tables = json.loads(text.export_summary(data, "json"))
     assert {"title", "headers", "rows"} == set(tables[0])
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(data))
+    results.save(path, data)
     assert commands.main(["report", str(path), "--format", "md", "--baseline", "fast"]) == 0
     assert capsys.readouterr().out == md
 
@@ -94,8 +95,10 @@ def test_system_checks_warn_only_on_settings_that_are_known_to_be_bad(monkeypatc
     monkeypatch.setattr(system.os, "getloadavg", lambda: (64.0, 0.0, 0.0))
     checks = {c.name: c for c in system.check()}
     assert checks["load average (1 min)"].ok is False
-    stored = system.as_record(list(checks.values()))
+    # as a results file stores them: the environment's ``system``, written and read back
+    run = Results(environment=results.Environment(system=list(checks.values())), records=[])
+    stored = results.decode(results.encode(run)).environment.system
     warned = system.warnings(stored)
     assert any(w.startswith("load average (1 min): 64.00") for w in warned)
     assert len(warned) == sum(c.ok is False for c in checks.values())  # unknown is not a warning
-    assert {c["name"] for c in environment.collect([])["system"]} == set(checks)
+    assert {c.name for c in environment.collect([]).system} == set(checks)

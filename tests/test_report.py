@@ -3,27 +3,45 @@
 The built file holds what a small real run cannot produce quickly: ipc and
 memory records with raw samples and a timeline, a failed case, an unsafe
 and a non-conforming backend, and a scenario the report has never heard of.
+A schema-1 file of the serbench before the typed model (with ``@shm`` cases)
+reports as its schema-2 re-save does.
 """
 
 from __future__ import annotations
 
 import base64
+import colorsys
 import copy
 import io
+import json
 import re
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib.colors
+import msgspec
 import numpy as np
 import pytest
 from PIL import Image
 
 from serbench import commands, compare, environment, report, results
-from serbench.report import run_page
-from serbench.report.page import TIMES, Look
-from serbench.stats import MIN_DISTRIBUTION, summarize
+from serbench.report import plots, run_page
+from serbench.report.page import TIMES, Look, line
+from serbench.results import (
+    Backend,
+    Case,
+    Conformance,
+    IpcInfo,
+    MemoryInfo,
+    Results,
+    Serving,
+    ServingStat,
+    Sweep,
+    SweepPoint,
+)
+from serbench.stats import MIN_DISTRIBUTION, Measurement, summarize
 from serbench.units import format_value
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,12 +57,13 @@ CHROMIUM_FLAGS = (
 )
 WINDOW = (1366, 900)
 IMAGE_COUNTS = (4, 16)
+SCHEMA_1 = Path(__file__).parent / "fixtures" / "results-schema-1.json"
 
 
 # ---------------------------------------------------------------- building results files
 
 
-def _ipc_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
+def _ipc_metrics(rng: np.random.Generator, slow: float, images: int) -> dict[str, Measurement]:
     ttft = rng.gamma(4.0, slow * images * 1e-3 / 4, 200)
     return {
         "ttft_s": summarize(ttft, "s"),
@@ -55,7 +74,21 @@ def _ipc_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
     }
 
 
-def _memory_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
+def _ipc_info(images: int) -> IpcInfo:
+    """What the ipc scenario says of a case beside its metrics (the serving summary in ms)."""
+    stat = ServingStat(mean_ms=5.0 * images, median_ms=4.5 * images, p99_ms=9.0 * images)
+    return IpcInfo(
+        serving=Serving(ttft=stat, itl=ServingStat(2.0, 2.0, 3.0), e2e=stat),
+        duration_s=5.0,
+        output_tokens=200,
+        settings={"num_prompts": 200},
+        local_engine=True,
+        ttft_over_floor=3.0,
+        payload_bytes=int(images * 9.6e6),
+    )
+
+
+def _memory_metrics(rng: np.random.Generator, slow: float, images: int) -> dict[str, Measurement]:
     payload = images * 9.6e6
     # Enough repetitions for a distribution, so the noise section counts memory too.
     engine = payload * slow * (1 + 0.01 * rng.standard_normal(MIN_DISTRIBUTION))
@@ -68,19 +101,29 @@ def _memory_metrics(rng: np.random.Generator, slow: float, images: int) -> dict:
     }
 
 
-def _timeline(slow: float, images: int) -> dict:
+def _timeline(slow: float, images: int) -> dict[str, list[float | None]]:
     t = np.linspace(0.0, 0.05 * images / 4, 40)
     ramp = np.clip(t / t[-1] * 2, 0, 1) * images * 9.6e6
     return {"t_s": t.tolist(), "engine": (ramp * slow).tolist(), "frontend": (ramp * (slow - 1)).tolist()}
 
 
-def _backend(name: str, safe: bool, passed: int, unsupported: dict | None = None, failed: dict | None = None):
-    return {
-        "name": name,
-        "description": f"{name} strategy",
-        "safe": safe,
-        "conformance": {"passed": passed, "unsupported": unsupported or {}, "failed": failed or {}},
-    }
+def _memory_info(slow: float, images: int) -> MemoryInfo:
+    return MemoryInfo(
+        repetitions=MIN_DISTRIBUTION,
+        staging=None,
+        baseline_bytes={},
+        uss_above_baseline_bytes={},
+        phases={},
+        timeline=_timeline(slow, images),
+        payload_bytes=int(images * 9.6e6),
+    )
+
+
+def _backend(
+    name: str, safe: bool, passed: int, unsupported: dict | None = None, failed: dict | None = None
+) -> Backend:
+    conformance = Conformance(passed=passed, unsupported=unsupported or {}, failed=failed or {})
+    return Backend(name=name, description=f"{name} strategy", safe=safe, conformance=conformance)
 
 
 BACKENDS = {
@@ -93,7 +136,7 @@ BACKENDS = {
 FAILED_ERROR = "failed conformance (1 case(s)): strided-1d: view size is not compatible"
 
 
-def build_results(path: Path, slow: float = 3.0, seed: int = 6) -> dict:
+def build_results(path: Path, slow: float = 3.0, seed: int = 6) -> Results:
     """A results file through ``serbench.results``: ipc, memory, a failed case, an unknown scenario."""
     rng = np.random.default_rng(seed)
     file = results.ResultsFile(
@@ -102,11 +145,14 @@ def build_results(path: Path, slow: float = 3.0, seed: int = 6) -> dict:
     for backend, factor in (("pickle", slow), ("msgspec-frombuffer", 1.0)):
         for n in IMAGE_COUNTS:
             workload = f"images-{n}"
-            file.add(results.record("ipc", backend, workload, _ipc_metrics(rng, factor, n)))
-            info = {"timeline": _timeline(factor, n), "payload_bytes": int(n * 9.6e6)}
-            file.add(results.record("memory", backend, workload, _memory_metrics(rng, factor, n), info))
-    file.add(results.record("ipc", "flat-mmk", "images-4", error=FAILED_ERROR))
-    file.add(results.record("future", "pickle", "text-sonnet", {"widgets_s": summarize(rng.random(9), "s")}))
+            ipc, memory = Case("ipc", backend, workload, "ipc"), Case("memory", backend, workload, "ipc")
+            file.add(results.record(ipc, metrics=_ipc_metrics(rng, factor, n), info=_ipc_info(n)))
+            file.add(
+                results.record(memory, metrics=_memory_metrics(rng, factor, n), info=_memory_info(factor, n))
+            )
+    file.add(results.record(Case("ipc", "flat-mmk", "images-4", "ipc"), error=FAILED_ERROR))
+    future = {"widgets_s": summarize(rng.random(9), "s")}
+    file.add(results.record(Case("future", "pickle", "text-sonnet"), metrics=future))
     file.finish()
     return results.load(path)
 
@@ -140,8 +186,9 @@ def cells(page: _Elements) -> set[tuple[str, str]]:
     return {(a["data-case"], a.get("data-metric", "")) for _, a in page.tags if "data-case" in a}
 
 
-def case_id(rec_or_case) -> str:
-    return "|".join(results.case_key(rec_or_case) if isinstance(rec_or_case, dict) else rec_or_case)
+def case_id(case: Case) -> str:
+    """The ``data-case`` of a case or record: scenario, row (``pickle@shm``), workload."""
+    return "|".join((case.scenario, case.row, case.workload))
 
 
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
@@ -178,7 +225,7 @@ def real_run(tmp_path_factory) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, dict]:
+def built(tmp_path_factory) -> tuple[Path, Results]:
     """The built results file, rendered with ``serbench report`` into its own folder."""
     folder = tmp_path_factory.mktemp("built")
     data = build_results(folder / "results.json")
@@ -192,12 +239,13 @@ def compared(tmp_path_factory, built) -> tuple[Path, compare.Comparison]:
     folder = tmp_path_factory.mktemp("compared")
     base_path = built[0] / "results.json"
     head = build_results(folder / "head.json", slow=9.0, seed=7)
-    head["records"] = [r for r in head["records"] if not r.get("error")]
-    head["records"].append(
-        results.record("ipc", "flat-mmk", "images-4", _ipc_metrics(np.random.default_rng(1), 1.0, 4))
+    head.records = [r for r in head.records if r.ok]
+    fixed = _ipc_metrics(np.random.default_rng(1), 1.0, 4)
+    head.records.append(
+        results.record(Case("ipc", "flat-mmk", "images-4", "ipc"), metrics=fixed, info=_ipc_info(4))
     )
-    head["records"].append(results.record("micro", "pickle", "text-sonnet", error="segfault"))
-    results.write_json_atomic(folder / "head.json", head)
+    head.records.append(results.record(Case("micro", "pickle", "text-sonnet"), error="segfault"))
+    results.save(folder / "head.json", head)
     assert (
         commands.main(["report", str(base_path), str(folder / "head.json"), "--out", str(folder / "page")])
         == 0
@@ -234,9 +282,9 @@ def test_real_run_page_in_chromium_holds_every_case_and_metric(real_run, tmp_pat
     data = results.load(out / "results.json")
     dom = _check_in_browser(out / "index.html", tmp_path)
     found = cells(dom)
-    assert data["records"]
-    for rec in data["records"]:
-        for name in rec["metrics"]:
+    assert data.records
+    for rec in data.records:
+        for name in rec.metrics:
             assert (case_id(rec), name) in found, (case_id(rec), name)
 
 
@@ -244,10 +292,10 @@ def test_built_page_in_chromium_holds_every_case_failures_and_marks(built, tmp_p
     folder, data = built
     dom = _check_in_browser(folder / "index.html", tmp_path)
     found = cells(dom)
-    for rec in data["records"]:
-        if rec.get("error"):
+    for rec in data.records:
+        if not rec.ok:
             assert (case_id(rec), "") in found
-        for name in rec["metrics"]:
+        for name in rec.metrics:
             assert (case_id(rec), name) in found, (case_id(rec), name)
     text = " ".join(dom.text)
     assert FAILED_ERROR in text
@@ -332,7 +380,7 @@ def test_unusable_head_or_output_folder_is_exit_2(built, tmp_path, capsys):
 
 
 def test_incomplete_run_is_flagged(built):
-    data = {**built[1], "complete": False, "finished": None, "records": built[1]["records"][-1:]}
+    data = msgspec.structs.replace(built[1], complete=False, finished=None, records=built[1].records[-1:])
     page = report.render(data, "partial.json")
     assert "is incomplete (complete: false)" in page
 
@@ -360,8 +408,119 @@ def test_values_are_shown_in_a_readable_scale(value, unit, text):
 
 
 def test_scenario_whose_every_case_failed_says_so():
-    records = [results.record("micro", "pickle", "images-4", error="Killed by signal 9")]
-    look = Look.of({"records": records, "backends": {}})
-    section = run_page.scenario_section("micro", records, look)
+    records = [results.record(Case("micro", "pickle", "images-4"), error="Killed by signal 9")]
+    data = Results(records=records)
+    section = run_page.scenario_section("micro", data, Look.of(data))
     assert "Every case of this scenario failed" in section
     assert "<img" not in section
+
+
+# ---------------------------------------------------------------- schema 1 and case dimensions
+
+
+def _section(page: str, anchor: str) -> str:
+    found = re.search(rf'<section id="{anchor}">(.*?)</section>', page, re.DOTALL)
+    assert found, f"no section {anchor}"
+    return found.group(1)
+
+
+def _row_labels(page: str) -> set[str]:
+    """The label of every table row's backend (``<tr><th>`` swatch, label, marks)."""
+    found = re.findall(r"<tr><th><span class='backend'><span class=\"swatch\"[^>]*></span>([^<]+)", page)
+    return {label.strip() for label in found}
+
+
+def test_a_schema_1_file_reports_as_its_schema_2_resave_does(tmp_path):
+    """A real schema-1 file (micro, ipc, memory over ipc and shm) gets a figure per scenario, its
+    ``spec@shm`` cases their own rows; re-saved as schema 2 it shows the same cases."""
+    assert commands.main(["report", str(SCHEMA_1), "--out", str(tmp_path / "v1")]) == 0
+    old = (tmp_path / "v1" / "index.html").read_text()
+    for scenario in ("micro", "ipc", "memory"):
+        assert "<img " in _section(old, f"scenario-{scenario}"), scenario
+
+    data = results.load(SCHEMA_1)
+    results.save(tmp_path / "results.json", data)
+    assert json.loads((tmp_path / "results.json").read_text())["schema"] == results.SCHEMA
+    assert commands.main(["report", str(tmp_path / "results.json"), "--out", str(tmp_path / "v2")]) == 0
+    new = (tmp_path / "v2" / "index.html").read_text()
+
+    assert cells(parse(new)) == cells(parse(old))
+    assert _row_labels(new) == _row_labels(old)
+    raw = json.loads(SCHEMA_1.read_text())["records"]
+    shown = cells(parse(new))
+    for rec in raw:  # every case of the file as schema 1 named it: scenario|spec@transport|workload
+        case = "|".join((rec["scenario"], rec["backend"], rec["workload"]))
+        assert case in {c for c, _ in shown}, case
+        for name in rec["metrics"]:
+            assert (case, name) in shown, (case, name)
+    assert {"pickle@shm", "msgspec-frombuffer@shm", "msgspec-frombuffer:threshold=inf@shm"} <= _row_labels(
+        new
+    )
+    for scenario in ("ipc", "memory"):
+        assert "pickle@shm" in _row_labels(_section(new, f"scenario-{scenario}")), scenario
+    assert "pickle@shm" not in _row_labels(_section(new, "scenario-micro"))  # micro links nothing
+    failed = _section(new, "failed")
+    assert failed.count("<tr data-case=") == 4 and "release of block -1" in failed
+    # The same document, the same page: only the source named in the environment differs.
+    assert new.replace(str(tmp_path / "results.json"), "SOURCE") == old.replace(str(SCHEMA_1), "SOURCE")
+
+
+def test_a_dimension_is_a_line_of_its_own_in_its_backends_hue():
+    """Rows and figure lines are cases less scenario and workload: ``pickle@shm`` apart from
+    ``pickle``, a default transport the same line as none; its colour pickle's, darker."""
+    micro, ipc = Case("micro", "pickle", "images-4"), Case("ipc", "pickle", "text-sonnet", "ipc")
+    shm, tcp = Case("ipc", "pickle", "images-4", "shm"), Case("ipc", "pickle", "images-4", "tcp")
+    workers = Case("ipc", "pickle", "images-4", "ipc", 4)
+    assert line(micro) == line(ipc) == line("pickle") != line(shm)
+    assert len({line(micro), line(shm), line(tcp), line(workers)}) == 4
+    look = Look.of(Results(records=[results.record(c) for c in (micro, ipc, shm, tcp, workers)]))
+    assert list(look.labels.values()) == ["pickle", "pickle@shm", "pickle@tcp", "pickle workers=4"]
+    pickle = plots.backend_colour("pickle")
+    assert look.colour(micro) == look.colour(ipc) == pickle
+    assert len({pickle, look.colour(shm), look.colour(tcp), look.colour(workers)}) == 4
+    for other in (look.colour(shm), look.colour(tcp), look.colour(workers)):
+        (h1, l1, _), (h2, l2, _) = (
+            colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(c)) for c in (pickle, other)
+        )
+        assert h1 == pytest.approx(h2, abs=0.02) and l2 < l1  # same hue, darker
+
+
+def _swept(rng: np.random.Generator, slow: float) -> Sweep:
+    """A rate sweep as ``scenarios.load`` records it: 1 and 4 req/s, then everything at once."""
+    points = [
+        SweepPoint(
+            rate=rate,
+            offered_per_s=None if rate == "inf" else float(rate),
+            admitted_per_s=10.0 / slow,
+            goodput_per_s=8.0 / slow,
+            ttft_slo_s=1.0,
+            metrics={
+                "ttft_s": summarize(rng.gamma(4.0, slow * 1e-3, 8), "s"),
+                "ingress_s": summarize(rng.gamma(4.0, slow * 1e-4, 8), "s"),
+            },
+        )
+        for rate in (1.0, 4.0, "inf")
+    ]
+    return Sweep(points=points, saturated_at=4.0, capacity_per_s=10.0 / slow, keep_up=0.9)
+
+
+def test_a_rate_sweep_is_drawn_with_a_line_per_transport():
+    """``IpcInfo.sweep`` gets its figure (log-log goodput with its y = x diagonal), pickle over
+    shm its own row beside pickle over ipc."""
+    rng = np.random.default_rng(3)
+    records = []
+    for backend, transport, slow in (
+        ("pickle", "ipc", 2.0),
+        ("pickle", "shm", 1.0),
+        ("msgspec-frombuffer", "ipc", 1.0),
+    ):
+        info = msgspec.structs.replace(_ipc_info(4), sweep=_swept(rng, slow))
+        metrics = {"ttft_s": summarize(rng.gamma(4.0, slow * 1e-3, 8), "s")}
+        records.append(
+            results.record(Case("ipc", backend, "images-4", transport), metrics=metrics, info=info)
+        )
+    page = report.render(Results(records=records), "swept.json")
+    ipc = _section(page, "scenario-ipc")
+    assert "Against offered load (--rate sweep)" in ipc
+    assert re.search(r'<img src="data:image/png;base64,[^"]+" alt="Against offered load', ipc)
+    assert {"pickle", "pickle@shm", "msgspec-frombuffer"} <= _row_labels(ipc)

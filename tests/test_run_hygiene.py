@@ -34,7 +34,7 @@ def _mode(path: Path) -> int:
 
 
 def test_results_and_report_are_readable_by_others(tmp_path: Path, umask_022: None) -> None:
-    results.write_json_atomic(tmp_path / "results.json", {"a": 1})
+    results.save(tmp_path / "results.json", results.Results(records=[]))
     page = write_page("<html></html>", tmp_path)
     assert _mode(tmp_path / "results.json") == 0o644
     assert _mode(page) == 0o644

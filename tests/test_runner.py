@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
 
@@ -82,40 +83,42 @@ def test_a_misbehaving_backend_fails_its_case_and_the_run_goes_on(
     spec = f"misbehaving_backends:misbehaving:mode={mode}"
     plan = Plan([spec, "msgspec-frombuffer"], ["text-sonnet", SMALL], ["micro"])
     run = execute(plan, profile, tmp_path / "results.json", ["run"])
-    by_case = {(r["backend"], r["workload"]): r for r in run.data["records"]}
+    by_case = {(r.backend, r.workload): r for r in run.results.records}
     assert len(by_case) == 4
-    assert error in by_case[(spec, SMALL)]["error"]
-    assert by_case[(spec, "text-sonnet")]["error"] is None  # it only misbehaves on 8+ images
-    assert by_case[("msgspec-frombuffer", SMALL)]["error"] is None
-    assert by_case[("msgspec-frombuffer", SMALL)]["metrics"]["decode_s"]["median"] > 0
+    assert error in by_case[(spec, SMALL)].error
+    assert by_case[(spec, "text-sonnet")].error is None  # it only misbehaves on 8+ images
+    assert by_case[("msgspec-frombuffer", SMALL)].error is None
+    assert by_case[("msgspec-frombuffer", SMALL)].metrics["decode_s"].median > 0
     assert psutil.Process().children(recursive=True) == []  # the hung child was killed
-    assert results.load(tmp_path / "results.json")["complete"] is True
+    assert results.load(tmp_path / "results.json").complete is True
 
 
 def test_backend_failing_conformance_is_not_timed(tmp_path: Path) -> None:
     plan = Plan(["misbehaving_backends:flatten_view"], ["text-sonnet"], ["micro"])
     run = execute(plan, FAST, tmp_path / "r.json", ["run"])
-    (rec,) = run.data["records"]
-    assert rec["error"].startswith("failed conformance")
-    assert "strided-1d" in rec["error"]
-    assert rec["metrics"] == {}
-    assert run.data["backends"]["misbehaving_backends:flatten_view"]["conformance"]["failed"]
+    (rec,) = run.results.records
+    assert rec.error.startswith("failed conformance")
+    assert "strided-1d" in rec.error
+    assert rec.metrics == {}
+    assert run.results.backends["misbehaving_backends:flatten_view"].conformance.failed
 
 
 def test_results_schema(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     execute(Plan(["pickle", "flat-mmk"], [SMALL], ["micro"]), FAST, path, ["run", "--x"])
     data = results.load(path)
-    assert data["schema"] == results.SCHEMA
-    assert data["complete"] is True and data["finished"]
-    env = data["environment"]
-    assert {"python", "cpu", "git_commit", "command", "allocator_env"} <= set(env)
-    assert {"torch", "numpy", "msgspec", "pyzmq"} <= set(env["libraries"])
-    assert env["command"][1:] == ["run", "--x"]
-    assert data["backends"]["pickle"]["safe"] is False
-    assert data["backends"]["flat-mmk"]["conformance"]["failed"] == {}
-    for rec in data["records"]:
-        metrics = rec["metrics"]
+    assert data.schema == results.SCHEMA
+    assert data.complete is True and data.finished
+    env = data.environment
+    assert {"python", "cpu", "git_commit", "command", "allocator_env"} <= set(msgspec.to_builtins(env))
+    assert {"torch", "numpy", "msgspec", "pyzmq"} <= set(env.libraries)
+    assert env.command[1:] == ["run", "--x"]
+    assert data.backends["pickle"].safe is False
+    assert data.backends["flat-mmk"].conformance.failed == {}
+    written = json.loads(path.read_text())["records"]
+    assert len(written) == len(data.records)
+    for rec, raw in zip(data.records, written, strict=True):
+        metrics = rec.metrics
         assert {
             "encode_s",
             "decode_s",
@@ -125,16 +128,16 @@ def test_results_schema(tmp_path: Path) -> None:
             "frames",
         } <= set(metrics)
         assert "payload_gb_per_s" not in metrics  # a zero-copy round trip transfers nothing
-        for metric in metrics.values():
-            assert set(results.METRIC_KEYS) <= set(metric)
-            assert metric["ci_low"] <= metric["median"] <= metric["ci_high"]
+        for name, metric in metrics.items():
+            assert {"unit", "values", "median", "ci_low", "ci_high"} <= set(raw["metrics"][name])
+            assert metric.ci_low <= metric.median <= metric.ci_high
     assert "pickle (unsafe)" in render(data)
 
 
 def test_results_written_atomically_leave_no_temp_files(tmp_path: Path) -> None:
     path = tmp_path / "out" / "results.json"
-    results.write_json_atomic(path, {"a": 1})
-    results.write_json_atomic(path, {"a": 2})
+    results.write_text_atomic(path, json.dumps({"a": 1}))
+    results.write_text_atomic(path, json.dumps({"a": 2}))
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in path.parent.iterdir()] == ["results.json"]
 
@@ -179,7 +182,7 @@ def test_cli_run_writes_results_and_latest_pointer(tmp_path: Path) -> None:
     latest = tmp_path / "reports" / "latest"
     assert latest.is_symlink()
     data = results.load(latest / "results.json")
-    assert {r["backend"] for r in data["records"]} == {"msgspec-frombuffer", "pickle"}
+    assert {r.backend for r in data.records} == {"msgspec-frombuffer", "pickle"}
 
 
 def test_list_shows_backends_workloads_scenarios(tmp_path: Path) -> None:

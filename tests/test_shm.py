@@ -20,7 +20,7 @@ from serbench import shm
 from serbench.engine.protocol import EngineError
 from serbench.profiles import PROFILES
 from serbench.scenarios.base import Case
-from serbench.scenarios.ipc import Settings, measure
+from serbench.scenarios.ipc import Ipc, Settings, measure
 from serbench.scenarios.memory import Memory
 from serbench.serializers import get_serializer
 from serbench.workloads import get_workload
@@ -149,12 +149,24 @@ def test_segments_of_a_crashed_run_are_reclaimed_and_live_ones_kept(shm_sandbox:
 @pytest.mark.parametrize("backend", ["msgspec-frombuffer", "pickle"])
 def test_ipc_over_shm_measures_against_both_references(backend: str) -> None:
     out = measure(backend, IMAGES, settings())
-    metrics, info = out["metrics"], out["info"]
+    metrics, info = out.metrics, out.info
     for name in ("payload_gb_per_s", "unix_gb_per_s", "memcpy_gb_per_s", "ttft_s"):
-        assert len(metrics[name]["values"]) == 3, name
-    assert info["payload_vs_memcpy"] > 0 and info["payload_vs_unix"] > 0
-    assert info["shm_region_bytes"] >= 2 * info["payload_bytes"]
-    assert info["settings"]["transport"] == "shm"
+        assert len(metrics[name].values) == 3, name
+    assert info.payload_vs_memcpy > 0 and info.payload_vs_unix > 0
+    assert info.shm_region_bytes >= 2 * info.payload_bytes
+    assert info.settings["transport"] == "shm"
+
+
+@pytest.mark.usefixtures("shm_sandbox")
+@pytest.mark.parametrize("workload", ["text-sonnet", "outputs-8"])
+def test_a_workload_without_large_frames_runs_over_shm(workload: str) -> None:
+    """Nothing to place, nothing to release: a text request sent over shm travels inline (it once
+    failed the case with the engine releasing block -1)."""
+    out = Ipc().run(
+        Case("ipc", "msgspec-frombuffer", workload, "shm"),
+        PROFILES["quick"].with_options(ipc_num_prompts=3, ipc_step_ms=1.0),
+    )
+    assert out.metrics["ttft_s" if workload == "text-sonnet" else "step_decode_s"].n >= 3
 
 
 @pytest.mark.usefixtures("shm_sandbox")
@@ -163,7 +175,7 @@ def test_a_full_region_makes_the_frontend_wait_not_overwrite() -> None:
     workload = get_workload(IMAGES)
     one = shm.placed_bytes(get_serializer("msgspec-frombuffer").encode(workload.request(0)))
     out = measure("msgspec-frombuffer", IMAGES, settings(max_concurrency=None, shm_mb=one / 1e6))
-    assert out["info"]["output_tokens"] == 3 * workload.output_len
+    assert out.info.output_tokens == 3 * workload.output_len
 
 
 class EarlyReleasingPlacer(shm.Placer):
@@ -195,9 +207,9 @@ def test_shm_is_refused_for_an_engine_on_another_host() -> None:
 @pytest.mark.usefixtures("shm_sandbox")
 def test_memory_over_shm_counts_the_shared_payload_once() -> None:
     profile = PROFILES["quick"].with_options(memory_repetitions=1)
-    out = Memory().run(Case("memory", "msgspec-frombuffer@shm", IMAGES), profile)
-    metrics = out["metrics"]
+    out = Memory().run(Case("memory", "msgspec-frombuffer", IMAGES, transport="shm"), profile)
+    metrics = out.metrics
     # RSS shows the region in both processes; PSS splits it between them.
-    assert metrics["copies"]["median"] > 0.9 and metrics["copies_frontend"]["median"] > 0.9
-    assert 0.9 < metrics["copies_total"]["median"] < 1.2
-    assert metrics["pss_engine_bytes"]["median"] < 0.7 * out["info"]["payload_bytes"]
+    assert metrics["copies"].median > 0.9 and metrics["copies_frontend"].median > 0.9
+    assert 0.9 < metrics["copies_total"].median < 1.2
+    assert metrics["pss_engine_bytes"].median < 0.7 * out.info.payload_bytes

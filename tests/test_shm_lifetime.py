@@ -92,9 +92,9 @@ def test_nothing_is_left_behind(tmp_path: Path, how: str) -> None:
         assert proc.returncode == {"ctrl-c": 130, "sigterm": 143}[how], log  # 128 + the signal
         return
     assert proc.returncode == 0, log
-    (record,) = results.load(tmp_path / "run" / "results.json")["records"]
-    assert record["backend"] == "msgspec-frombuffer@shm"
+    (record,) = results.load(tmp_path / "run" / "results.json").records
+    assert (record.backend, record.transport) == ("msgspec-frombuffer", "shm")
     if how == "normal":
-        assert record["error"] is None and record["metrics"]["payload_gb_per_s"]["values"]
+        assert record.error is None and record.metrics["payload_gb_per_s"].values
     else:
-        assert record["error"], "a killed side must fail its case"
+        assert record.error, "a killed side must fail its case"

@@ -30,6 +30,7 @@ from serbench.errors import UsageError
 from serbench.isolation import run_isolated
 from serbench.profiles import PROFILES
 from serbench.report.run_page import accelerator_rows
+from serbench.results import Accelerator, Device, Phase
 from serbench.runner import Plan, execute
 from serbench.scenarios import device
 from serbench.scenarios.ipc import Settings, measure
@@ -39,7 +40,7 @@ from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
 
 IMAGES = "images-2:profile=llava"
-CUDA = bool(environment.accelerator().get("cuda_available"))  # asked in a child
+CUDA = environment.accelerator().cuda_available  # asked in a child
 CHILD_TIMEOUT_S = 120.0
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (torch.cuda.is_available() is False)")
 
@@ -164,20 +165,19 @@ def test_frontend_hears_the_refusal_as_an_engine_error() -> None:
 @pytest.mark.usefixtures("ipc_sandbox")
 def test_ipc_with_a_cpu_device_times_the_stage_per_request() -> None:
     out = measure("msgspec-frombuffer", IMAGES, settings(staging=Staging("cpu")))
-    metrics = out["metrics"]
-    assert len(metrics["to_device_s"]["values"]) == 2
+    metrics = out.metrics
+    assert len(metrics["to_device_s"].values) == 2
     assert all(
-        0 <= s <= t
-        for s, t in zip(metrics["to_device_s"]["values"], metrics["ttft_s"]["values"], strict=True)
+        0 <= s <= t for s, t in zip(metrics["to_device_s"].values, metrics["ttft_s"].values, strict=True)
     )
-    assert out["info"]["settings"]["staging"] == {"device": "cpu", "pin": "none"}
+    assert out.info.settings["staging"] == {"device": "cpu", "pin": "none"}
 
 
 @pytest.mark.usefixtures("ipc_sandbox")
 def test_ipc_without_a_device_has_no_stage() -> None:
     out = measure("msgspec-frombuffer", IMAGES, settings(num_prompts=1))
-    assert "to_device_s" not in out["metrics"]
-    assert out["info"]["settings"]["staging"] is None
+    assert "to_device_s" not in out.metrics
+    assert out.info.settings["staging"] is None
 
 
 def test_memory_with_a_cpu_device_records_the_stage_and_no_pinned_bytes(tmp_path: Path) -> None:
@@ -185,20 +185,20 @@ def test_memory_with_a_cpu_device_records_the_stage_and_no_pinned_bytes(tmp_path
         memory_repetitions=1, engine_device="cpu"
     )
     plan = Plan(["msgspec-frombuffer:threshold=256"], [IMAGES], ["memory"])
-    data = execute(plan, profile, tmp_path / "results.json", ["run"]).data
-    (record,) = data["records"]
-    assert record["error"] is None
-    assert record["metrics"]["pinned_bytes"]["values"] == [0]
-    assert record["metrics"]["to_device_s"]["median"] >= 0
-    assert {"decoded", "staged", "used"} <= record["info"]["phases"].keys()
-    assert record["info"]["staging"] == "cpu"
+    data = execute(plan, profile, tmp_path / "results.json", ["run"]).results
+    (record,) = data.records
+    assert record.error is None
+    assert record.metrics["pinned_bytes"].values == [0]
+    assert record.metrics["to_device_s"].median >= 0
+    assert {"decoded", "staged", "used"} <= record.info.phases.keys()
+    assert record.info.staging == "cpu"
 
 
 def test_phases_skip_what_is_not_a_stamp() -> None:
     side = dataclasses.make_dataclass("S", ["result", "baseline_bytes"])
     run = dataclasses.make_dataclass("M", ["sides", "started"])
     m = run({"engine": side({"used": (2.0, 300), "pinned_bytes": 64}, 100)}, 1.0)
-    assert phases(m) == {"used": {"t_s": 1.0, "peak_bytes": 200}}
+    assert phases(m) == {"used": Phase(t_s=1.0, peak_bytes=200)}
 
 
 # ---- the environment and the report -----------------------------------------------------
@@ -206,12 +206,12 @@ def test_phases_skip_what_is_not_a_stamp() -> None:
 
 def test_environment_records_the_accelerator_as_torch_sees_it() -> None:
     found = environment.accelerator()
-    assert found["torch_cuda"] == torch.version.cuda
+    assert found.torch_cuda == torch.version.cuda
     if torch.version.cuda is None:
-        assert found == {"torch_cuda": None, "cuda_available": False, "devices": []}
+        assert found == Accelerator(torch_cuda=None, cuda_available=False, devices=[])
     else:
-        assert bool(found["devices"]) == found["cuda_available"]
-        assert all(d["name"] and d["memory_bytes"] > 0 for d in found["devices"])
+        assert bool(found.devices) == found.cuda_available
+        assert all(d.name and d.memory_bytes > 0 for d in found.devices)
     assert not torch.cuda.is_initialized(), "the probe initialised CUDA in this process"
 
 
@@ -231,23 +231,23 @@ def test_host_link_reads_sysfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_report_rows_name_the_device_and_its_link() -> None:
-    gpu = {
-        "torch_cuda": "12.8",
-        "cuda_available": True,
-        "devices": [
-            {
-                "name": "NVIDIA H200",
-                "memory_bytes": 150 * 10**9,
-                "capability": "9.0",
-                "pci_bus_id": "0000:65:00.0",
-                "host_link": {"max": "32.0 GT/s PCIe x16", "current": "2.5 GT/s PCIe x16"},
-            }
+    gpu = Accelerator(
+        torch_cuda="12.8",
+        cuda_available=True,
+        devices=[
+            Device(
+                name="NVIDIA H200",
+                memory_bytes=150 * 10**9,
+                capability="9.0",
+                pci_bus_id="0000:65:00.0",
+                host_link={"max": "32.0 GT/s PCIe x16", "current": "2.5 GT/s PCIe x16"},
+            )
         ],
-    }
+    )
     rows = accelerator_rows(gpu)
     assert "NVIDIA H200" in rows["accelerator"] and "CUDA 12.8" in rows["accelerator"]
     assert rows["host link"] == "32.0 GT/s PCIe x16 (now 2.5 GT/s PCIe x16)"
-    cpu = accelerator_rows({"torch_cuda": None, "cuda_available": False, "devices": []})
+    cpu = accelerator_rows(Accelerator(torch_cuda=None, cuda_available=False, devices=[]))
     assert cpu["accelerator"].startswith("none (torch is a CPU-only build")
     assert accelerator_rows(None).keys() == rows.keys() == cpu.keys()
 
@@ -302,7 +302,7 @@ def test_receive_lands_frames_in_pinned_buffers_and_checks_their_sizes() -> None
 @pytest.mark.parametrize("pin", ["none", "decode", "receive"])
 def test_ipc_on_cuda_passes_integrity_with_every_staging(pin: str) -> None:
     out = measure("msgspec-frombuffer", IMAGES, settings(staging=Staging("cuda", pin)))
-    assert len(out["metrics"]["to_device_s"]["values"]) == 2
+    assert len(out.metrics["to_device_s"].values) == 2
 
 
 @needs_cuda
@@ -312,9 +312,9 @@ def test_memory_on_cuda_counts_the_pinned_bytes(tmp_path: Path, pin: str) -> Non
         memory_repetitions=1, engine_device="cuda", pin=pin
     )
     backend = "msgspec-frombuffer:threshold=256"
-    data = execute(Plan([backend], [IMAGES], ["memory"]), profile, tmp_path / "r.json", ["run"]).data
-    (record,) = data["records"]
-    assert record["error"] is None
+    data = execute(Plan([backend], [IMAGES], ["memory"]), profile, tmp_path / "r.json", ["run"]).results
+    (record,) = data.records
+    assert record.error is None
     payload = payload_bytes(get_workload(IMAGES).request(0))
-    pinned = record["metrics"]["pinned_bytes"]["values"][0]
+    pinned = record.metrics["pinned_bytes"].values[0]
     assert pinned >= payload if pin == "receive" else pinned == payload

@@ -38,9 +38,10 @@ def test_the_interval_is_scipys_order_statistic_wherever_one_covers(confidence: 
 
 def test_summarize_shape() -> None:
     metric = summarize([4, 1, 3, 2, 5], "s")
-    assert metric["unit"] == "s" and metric["median"] == 3.0
-    assert metric["values"] == [4.0, 1.0, 3.0, 2.0, 5.0]
-    assert metric["ci_low"] <= 3.0 <= metric["ci_high"]
+    assert metric.unit == "s" and metric.median == 3.0
+    assert metric.values == [4.0, 1.0, 3.0, 2.0, 5.0] and metric.n == 5
+    assert metric.ci_low <= 3.0 <= metric.ci_high
+    assert metric.rounds is None and summarize([1, 2], "s", [1, 1]).rounds == [1, 1]
 
 
 def test_relative_spread_grows_with_noise() -> None:

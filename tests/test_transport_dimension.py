@@ -2,53 +2,72 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from test_compare import doc
 
-from serbench import compare, text
+from serbench import compare, results, text
 from serbench.commands import main
-from serbench.results import record, split_backend, with_transport
+from serbench.results import Backend, Case, Record, record
 from serbench.runner import Plan
 from serbench.stats import summarize
 
 
+def _schema_1(records: list[dict]) -> bytes:
+    """A results file as serbench wrote it before the typed model (``spec@transport`` backends)."""
+    return msgspec.json.encode({"schema": results.SCHEMA_1, "complete": True, "records": records})
+
+
 def test_the_default_transport_is_unmarked_and_labels_round_trip() -> None:
-    assert with_transport("pickle") == "pickle"
-    assert split_backend("msgspec-frombuffer:threshold=inf@shm") == (
-        "msgspec-frombuffer:threshold=inf",
-        "shm",
-    )
-    assert split_backend("pkg.mod:factory:k=v") == ("pkg.mod:factory:k=v", None)
+    assert Case("ipc", "pickle", "images-4", transport="ipc").row == "pickle"
+    shm = Case("memory", "msgspec-frombuffer:threshold=inf", "images-4", transport="shm")
+    assert shm.row == "msgspec-frombuffer:threshold=inf@shm"
+    old = [
+        {"scenario": "memory", "backend": shm.row, "workload": "images-4", "metrics": {}},
+        {"scenario": "micro", "backend": "pkg.mod:factory:k=v", "workload": "images-4", "metrics": {}},
+    ]
+    read = results.decode(_schema_1(old)).records
+    assert [r.case for r in read] == [shm, Case("micro", "pkg.mod:factory:k=v", "images-4")]
 
 
 def test_plan_multiplies_only_the_scenarios_that_link_two_processes() -> None:
-    plan = Plan(["pickle", "msgspec-frombuffer"], ["images-4"], ["micro", "ipc", "memory"], ("ipc", "shm"))
+    plan = Plan(
+        ["pickle", "msgspec-frombuffer"],
+        ["images-4"],
+        ["micro", "ipc", "memory"],
+        {"transport": ("ipc", "shm")},
+    )
     by_scenario: dict[str, list[str]] = {}
     for case in plan.cases():
-        by_scenario.setdefault(case.scenario, []).append(case.backend)
+        by_scenario.setdefault(case.scenario, []).append(case.row)
     assert by_scenario["micro"] == ["pickle", "msgspec-frombuffer"]
     assert by_scenario["ipc"] == ["pickle", "pickle@shm", "msgspec-frombuffer", "msgspec-frombuffer@shm"]
     assert "msgspec-frombuffer:threshold=inf@shm" in by_scenario["memory"]
-    shm_case = next(c for c in plan.cases() if c.backend == "pickle@shm")
-    assert (shm_case.spec, shm_case.transport) == ("pickle", "shm")
+    shm_case = next(c for c in plan.cases() if c.row == "pickle@shm")
+    assert (shm_case.backend, shm_case.transport) == ("pickle", "shm")
+    assert {c.transport for c in plan.cases() if c.scenario == "micro"} == {None}
 
 
-def _ttft(backend: str, seconds: float) -> dict:
-    return record("ipc", backend, "images-4", {"ttft_s": summarize([seconds] * 9, "s")})
+def _ttft(backend: str, transport: str, seconds: float) -> Record:
+    metrics = {"ttft_s": summarize([seconds] * 9, "s")}
+    return record(Case("ipc", backend, "images-4", transport=transport), metrics=metrics)
 
 
 def test_compare_keeps_transports_apart_and_an_old_file_matches_the_default() -> None:
-    old = doc([_ttft("pickle", 0.2)])  # written before transports were a dimension
-    new = doc([_ttft("pickle", 0.2), _ttft("pickle@shm", 0.05)])
+    # written before transports were a dimension: the backend unmarked
+    ttft = msgspec.to_builtins(summarize([0.2] * 9, "s"))
+    written = [{"scenario": "ipc", "backend": "pickle", "workload": "images-4", "metrics": {"ttft_s": ttft}}]
+    old = msgspec.structs.replace(doc([]), records=results.decode(_schema_1(written)).records)
+    new = doc([_ttft("pickle", "ipc", 0.2), _ttft("pickle", "shm", 0.05)])
     comparison = compare.compare(old, new)
     assert [(r.backend, r.verdict) for r in comparison.rows] == [("pickle", compare.NO_CHANGE)]
-    assert [key[1] for key in comparison.added] == ["pickle@shm"]
-    data = {**new, "backends": {"pickle": {"safe": False}}}
+    assert [case.row for case in comparison.added] == ["pickle@shm"]
+    data = msgspec.structs.replace(new, backends={"pickle": Backend(safe=False)})
     assert "pickle@shm (unsafe)" in text.render(data)
 
 
 def test_reproduce_command_names_the_transport() -> None:
-    row = compare.compare(doc([_ttft("pickle@shm", 0.1)]), doc([_ttft("pickle@shm", 0.2)])).rows[0]
+    row = compare.compare(doc([_ttft("pickle", "shm", 0.1)]), doc([_ttft("pickle", "shm", 0.2)])).rows[0]
     command = text.reproduce_command(row, doc([]), doc([], git_commit="b" * 40))
     assert "--backends pickle --workloads images-4 --transport shm" in command
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from serbench import commands, report, text
-from serbench.results import ResultsFile, record
+from serbench.results import Backend, Case, Environment, Results, ResultsFile, record
 from serbench.serializers import BUILTINS, DecodeError, get_serializer, is_safe
+from serbench.stats import Measurement
 from serbench.workloads.messages import EngineCoreRequest
 
 UNSAFE = ["pickle", "pickle-oob", "cloudpickle"]
@@ -67,14 +68,15 @@ def test_serbench_list_marks_exactly_the_unsafe_backends(capsys: pytest.CaptureF
         assert (UNSAFE_MARK in rows[name]) == (name in UNSAFE), rows[name]
 
 
-def results_document(folder: Path, specs: list[str]) -> dict:
+def results_document(folder: Path, specs: list[str]) -> Results:
     """A results document with one micro record per backend, safety as each declares."""
-    metric = {"unit": "s", "values": [1e-3], "median": 1e-3, "ci_low": 1e-3, "ci_high": 1e-3}
+    metric = Measurement(unit="s", values=[1e-3], median=1e-3, ci_low=1e-3, ci_high=1e-3)
     metrics = dict.fromkeys(("encode_s", "decode_s", "roundtrip_s"), metric)
-    run = ResultsFile(folder / "results.json", {}, "quick", {s: {"safe": s in SAFE} for s in specs})
+    backends = {s: Backend(safe=s in SAFE) for s in specs}
+    run = ResultsFile(folder / "results.json", Environment(), "quick", backends)
     for spec in specs:
-        run.add(record("micro", spec, "text-sonnet", metrics))
-    return run.data
+        run.add(record(Case("micro", spec, "text-sonnet"), metrics=metrics))
+    return run.results
 
 
 # Each view of a results document, and how it marks an unsafe backend next to its name.

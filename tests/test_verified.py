@@ -34,30 +34,29 @@ STUB = "misbehaving_backends:declares_everything"
 def test_wrong_or_unsupported_backends_are_never_timed(tmp_path: Path, ipc_sandbox: Path) -> None:
     plan = Plan([WRONG, STUB, "msgspec-frombuffer"], [SMALL], ["micro", "ipc", "memory"])
     run = execute(plan, FAST, tmp_path / "r.json", ["run"])
-    records = {(r["scenario"], r["backend"]): r for r in run.data["records"]}
+    records = {(r.scenario, r.backend): r for r in run.results.records}
     for scenario in ("micro", "ipc", "memory"):
         wrong, stub = records[scenario, WRONG], records[scenario, STUB]
-        assert wrong["metrics"] == {} and stub["metrics"] == {}
-        assert re.search(r"does not round-trip request 0 of \d+, not timed", wrong["error"])
-        assert (
-            "$.mm_inputs.items_by_modality['image'][0].fields['pixel_values'].data: type list"
-            in (wrong["error"])
+        assert wrong.metrics == {} and stub.metrics == {}
+        assert re.search(r"does not round-trip request 0 of \d+, not timed", wrong.error)
+        assert "$.mm_inputs.items_by_modality['image'][0].fields['pixel_values'].data: type list" in (
+            wrong.error
         )
-        assert stub["error"] == "unsupported: a stub: decodes everything as None"
-        assert stub["info"] == {"unsupported": "a stub: decodes everything as None"}
+        assert stub.error == "unsupported: a stub: decodes everything as None"
+        assert stub.unsupported == "a stub: decodes everything as None" and stub.info is None
         good = records[scenario, "msgspec-frombuffer"]
-        assert good["error"] is None and good["metrics"]
-        checked = good["info"]["verification"]
-        assert checked["messages"] == checked["of"] >= 1  # every message it timed (few here)
+        assert good.error is None and good.metrics
+        checked = good.info.verification
+        assert checked.messages == checked.of >= 1  # every message it timed (few here)
     # Both passed conformance: what kept them untimed is the per-case check.
     for spec in (WRONG, STUB):
-        assert not run.data["backends"][spec]["conformance"]["failed"]
-    assert run.data["backends"][STUB]["conformance"]["passed"] == 0
+        assert not run.results.backends[spec].conformance.failed
+    assert run.results.backends[STUB].conformance.passed == 0
 
 
 def test_verify_names_the_message_and_the_first_difference() -> None:
     messages = list(get_workload(SMALL).requests(3))
-    assert conformance.verify(get_serializer("msgspec-frombuffer"), messages)["messages"] == 3
+    assert conformance.verify(get_serializer("msgspec-frombuffer"), messages).messages == 3
     with pytest.raises(VerificationError, match=r"request 0 of 3.*\['image'\]\[0\]\.fields"):
         conformance.verify(get_serializer(WRONG), messages, "request")
 
@@ -91,19 +90,25 @@ def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) 
 def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
     """A case the backend declares unsupported was never timed: the tables and the report say so."""
     from serbench import report, text
-    from serbench.results import SCHEMA, record
+    from serbench.results import Backend, Case, Results, record
     from serbench.stats import summarize
 
-    rec = record("micro", "pickle", "text-sonnet", None, {"unsupported": "no tensors here"}, "unsupported: x")
-    data = {
-        "schema": SCHEMA, "complete": True, "started": "", "finished": "", "profile": "quick",
-        "environment": {}, "backends": {"pickle": {"safe": False}},
-        "records": [
+    rec = record(
+        Case("micro", "pickle", "text-sonnet"), unsupported="no tensors here", error="unsupported: x"
+    )
+    timed = {"decode_s": summarize([1e-5] * 5, "s")}
+    data = Results(
+        complete=True,
+        started="",
+        finished="",
+        profile="quick",
+        backends={"pickle": Backend(safe=False)},
+        records=[
             rec,
-            record("micro", "pickle", "images-4", None, None, "boom"),
-            record("micro", "msgspec-frombuffer", "text-sonnet", {"decode_s": summarize([1e-5] * 5, "s")}),
+            record(Case("micro", "pickle", "images-4"), error="boom"),
+            record(Case("micro", "msgspec-frombuffer", "text-sonnet"), metrics=timed),
         ],
-    }  # fmt: skip
+    )
     cells = [line.split()[-2:] for line in text.render(data).splitlines() if line.startswith("pickle")]
     assert ["unsupported", "FAILED"] in cells
     page = report.render(data)
@@ -131,24 +136,24 @@ def test_a_message_verified_earlier_in_the_run_is_not_round_tripped_again() -> N
     key = ("msgspec-frombuffer", "text-sonnet")
     conformance.forget()
     first = conformance.verify(serializer, messages[:2], "request", key)
-    assert (serializer.encodes, first["earlier"]) == (2, 0)
-    assert first["keys"] == [[*key, "request", 0], [*key, "request", 1]]
-    conformance.remember(first["keys"])
+    assert (serializer.encodes, first.earlier) == (2, 0)
+    assert first.keys == [[*key, "request", 0], [*key, "request", 1]]
+    conformance.remember(first.keys)
     again = conformance.verify(serializer, messages, "request", key)
-    assert (serializer.encodes, again["earlier"], again["keys"]) == (3, 2, [[*key, "request", 2]])
+    assert (serializer.encodes, again.earlier, again.keys) == (3, 2, [[*key, "request", 2]])
     other = conformance.verify(serializer, messages[:1], "request", ("msgspec-frombuffer", "images-4"))
-    assert (serializer.encodes, other["earlier"]) == (4, 0)  # another workload's message 0
+    assert (serializer.encodes, other.earlier) == (4, 0)  # another workload's message 0
     conformance.forget()
-    assert conformance.verify(serializer, messages[:1], "request", key)["earlier"] == 0
+    assert conformance.verify(serializer, messages[:1], "request", key).earlier == 0
 
 
 def test_a_run_verifies_each_message_once_across_scenarios(tmp_path: Path, ipc_sandbox: Path) -> None:
     plan = Plan(["msgspec-frombuffer"], [SMALL], ["micro", "ipc", "memory"])
     run = execute(plan, FAST, tmp_path / "r.json", ["run"])
-    verified = {(r["scenario"], r["backend"]): r["info"]["verification"] for r in run.data["records"]}
-    assert verified["micro", "msgspec-frombuffer"]["earlier"] == 0
-    assert verified["ipc", "msgspec-frombuffer"]["earlier"] == 1  # its request 0 is micro's message
-    assert verified["memory", "msgspec-frombuffer"]["earlier"] == 1
+    verified = {(r.scenario, r.backend): r.info.verification for r in run.results.records}
+    assert verified["micro", "msgspec-frombuffer"].earlier == 0
+    assert verified["ipc", "msgspec-frombuffer"].earlier == 1  # its request 0 is micro's message
+    assert verified["memory", "msgspec-frombuffer"].earlier == 1
     # memory's zero-copy-off variant is another backend: verified on its own
-    assert verified["memory", "msgspec-frombuffer:threshold=inf"]["earlier"] == 0
-    assert all("keys" not in v for v in verified.values())  # the run's memory, not the record's
+    assert verified["memory", "msgspec-frombuffer:threshold=inf"].earlier == 0
+    assert all(v.keys is None for v in verified.values())  # the run's memory, not the record's

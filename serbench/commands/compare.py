@@ -11,7 +11,7 @@ from serbench.compare import compare
 from serbench.errors import EXIT_OK, EXIT_REGRESSION, ResultsError
 
 
-def conclude(args: argparse.Namespace, base: dict, head: dict) -> int:
+def conclude(args: argparse.Namespace, base: results.Results, head: results.Results) -> int:
     """Compare, print the table, write the Markdown and export files; the exit code.
 
     Shared by ``compare`` and ``gate``, which differ only in where the two

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from serbench import gate, instructions, metrics, results, runner
+from serbench.commands import options
 from serbench.commands.compare import conclude
-from serbench.commands.options import add_comparison_options, tolerances, transports
+from serbench.commands.options import add_comparison_options, add_dimension_options, tolerances
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
+from serbench.profiles import PROFILES, Profile
+from serbench.runner import Plan
 
 # The default matrix: quick enough for every pull request, wide enough to
 # cover in-band pickling, zero-copy msgpack and flattened multimodal kwargs,
@@ -35,22 +39,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
     tolerances(args)  # a malformed tolerance fails before minutes of measuring
     if args.rounds is not None and args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
+    settings = PROFILES["quick"]
     repo = gate.repository_root(Path.cwd())
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
-    cases = ("--backends", args.backends, "--workloads", args.workloads)
-    if args.transport:  # passed only when given: a base revision from before --transport still runs
-        cases += ("--transport", ",".join(transports(args.transport)))
-    run_args = (*cases, "--scenarios", args.scenarios)
-    counting = count_args(args, cases)
+    counting = count_plan(args, chosen, settings)
     rounds = args.rounds or (DEFAULT_ROUNDS if counting is None else DEFAULT_ROUNDS_COUNTED)
     try:
         with runner.sigterm_as_interrupt():  # so that the worktree and every process go on SIGTERM too
-            base, head = gate.measure(repo, args.base, run_args, rounds, folder, say, counting)
+            base, head = gate.measure(repo, args.base, chosen, settings, rounds, folder, say, counting)
     except KeyboardInterrupt as exc:
         say(f"\ninterrupted: nothing compared; the rounds so far are in {folder}")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    results.write_json_atomic(folder / "base.json", base)
-    results.write_json_atomic(folder / "head.json", head)
+    results.save(folder / "base.json", base)
+    results.save(folder / "head.json", head)
     if not args.markdown:
         args.markdown = str(folder / "summary.md")
     code = conclude(args, base, head)
@@ -58,18 +60,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return code
 
 
-def count_args(args: argparse.Namespace, cases: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The options of the instruction-counting run (``--measure instructions``: the micro cases),
-    or None (with a note saying why, when they were asked for) when nothing is counted."""
+def count_plan(args: argparse.Namespace, plan: Plan, profile: Profile) -> tuple[Plan, Profile] | None:
+    """The plan and profile of the instruction-counting run (``--measure instructions``: the
+    micro cases), or None (with a note saying why, when they were asked for) when nothing is
+    counted."""
     if args.measure != "instructions":
         return None
     problem = instructions.cannot_launch()
-    if "micro" not in args.scenarios.split(","):
+    if "micro" not in plan.scenarios:
         problem = "instructions are counted for micro cases and --scenarios has no micro"
     if problem:
         say(f"note: {problem}: no instruction counts, wall time only")
         return None
-    return (*cases, "--scenarios", "micro", "--measure", "instructions")
+    return dataclasses.replace(plan, scenarios=["micro"]), profile.with_options(measure="instructions")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,10 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
-    parser.add_argument(
-        "--transport",
-        help="links for the ipc and memory scenarios, as `serbench run --transport` (default: ipc)",
-    )
+    add_dimension_options(parser)
     parser.add_argument(
         "--rounds",
         type=int,

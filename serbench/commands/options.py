@@ -1,4 +1,5 @@
-"""Command-line pieces that several commands share: spec lists, tolerances, scenario flags."""
+"""Command-line pieces that several commands share: spec lists, tolerances, the plan, the case
+dimensions' flags, scenario flags."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from serbench.compare import DEFAULT_BASELINE, parse_tolerance
 from serbench.errors import UsageError
 from serbench.export import FORMATS
 from serbench.profiles import PROFILES, Profile
-from serbench.scenarios import SCENARIOS
-from serbench.transport import DEFAULT_KIND, KINDS
+from serbench.runner import Plan
+from serbench.scenarios import SCENARIOS, Dimension, dimensions
+from serbench.serializers import BUILTINS
+from serbench.workloads import default_workloads, expand
 
 
 def split_specs(text: str) -> list[str]:
@@ -25,15 +28,69 @@ def split_specs(text: str) -> list[str]:
     return items
 
 
-def transports(text: str | None) -> tuple[str, ...]:
-    """``--transport`` parsed: one or more of ``transport.KINDS``; UsageError otherwise."""
-    chosen = tuple(dict.fromkeys(split_specs(text or DEFAULT_KIND)))
-    unknown = [t for t in chosen if t not in KINDS]
-    if unknown or not chosen:
-        raise UsageError(
-            f"--transport: unknown {', '.join(unknown) or 'empty'}; transports: {', '.join(KINDS)}"
+def _dest(dimension: Dimension) -> str:
+    return f"dimension_{dimension.field}"
+
+
+def add_dimension_options(parser: argparse.ArgumentParser) -> None:
+    """A flag for every case dimension some scenario varies (``scenarios.dimensions()``), taking
+    a comma-separated list of values: ``--transport ipc,shm`` runs each."""
+    for dimension in dimensions().values():
+        allowed = f"{', '.join(map(str, dimension.choices))}; " if dimension.choices else ""
+        default = ",".join(map(str, dimension.default))
+        parser.add_argument(
+            dimension.flag,
+            dest=_dest(dimension),
+            metavar=dimension.field.upper(),
+            help=f"{dimension.help} ({allowed}default {default})".replace("%", "%%"),
         )
-    return chosen
+
+
+def dimension_values(dimension: Dimension, text: str) -> tuple[Any, ...]:
+    """A dimension flag's comma-separated list, each value read by the dimension's ``parse``
+    (repeats dropped); UsageError in one line naming the values it takes."""
+    values, refused = [], []
+    for part in dict.fromkeys(p.strip() for p in text.split(",") if p.strip()):
+        try:
+            value = dimension.parse(part)
+        except ValueError as exc:
+            refused.append(f"{part} ({exc})" if dimension.choices is None else part)
+            continue
+        if dimension.choices is not None and value not in dimension.choices:
+            refused.append(part)
+        else:
+            values.append(value)
+    if refused or not values:
+        takes = f"; {dimension.field}s: {', '.join(map(str, dimension.choices))}" if dimension.choices else ""
+        raise UsageError(f"{dimension.flag}: unknown {', '.join(refused) or 'empty'}{takes}")
+    return tuple(dict.fromkeys(values))
+
+
+def chosen_dimensions(args: argparse.Namespace) -> dict[str, tuple[Any, ...]]:
+    """The case dimensions given on the command line, by ``Case`` field, each value parsed —
+    here only: the gate hands its workers the values. One not given is left out, and its
+    scenarios take its default."""
+    return {
+        dimension.field: dimension_values(dimension, text)
+        for dimension in dimensions().values()
+        if (text := getattr(args, _dest(dimension), None)) is not None
+    }
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """The plan the command line asks for: ``--backends``, ``--workloads`` (sweeps expanded),
+    ``--scenarios`` (each the default when not given) and every dimension's values. Names
+    are not looked up here (``worker.checked`` does); a malformed dimension value is a
+    UsageError, before anything else."""
+    chosen = chosen_dimensions(args)
+    return Plan(
+        backends=split_specs(args.backends) if args.backends else list(BUILTINS),
+        workloads=[w for spec in split_specs(args.workloads) for w in expand(spec)]
+        if args.workloads
+        else default_workloads(),
+        scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
+        dimensions=chosen,
+    )
 
 
 def add_max_regression(parser: argparse.ArgumentParser) -> None:

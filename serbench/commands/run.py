@@ -9,33 +9,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serbench import instructions, report, results, runner, text
-from serbench.commands.options import add_baseline, add_scenario_options, profile, split_specs, transports
-from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
+from serbench import instructions, report, results, runner, text, worker
+from serbench.commands import options
+from serbench.commands.options import add_baseline, add_dimension_options, add_scenario_options, profile
+from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from serbench.profiles import Profile
+from serbench.results import Results
 from serbench.runner import Plan
-from serbench.scenarios import SCENARIOS, Case, get_scenario
-from serbench.serializers import BUILTINS, get_serializer
-from serbench.transport import DEFAULT_KIND, KINDS
-from serbench.workloads import default_workloads, expand, get_workload
+from serbench.scenarios import Case, get_scenario
 
 
 def plan(args: argparse.Namespace) -> Plan:
-    """The run's plan from the command line; SpecError for any unknown name."""
-    chosen = Plan(
-        backends=split_specs(args.backends) if args.backends else list(BUILTINS),
-        workloads=[w for spec in split_specs(args.workloads) for w in expand(spec)]
-        if args.workloads
-        else default_workloads(),
-        scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
-        transports=transports(args.transport),
-    )
-    for spec in chosen.backends:
-        get_serializer(spec)
-    for spec in chosen.workloads:
-        get_workload(spec)
-    for name in chosen.scenarios:
-        get_scenario(name)
-    return chosen
+    """The run's plan from the command line; UsageError for a bad dimension value (first),
+    SpecError for any unknown name."""
+    return worker.checked(options.plan(args))
 
 
 def _point_latest(folder: Path) -> None:
@@ -55,73 +42,69 @@ def _interrupted(code: int, path: Path, folder: Path) -> int:
     return code
 
 
+class _Progress:
+    """The progress bar on stderr, one step per case."""
+
+    def __init__(self, total: int) -> None:
+        tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
+        self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, index: int, total: int, case: Case) -> None:
+        self.bar.update(index - self.bar.n)
+        self.bar.set_description(case.label)
+        self.bar.set_postfix_str(f"{total - index} left")
+
+    def done(self) -> None:
+        self.bar.set_description("done")
+        self.bar.set_postfix_str("")
+        self.bar.update(self.bar.total - self.bar.n)
+        self.bar.close()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix; write results.json and index.html; print the summary."""
     chosen, settings = plan(args), profile(args)
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
-    counting = settings.options.get("measure") == "instructions"
-    if counting and args.worker:  # the gate counts in a run of its own per side
-        raise UsageError("--worker times rounds; counting instructions is one run per side")
-    if counting and not instructions.launched():
+    if worker.counts(settings):
         problem = instructions.cannot_launch()
         if problem is None:
-            return _counted(args, chosen)
+            return _counted(args, chosen, settings)
         print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
-    if args.worker:
-        runner.work(chosen, settings, args.argv, sys.stdin, sys.stdout)
-        return 0
-    handed_folder = instructions.handed_off("out")  # a counting run's parent chose it (``_counted``)
-    if handed_folder:
-        folder = Path(handed_folder)
-    else:
-        folder = results.output_folder(args.out, must_be_empty=not args.force)
-    path = folder / "results.json"
-
-    tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
-    bar = tqdm(total=len(chosen.cases()), unit="case", file=sys.stderr, dynamic_ncols=True)
-
-    def progress(index: int, total: int, case: Case) -> None:
-        bar.update(index - bar.n)
-        bar.set_description(case.label)
-        bar.set_postfix_str(f"{total - index} left")
-
-    backend_facts = _handed_off_backends if handed_folder else runner.check_backends
-    try:
-        finished = runner.execute(chosen, settings, path, args.argv, progress, backend_facts)
-    except KeyboardInterrupt as exc:
-        bar.close()
-        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-        # A counting process leaves the report to the process that started it, which runs at
-        # full speed: under valgrind it took seconds that a terminated gate waits for.
-        return code if handed_folder else _interrupted(code, path, folder)
-    bar.set_description("done")
-    bar.set_postfix_str("")
-    bar.update(bar.total - bar.n)
-    bar.close()
-    return 0 if handed_folder else _summarised(args, folder, finished.data)
-
-
-def _counted(args: argparse.Namespace, chosen: Plan) -> int:
-    """The run again in one valgrind process (docs/instructions.md), which only measures: the
-    backends are checked, and the summary and report made, here, at full speed."""
     folder = results.output_folder(args.out, must_be_empty=not args.force)
-    backends = runner.check_backends(sorted({case.spec for case in chosen.cases()}))
-    command = [sys.executable, "-m", "serbench", *args.argv]
-    code = instructions.run_under_callgrind(command, {"out": str(folder), "backends": backends})
+    path = folder / "results.json"
+    progress = _Progress(len(chosen.cases()))
+    try:
+        finished = runner.execute(chosen, settings, path, args.argv, progress)
+    except KeyboardInterrupt as exc:
+        progress.bar.close()
+        return _interrupted(
+            EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED, path, folder
+        )
+    progress.done()
+    return _summarised(args, folder, finished.results)
+
+
+def _counted(args: argparse.Namespace, chosen: Plan, settings: Profile) -> int:
+    """The run in one worker under valgrind (docs/instructions.md), which only measures: the
+    backends are checked, and the summary and report made, here, at full speed; the
+    worker gets those checks, the output folder and where callgrind dumps in its messages
+    (``worker.count``)."""
+    folder = results.output_folder(args.out, must_be_empty=not args.force)
+    backends = runner.check_backends(sorted({case.backend for case in chosen.cases()}))
+    progress = _Progress(len(chosen.cases()))
+    try:
+        code = worker.count(chosen, settings, args.argv, folder, backends, progress)
+    finally:
+        progress.bar.close()
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         return _interrupted(code, folder / "results.json", folder)
     if code:
-        return code  # the run said why
+        return code  # the counting process said why on stderr
     return _summarised(args, folder, results.load(folder / "results.json"))
 
 
-def _handed_off_backends(specs: list[str]) -> dict[str, dict]:
-    """The backends' facts, as the process that started this one checked them (``_counted``)."""
-    return instructions.handed_off("backends")
-
-
-def _summarised(args: argparse.Namespace, folder: Path, data: dict) -> int:
+def _summarised(args: argparse.Namespace, folder: Path, data: Results) -> int:
     """Print the summary of a finished run and write its report."""
     if not args.out:
         _point_latest(folder)
@@ -142,11 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`serbench list` shows the rest, e.g. outputs-1024:logprobs=5,layout=flat, tensor-sweep)",
     )
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
-    parser.add_argument(
-        "--transport",
-        help=f"comma-separated links between frontend and engine for ipc and memory: {', '.join(KINDS)} "
-        f"(default {DEFAULT_KIND}); a case over another than the default is the row BACKEND@TRANSPORT",
-    )
+    add_dimension_options(parser)
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
     speed.add_argument("--full", action="store_true", help="publication-quality profile")
@@ -155,8 +134,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
     add_baseline(parser)
-    # `serbench gate` looks for --worker in this help to tell whether a revision has it.
-    parser.add_argument(
-        "--worker", action="store_true", help="used by `serbench gate`: measure cases on request (internal)"
-    )
     add_scenario_options(parser)

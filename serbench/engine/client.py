@@ -71,7 +71,9 @@ class EngineLink:
         """Send one message; over shm a request's large frames go to the region, the rest inline."""
         if self.placer is not None and kind == "request":
             placement = self._place(frames)
-            data["shm"], frames = [placement.block, placement.refs], placement.inline
+            frames = placement.inline
+            if placement.refs:  # a request without large frames (text) places nothing, holds no block
+                data["shm"] = [placement.block, placement.refs]
         if self.frame_sizes and frames:
             data["sizes"] = [memoryview(frame).nbytes for frame in frames]
         sender(self.push, [control(kind, self.session, **data), *frames])

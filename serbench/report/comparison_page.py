@@ -3,6 +3,8 @@
 The page shows ``compare.compare``'s verdicts: per metric the ratio
 head/base with its interval, regressions and improvements marked; the
 statistics are compare's, not this module's (docs/architecture.md, Report).
+A row stands for its ``results.Case`` (``MetricComparison.case``); the ratio
+figures draw a line per ``page.line`` (a backend over shm apart from it over ipc).
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from serbench.report.page import (
     TIMES,
     Look,
     case_attr,
+    case_text,
     e,
     figure,
     incomplete,
+    line,
     page,
     section,
     table,
     unique,
 )
-from serbench.report.run_page import SECTIONS, Run, environment_section, failed_section, noise_section
+from serbench.report.run_page import Run, environment_section, failed_section, noise_section
+from serbench.results import Case, Results
+from serbench.scenarios import SCENARIOS
 from serbench.units import format_value
 
 
@@ -41,11 +47,11 @@ def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bo
         return DASH if value is None else format_value(value, row.unit)
 
     label = metric(row.metric).label + (" (exact)" if row.exact else "")
-    first = f"<td>{e(row.scenario)}</td>" if with_scenario else ""
+    first = f"<td>{e(row.case.scenario)}</td>" if with_scenario else ""
     verdict = row.verdict.replace(" ", "-")
     return (
         f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
-        f"{first}<td>{look.backend(row.backend)}</td><td>{e(row.workload)}</td><td>{e(label)}</td>"
+        f"{first}<td>{look.backend(row.case)}</td><td>{e(row.case.workload)}</td><td>{e(label)}</td>"
         f"<td>{side(row.base_median)}</td><td>{side(row.head_median)}</td><td>{_ratio_text(row)}</td>"
         f"<td><span class='badge {verdict}'>{e(row.verdict)}</span></td></tr>"
     )
@@ -71,12 +77,11 @@ def _ratio_figure(scenario: str, rows: Sequence[compare.MetricComparison], look:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
-    wanted = unique(n for spec in SECTIONS.get(scenario, ()) for n, _ in spec.columns) or unique(
-        r.metric for r in rows
-    )
+    figures = SCENARIOS[scenario].figures if scenario in SCENARIOS else ()
+    wanted = unique(n for spec in figures for n, _ in spec.columns) or unique(r.metric for r in rows)
     panels = {
         metric(name).label: [
-            plots.RatioPoint(r.backend, r.workload, r.ratio, r.ci_low, r.ci_high, r.verdict)
+            plots.RatioPoint(line(r.case), r.case.workload, r.ratio, r.ci_low, r.ci_high, r.verdict)
             for r in rows
             if r.metric == name and r.ratio  # a ratio of 0 (or none) has no place on a log axis
         ]
@@ -85,16 +90,16 @@ def _ratio_figure(scenario: str, rows: Sequence[compare.MetricComparison], look:
     panels = {k: v for k, v in panels.items() if v}
     if not panels:
         return None
-    backends = [b for b in look.colours if any(r.backend == b for r in rows)]
-    return plots.ratios(panels, backends, unique(r.workload for r in rows), look.colours)
+    lines = look.styles(look.lines(r.case for r in rows))
+    return plots.ratios(panels, lines, unique(r.case.workload for r in rows))
 
 
 def _comparison_scenario(
     scenario: str, rows: Sequence[compare.MetricComparison], workloads: list[str], look: Look
 ) -> str:
-    """The ratio figure and every row of one scenario, ordered like the run (workload, backend)."""
-    backends = list(look.colours)
-    rows = sorted(rows, key=lambda r: (workloads.index(r.workload), backends.index(r.backend), r.metric))
+    """The ratio figure and every row of one scenario, ordered like the run (workload, line)."""
+    lines = list(look.colours)
+    rows = sorted(rows, key=lambda r: (workloads.index(r.case.workload), lines.index(line(r.case)), r.metric))
     png = _ratio_figure(scenario, rows, look)
     title = f"{scenario}: head / base per case (1 = unchanged; {TIMES} regression, + improvement)"
     ratios = f"<h3>{e(title)}</h3>" + figure(png, title) if png else ""
@@ -103,12 +108,12 @@ def _comparison_scenario(
     )
 
 
-def _case_list(title: str, cases: Sequence[tuple[str, str, str]]) -> str:
+def _case_list(title: str, cases: Sequence[Case]) -> str:
     if not cases:
         return ""
     return (
         f"<h3>{e(title)} ({len(cases)})</h3><ul>"
-        + "".join(f"<li>{e(f' {TIMES} '.join(c))}</li>" for c in cases)
+        + "".join(f"<li>{e(case_text(c))}</li>" for c in cases)
         + "</ul>"
     )
 
@@ -134,21 +139,21 @@ def verdict_section(result: compare.Comparison, max_regression: float, look: Loo
 
 
 def render_comparison(
-    base: dict, head: dict, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
+    base: Results, head: Results, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
 ) -> str:
     """The comparison page: verdicts, both environments, and per scenario the ratios head/base."""
     look = Look.of(base, head)
     result = compare.compare(base, head, max_regression)
     runs = [Run("base", sources[0], base), Run("head", sources[1], head)]
-    scenarios = unique(r.scenario for r in result.rows)
-    workloads = unique(r["workload"] for d in (base, head) for r in d["records"])
+    scenarios = unique(r.case.scenario for r in result.rows)
+    workloads = unique(r.workload for d in (base, head) for r in d.records)
     sections = [
         incomplete(base, "The base run") + incomplete(head, "The head run"),
         verdict_section(result, max_regression, look),
         environment_section(runs),
         noise_section(runs),
         *(
-            _comparison_scenario(s, [r for r in result.rows if r.scenario == s], workloads, look)
+            _comparison_scenario(s, [r for r in result.rows if r.case.scenario == s], workloads, look)
             for s in scenarios
         ),
         failed_section(head, look),

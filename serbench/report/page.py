@@ -5,6 +5,11 @@ A page is one self-contained document: styles inline, figures as PNG data
 URIs, a script that marks ``<body>`` with how many images decoded. Nothing
 here knows what a scenario measures; that is ``run_page``'s and
 ``comparison_page``'s (docs/architecture.md, Report).
+
+Everything reads the typed model (``results.Results``, ``Record``, ``Case``).
+A table row, a swatch and a figure's line stand for a *line*: a case without
+its scenario and workload (``line``), so a backend run over another transport,
+or along any dimension ``results.Case`` grows, has its own without code here.
 """
 
 from __future__ import annotations
@@ -12,79 +17,126 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from serbench import results
-from serbench.stats import MIN_DISTRIBUTION
+from serbench.results import Case, Record, Results
+from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.units import format_number, format_value, scale_for
+from serbench.views import MEDIAN, P99
 
-MEDIAN, P99 = "median", "p99"
+if TYPE_CHECKING:
+    from serbench.report.plots import Style
+
 TIMES, DASH = "\u00d7", "\u2013"  # the case separator and the range dash shown on the page
 
 e = html.escape
+T = TypeVar("T", bound=Hashable)
 
 
-def unique(items: Iterable[str]) -> list[str]:
+def unique(items: Iterable[T]) -> list[T]:
     """``items`` without repeats, in first-seen order."""
     return list(dict.fromkeys(items))
 
 
-def case_attr(rec_or_case) -> str:
-    """The ``data-case`` value of a record or a (scenario, backend, workload) key."""
-    case = results.case_key(rec_or_case) if isinstance(rec_or_case, dict) else rec_or_case
-    return e("|".join(case))
+def case_attr(case: Case) -> str:
+    """The ``data-case`` value of a case (or a record): ``scenario|row|workload``, the row with
+    every dimension beyond the defaults (``pickle@shm``)."""
+    return e("|".join((case.scenario, case.row, case.workload)))
+
+
+def case_text(case: Case) -> str:
+    """A case as the page names it in running text: ``scenario × row × workload``."""
+    return f" {TIMES} ".join((case.scenario, case.row, case.workload))
+
+
+def line(case: Case | str) -> Case:
+    """What a row, a swatch and a figure's line stand for: ``case`` without its scenario and
+    workload (a backend spec alone: the backend with no dimension set). Cases that differ in
+    a dimension (transport, workers, …) are different lines; a dimension at its default, which
+    the row leaves unmarked (``Case.row``), is the same line as one left unset."""
+    if isinstance(case, str):
+        return Case("", case, "")
+    fields = {name: getattr(case, name) for name in Case.__struct_fields__}
+    bare = Case(**{**fields, "scenario": "", "workload": ""})
+    return bare if bare.row != bare.backend else Case("", bare.backend, "")  # unset ≡ default
+
+
+def lines_of(records: Iterable[Record]) -> list[Case]:
+    """The lines of ``records``, in first-seen order."""
+    return unique(line(r) for r in records)
 
 
 @dataclass(frozen=True)
 class Look:
-    """What every section shares: the backends' colours, labels, and which are unsafe (declared
+    """What every section shares: each line's colour (``plots.line_colour``) and label
+    (``Results.row_label``), in legend order, and which backend specs are unsafe (declared
     so) or undeclared (no claim made; treated as unsafe)."""
 
-    colours: dict[str, str]
-    unsafe: frozenset[str]
+    colours: dict[Case, str]
+    labels: dict[Case, str]
+    unsafe: frozenset[str] = frozenset()
     undeclared: frozenset[str] = frozenset()
-    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, *docs: dict) -> Look:
+    def of(cls, *docs: Results) -> Look:
         # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
         from serbench.report import plots
 
-        names = unique(
-            [r["backend"] for d in docs for r in d["records"]] + [b for d in docs for b in d["backends"]]
+        found = unique(
+            [*(line(r) for d in docs for r in d.records), *(line(b) for d in docs for b in d.backends)]
         )
-        declared = {b: info.get("safe", True) for d in docs for b, info in d["backends"].items()}
-        labels = {b: results.backend_label(d, b) for d in docs for b in d["backends"]}
+        labels = {}
+        for case in found:  # named by the last document that declares its backend
+            declaring = [d for d in docs if case.backend in d.backends] or docs[-1:]
+            labels[case] = declaring[-1].row_label(case)
+        declared = {spec: b.safe for d in docs for spec, b in d.backends.items()}
         return cls(
-            plots.palette(names),
-            frozenset(b for b, safe in declared.items() if safe is False),
-            frozenset(b for b, safe in declared.items() if safe is None),
+            {case: plots.line_colour(case) for case in found},
             labels,
+            frozenset(spec for spec, safe in declared.items() if safe is False),
+            frozenset(spec for spec, safe in declared.items() if safe is None),
         )
 
-    def backends(self, records: Iterable[dict]) -> list[str]:
-        present = {r["backend"] for r in records}
-        return [b for b in self.colours if b in present]
+    def lines(self, records: Iterable[Record]) -> list[Case]:
+        """The lines of ``records`` in legend order."""
+        present = set(lines_of(records))
+        return [case for case in self.colours if case in present]
 
-    def backend(self, name: str) -> str:
-        """A backend's label with its colour swatch and, if it is or may be unsafe, a mark."""
-        swatch = f'<span class="swatch" style="background:{self.colours.get(name, "#999")}"></span>'
-        spec, transport = results.split_backend(name)
+    def styles(self, lines: Iterable[Case]) -> dict[Case, Style]:
+        """``lines`` as a figure draws them (``plots.Style``), in the given order."""
+        # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+        from serbench.report.plots import Style
+
+        return {case: Style(self.colour(case), self.label(case)) for case in lines}
+
+    def colour(self, case: Case) -> str:
+        return self.colours.get(line(case), "#999")
+
+    def label(self, case: Case) -> str:
+        key = line(case)
+        return self.labels.get(key, key.row)
+
+    def backend(self, case: Case | str) -> str:
+        """A line's label (or a backend spec's) with its colour swatch and, if its backend is or
+        may be unsafe, a mark."""
+        key = line(case)
+        swatch = f'<span class="swatch" style="background:{self.colour(key)}"></span>'
         mark = ""
-        if spec in self.unsafe:
+        if key.backend in self.unsafe:
             mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
-        elif spec in self.undeclared:
+        elif key.backend in self.undeclared:
             mark = ' <span class="badge bad" title="declares no safety: treated as unsafe">undeclared</span>'
-        label = results.with_transport(self.labels.get(spec, spec), transport)
-        return f"<span class='backend'>{swatch}{e(label)}{mark}</span>"
+        return f"<span class='backend'>{swatch}{e(self.label(key))}{mark}</span>"
 
 
 # ---------------------------------------------------------------- metric cells
 
 
-def metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
+def metric_cell(metric: Measurement, name: str, stat: str, case: str) -> str:
     """A table cell: the value (and its CI) scaled for reading; the exact numbers in its tooltip.
 
     With fewer than ``MIN_DISTRIBUTION`` samples a median is a value marked
@@ -93,37 +145,37 @@ def metric_cell(metric: dict, name: str, stat: str, case: str) -> str:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report.plots import stat_value
 
-    n = len(metric["values"])
+    n = metric.n
     few = 1 < n < MIN_DISTRIBUTION or (n == 1 and stat == P99)
     attrs = f'{case} data-metric="{e(name)}" data-stat="{stat}"'
     if few and stat == P99:
         return f'<td {attrs} class="few" title="{n} samples: too few for a p99">n={n}</td>'
     value = stat_value(metric, stat)
-    text = format_value(value, metric["unit"])
-    exact = f"{stat} {value!r} {metric['unit']}, n={n}"
+    text = format_value(value, metric.unit)
+    exact = f"{stat} {value!r} {metric.unit}, n={n}"
     if few:
         text += f' <span class="ci">(n={n})</span>'
-    elif stat == MEDIAN and metric["ci_low"] != metric["ci_high"]:
-        factor, _ = scale_for(metric["unit"], value)
-        low, high = format_number(metric["ci_low"] / factor), format_number(metric["ci_high"] / factor)
+    elif stat == MEDIAN and metric.ci_low != metric.ci_high:
+        factor, _ = scale_for(metric.unit, value)
+        low, high = format_number(metric.ci_low / factor), format_number(metric.ci_high / factor)
         text += f' <span class="ci">[{low} {DASH} {high}]</span>'
-        exact += f", 95% CI {metric['ci_low']!r} to {metric['ci_high']!r}"
+        exact += f", 95% CI {metric.ci_low!r} to {metric.ci_high!r}"
     return f'<td {case} data-metric="{e(name)}" data-stat="{stat}" title="{e(exact)}">{text}</td>'
 
 
-def case_cell(rec: dict | None, name: str, stat: str) -> str:
+def case_cell(rec: Record | None, name: str, stat: str) -> str:
     """A record's cell for one metric statistic: its value, "failed", "unsupported", or a dash
     (no such case or metric)."""
     if rec is None:
         return f'<td class="na">{DASH}</td>'
     case = f'data-case="{case_attr(rec)}"'
-    if rec.get("error"):
-        if results.unsupported(rec):  # declared by the backend: never timed, not a failure
+    if not rec.ok:
+        if rec.unsupported is not None:  # declared by the backend: never timed, not a failure
             return f'<td class="na" {case}>unsupported</td>'
         return f'<td class="failed" {case}>failed</td>'
-    if name not in rec["metrics"]:
+    if name not in rec.metrics:
         return f'<td class="na" {case}>{DASH}</td>'
-    return metric_cell(rec["metrics"][name], name, stat, case)
+    return metric_cell(rec.metrics[name], name, stat, case)
 
 
 # ---------------------------------------------------------------- html pieces
@@ -148,13 +200,13 @@ def section(anchor: str, title: str, body: str) -> str:
     return f'<section id="{e(anchor)}"><h2>{e(title)}</h2>{body}</section>'
 
 
-def incomplete(data: dict, label: str) -> str:
+def incomplete(data: Results, label: str) -> str:
     """A red banner for an interrupted run; nothing for a complete one."""
-    if data["complete"]:
+    if data.complete:
         return ""
     return (
         f"<p class='banner bad'>{e(label)} is incomplete (complete: false): the run was interrupted, "
-        f"{len(data['records'])} cases recorded; cases not run are absent, not failed.</p>"
+        f"{len(data.records)} cases recorded; cases not run are absent, not failed.</p>"
     )
 
 

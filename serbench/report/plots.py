@@ -5,6 +5,11 @@ no pyplot and no global backend switch), so the report can run inside any
 process. Every figure gives a backend the colour ``palette`` assigned it, so
 a reader can follow one backend down the page; every axis carries its unit,
 scaled to something readable (ms, MB ...) from the data it shows.
+
+A figure draws *lines*: whatever the caller groups its cases by (the report:
+a ``results.Case`` without scenario and workload, so every dimension of a case
+gets its own line), each with its ``Style`` (colour and legend label).
+Figures read the typed model: ``stats.Measurement`` and ``results.Sweep``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import io
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -23,9 +28,10 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from serbench.results import Case, Sweep, SweepPoint
 from serbench.serializers import BUILTINS
 from serbench.specs import Spec, SpecError, format_spec, parse_spec
-from serbench.stats import MIN_DISTRIBUTION
+from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.units import UNITLESS, scale_for
 
 WIDTH_IN = 11.0
@@ -34,7 +40,18 @@ FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
 
-Cell = tuple[str, str]  # (backend, workload): one slot of a figure
+Cell = tuple[Hashable, str]  # (line, workload): one slot of a figure
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a figure draws one line (a backend and the dimensions it ran with): colour, legend label."""
+
+    colour: str
+    label: str
+
+
+Lines = Mapping[Hashable, Style]  # a figure's lines in legend order
 
 
 @dataclass(frozen=True)
@@ -77,11 +94,11 @@ def image_count(workload: str) -> int | None:
     return IMAGES.value(workload)
 
 
-def stat_value(metric: dict, stat: str) -> float:
+def stat_value(metric: Measurement, stat: str) -> float:
     """A metric's ``median`` (from the file) or ``p99`` (from its raw values)."""
     if stat == "median":
-        return metric["median"]
-    return float(np.percentile(metric["values"], 99))
+        return metric.median
+    return float(np.percentile(metric.values, 99))
 
 
 def backend_colour(spec: str) -> str:
@@ -114,6 +131,19 @@ def palette(backends: Sequence[str]) -> dict[str, str]:
     return {b: backend_colour(b) for b in backends}
 
 
+def line_colour(case: Case) -> str:
+    """The colour of a case's line: its backend's ``backend_colour`` when the case runs with the
+    default dimensions (its ``row`` is the bare spec), else that hue darkened by an amount the
+    dimensions as the row shows them fix (``@shm``, `` workers=4``): ``pickle@shm`` is told
+    from ``pickle`` and stays recognisably pickle's, the same in every report."""
+    colour = backend_colour(case.backend)
+    dimensions = case.row.removeprefix(case.backend)
+    if not dimensions:
+        return colour
+    shade = 0.2 + 0.05 * (zlib.crc32(dimensions.encode()) % 8)
+    return matplotlib.colors.to_hex(tuple(c * (1 - shade) for c in matplotlib.colors.to_rgb(colour)))
+
+
 @dataclass(frozen=True)
 class Panel:
     """One metric statistic across cases: what one axes of a figure shows."""
@@ -121,7 +151,7 @@ class Panel:
     label: str  # what is measured, e.g. "encode time"
     unit: str  # the results file's unit: "s", "bytes", "count", ...
     stat: str  # "median" (with its CI) or "p99"
-    cells: dict[Cell, dict]  # the cells of successful cases → the metric
+    cells: dict[Cell, Measurement]  # the cells of successful cases → the metric
     failed: frozenset[Cell] = field(default_factory=frozenset)
     log: bool = True
 
@@ -157,10 +187,13 @@ def legend_columns(labels: Sequence[str], width_in: float = WIDTH_IN) -> int:
     return max(1, min(len(labels), int(width_in // entry)))
 
 
-def _backend_legend(fig: Figure, backends: Sequence[str], colours: dict[str, str]) -> None:
-    handles = [Line2D([], [], color=colours[b], marker="s", linestyle="", markersize=10) for b in backends]
-    columns = legend_columns(backends, fig.get_figwidth())
-    fig.legend(handles, backends, loc="outside upper center", ncols=columns, frameon=False)
+def _backend_legend(fig: Figure, lines: Lines) -> None:
+    handles = [
+        Line2D([], [], color=s.colour, marker="s", linestyle="", markersize=10) for s in lines.values()
+    ]
+    labels = [s.label for s in lines.values()]
+    columns = legend_columns(labels, fig.get_figwidth())
+    fig.legend(handles, labels, loc="outside upper center", ncols=columns, frameon=False)
 
 
 def _plain(value: float, _pos=None) -> str:
@@ -189,29 +222,28 @@ def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None
         log_axis(ax, values, axis)
 
 
-def _error(metric: dict, stat: str, factor: float) -> tuple[float, float]:
+def _error(metric: Measurement, stat: str, factor: float) -> tuple[float, float]:
     """Error bar extents of a median (its CI); none for a percentile, nor under
     ``MIN_DISTRIBUTION`` samples (their range is not a confidence interval)."""
-    if stat != "median" or len(metric["values"]) < MIN_DISTRIBUTION:
+    if stat != "median" or metric.n < MIN_DISTRIBUTION:
         return 0.0, 0.0
-    median = metric["median"]
-    return (median - metric["ci_low"]) / factor, (metric["ci_high"] - median) / factor
+    return (metric.median - metric.ci_low) / factor, (metric.ci_high - metric.median) / factor
 
 
-def _bar_panel(ax, panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours) -> None:
+def _bar_panel(ax, panel: Panel, lines: Lines, workloads: Sequence[str]) -> None:
     factor, _ = panel.scale()
-    width = 0.8 / len(backends)
+    width = 0.8 / len(lines)
     heights = []
-    for i, backend in enumerate(backends):
+    for i, (line, style) in enumerate(lines.items()):
         xs, ys, errs = [], [], []
         for j, workload in enumerate(workloads):
             x = j - 0.4 + width * (i + 0.5)
-            metric = panel.cells.get((backend, workload))
+            metric = panel.cells.get((line, workload))
             if metric is not None:
                 xs.append(x)
                 ys.append(stat_value(metric, panel.stat) / factor)
                 errs.append(_error(metric, panel.stat, factor))
-            elif (backend, workload) in panel.failed:
+            elif (line, workload) in panel.failed:
                 ax.plot(
                     x,
                     0.02,
@@ -221,7 +253,7 @@ def _bar_panel(ax, panel: Panel, backends: Sequence[str], workloads: Sequence[st
                 )
         if xs:
             yerr = np.array(errs).T if np.any(errs) else None
-            ax.bar(xs, ys, width, color=colours[backend], yerr=yerr, capsize=2, ecolor="#333")
+            ax.bar(xs, ys, width, color=style.colour, yerr=yerr, capsize=2, ecolor="#333")
         heights += ys
     _use_log(ax, panel, heights)
     ax.set_xticks(range(len(workloads)), workloads)
@@ -229,21 +261,21 @@ def _bar_panel(ax, panel: Panel, backends: Sequence[str], workloads: Sequence[st
     ax.grid(axis="y", alpha=0.3)
 
 
-def bars(panels: Sequence[Panel], backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
-    """Grouped bars, one axes per panel (stacked): workloads on x, a bar per backend, CI whiskers.
+def bars(panels: Sequence[Panel], lines: Lines, workloads: Sequence[str]) -> bytes:
+    """Grouped bars, one axes per panel (stacked): workloads on x, a bar per line, CI whiskers.
 
     A red cross at the foot of an empty slot marks a case that failed.
     """
     fig, axes = _figure(len(panels), 1, 2.9)
     for ax, panel in zip(axes, panels, strict=True):
-        _bar_panel(ax, panel, backends, workloads, colours)
+        _bar_panel(ax, panel, lines, workloads)
     axes[-1].set_xlabel("workload")
-    _backend_legend(fig, backends, colours)
+    _backend_legend(fig, lines)
     return _png(fig)
 
 
-def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours: dict) -> bytes:
-    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend.
+def cdf(panel: Panel, lines: Lines, workloads: Sequence[str]) -> bytes:
+    """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend line.
 
     Each axes' title says n (samples per backend); a backend with fewer than
     ``MIN_DISTRIBUTION`` samples gets its points only, no line, since they are
@@ -255,17 +287,17 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
     factor, _ = panel.scale()
     for ax, workload in zip(axes, workloads, strict=False):
         samples, counts = [], []
-        for backend in backends:
-            metric = panel.cells.get((backend, workload))
-            if metric is None or not metric["values"]:
+        for line, style in lines.items():
+            metric = panel.cells.get((line, workload))
+            if metric is None or not metric.values:
                 continue
-            xs = np.sort(np.asarray(metric["values"], dtype=float)) / factor
+            xs = np.sort(np.asarray(metric.values, dtype=float)) / factor
             ys = np.arange(1, len(xs) + 1) / len(xs)
             if len(xs) < MIN_DISTRIBUTION:
-                ax.plot(xs, ys, "o", color=colours[backend])
+                ax.plot(xs, ys, "o", color=style.colour)
             else:
                 marker = "o" if len(xs) < FEW_SAMPLES else ""
-                ax.step(xs, ys, where="post", color=colours[backend], marker=marker)
+                ax.step(xs, ys, where="post", color=style.colour, marker=marker)
             samples += [xs[0], xs[-1]]
             counts.append(len(xs))
         _use_log(ax, panel, samples, axis="x")
@@ -274,7 +306,7 @@ def cdf(panel: Panel, backends: Sequence[str], workloads: Sequence[str], colours
         ax.grid(alpha=0.3)
     for ax in axes[len(workloads) :]:
         ax.set_visible(False)
-    _backend_legend(fig, backends, colours)
+    _backend_legend(fig, lines)
     return _png(fig)
 
 
@@ -300,10 +332,12 @@ SWEEP_PANELS = (
 )
 
 
-def _sweep_latency(ax, points: Sequence[dict], name: str, factor: float, xs: list[float], colour) -> None:
+def _sweep_latency(
+    ax, points: Sequence[SweepPoint], name: str, factor: float, xs: list[float], colour: str
+) -> None:
     """Median (solid) and, from 5 samples on, p99 (dashed) of one metric against offered load."""
     pairs = zip(xs, points, strict=True)
-    found = [(x, p["metrics"][name]["values"]) for x, p in pairs if name in p["metrics"]]
+    found = [(x, p.metrics[name].values) for x, p in pairs if name in p.metrics]
     if not found:
         return
     x = [x for x, _ in found]
@@ -313,35 +347,33 @@ def _sweep_latency(ax, points: Sequence[dict], name: str, factor: float, xs: lis
         ax.plot([x for x, _ in tail], [y for _, y in tail], "--", color=colour)
 
 
-def _sweep_rates(ax, points: Sequence[dict], xs: list[float], colour: str) -> None:
+def _sweep_rates(ax, points: Sequence[SweepPoint], xs: list[float], colour: str) -> None:
     """Admitted rate (solid) and goodput (dashed) against offered load."""
-    admitted = [(x, p["admitted_per_s"]) for x, p in zip(xs, points, strict=True) if p["admitted_per_s"]]
+    admitted = [(x, p.admitted_per_s) for x, p in zip(xs, points, strict=True) if p.admitted_per_s]
     ax.plot([x for x, _ in admitted], [a for _, a in admitted], "o-", color=colour)
-    ax.plot(xs, [p["goodput_per_s"] for p in points], "--", color=colour)
+    ax.plot(xs, [p.goodput_per_s for p in points], "--", color=colour)
 
 
-def rate_sweep(
-    sweeps: dict[Cell, dict], backends: Sequence[str], workloads: Sequence[str], colours: dict
-) -> bytes:
+def rate_sweep(sweeps: dict[Cell, Sweep], lines: Lines, workloads: Sequence[str]) -> bytes:
     """Against offered load (requests/s, log x; ``inf`` = everything at once), as vLLM's serving
     benchmark plots it: per workload (a row each) TTFT, ingress and throughput (admitted and
-    goodput), a line per backend; a vertical mark where a backend saturated."""
+    goodput), a line per backend line; a vertical mark where one saturated."""
     fig, axes = _figure(len(workloads), len(SWEEP_PANELS), 3.0)
     for row, workload in enumerate(workloads):
         row_axes = axes[row * len(SWEEP_PANELS) : (row + 1) * len(SWEEP_PANELS)]
-        for backend in backends:
-            sweep = sweeps.get((backend, workload))
+        for line, style in lines.items():
+            sweep = sweeps.get((line, workload))
             if sweep is None:
                 continue
-            points, colour = sweep["points"], colours[backend]
-            xs, labels = _rate_positions([p["rate"] for p in points])
+            points, colour = sweep.points, style.colour
+            xs, labels = _rate_positions([p.rate for p in points])
             for ax, (name, _, factor) in zip(row_axes, SWEEP_PANELS, strict=True):
                 if name == "goodput_per_s":
                     _sweep_rates(ax, points, xs, colour)
                 else:
                     _sweep_latency(ax, points, name, factor, xs, colour)
-                if sweep.get("saturated_at") is not None:
-                    ax.axvline(float(sweep["saturated_at"]), color=colour, alpha=0.4, linestyle=":")
+                if sweep.saturated_at is not None:
+                    ax.axvline(float(sweep.saturated_at), color=colour, alpha=0.4, linestyle=":")
                 ax.set_xscale("log")
                 ax.set_xticks(xs, labels)
                 ax.minorticks_off()
@@ -349,27 +381,28 @@ def rate_sweep(
             ax.set(title=workload, xlabel="offered load (req/s)", ylabel=label)
             if name == "goodput_per_s":  # rates span decades; the diagonal is "keeps up"
                 ax.set_yscale("log")
-                ax.axline((1, 1), slope=1, color="#999", linewidth=0.8, linestyle=":")
+                ax.axline((1, 1), (10, 10), color="#999", linewidth=0.8, linestyle=":")  # y = x on log-log
             else:
                 ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-    _backend_legend(fig, [b for b in backends if any((b, w) in sweeps for w in workloads)], colours)
+    drawn = {line: style for line, style in lines.items() if any((line, w) in sweeps for w in workloads)}
+    _backend_legend(fig, drawn)
     return _png(fig)
 
 
-def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict, x_axis: XAxis) -> list[str]:
+def _line_panel(ax, panel: Panel, lines: Lines, x_axis: XAxis) -> list[str]:
     """Plot ``panel`` against ``x_axis``; returns the workload families drawn."""
     factor, unit = panel.scale()
     cells = {cell: m for cell, m in panel.cells.items() if x_axis.value(cell[1]) is not None}
     families = sorted({x_axis.family(w) for _, w in cells})
     xs_seen, ys = set(), []
-    for backend in backends:
+    for line, style in lines.items():
         for k, fam in enumerate(families):
             points = sorted(
                 (
                     (x_axis.value(w), m)
                     for (b, w), m in cells.items()
-                    if b == backend and x_axis.family(w) == fam
+                    if b == line and x_axis.family(w) == fam
                 ),
                 key=lambda point: point[0],
             )
@@ -378,8 +411,8 @@ def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict, x_axis
             x = [n for n, _ in points]
             y = [stat_value(m, panel.stat) / factor for _, m in points]
             err = np.array([_error(m, panel.stat, factor) for _, m in points]).T
-            style = LINESTYLES[k % len(LINESTYLES)]
-            ax.errorbar(x, y, yerr=err, color=colours[backend], linestyle=style, marker="o", capsize=3)
+            dash = LINESTYLES[k % len(LINESTYLES)]
+            ax.errorbar(x, y, yerr=err, color=style.colour, linestyle=dash, marker="o", capsize=3)
             xs_seen.update(x)
             ys += y
     positive = sorted(x for x in xs_seen if x > 0)
@@ -405,13 +438,13 @@ def _line_panel(ax, panel: Panel, backends: Sequence[str], colours: dict, x_axis
     return families
 
 
-def against(panels: Sequence[Panel], backends: Sequence[str], colours: dict, x_axis: XAxis = IMAGES) -> bytes:
-    """Each panel as lines against ``x_axis`` (log x), a line per backend and workload family."""
+def against(panels: Sequence[Panel], lines: Lines, x_axis: XAxis = IMAGES) -> bytes:
+    """Each panel as lines against ``x_axis`` (log x), a line per backend line and workload family."""
     cols = min(2, len(panels))
     fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
     families: set[str] = set()
     for ax, panel in zip(axes, panels, strict=False):
-        families.update(_line_panel(ax, panel, backends, colours, x_axis))
+        families.update(_line_panel(ax, panel, lines, x_axis))
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     if len(families) > 1:
@@ -420,33 +453,36 @@ def against(panels: Sequence[Panel], backends: Sequence[str], colours: dict, x_a
             for k in range(len(families))
         ]
         axes[0].legend(styles, sorted(families), fontsize="small")
-    _backend_legend(fig, backends, colours)
+    _backend_legend(fig, lines)
     return _png(fig)
 
 
 def timelines(
-    workload: str, runs: dict[str, dict[str, list[float]]], backends: Sequence[str], colours
+    workload: str, runs: Mapping[Hashable, Mapping[str, list[float | None]]], lines: Lines
 ) -> bytes:
-    """RSS above baseline against time, one axes per side, a line per backend.
+    """RSS above baseline against time, one axes per side, a line per backend line.
 
-    ``runs``: backend → a timeline ``{"t_s": [...], side: [bytes, ...], ...}``.
+    ``runs``: line → a timeline (``MemoryInfo.timeline``) ``{"t_s": [...], side: [bytes, ...],
+    ...}``; a None sample (unreadable) is a gap.
     """
     sides = list(dict.fromkeys(key for t in runs.values() for key in t if key != "t_s"))
     fig, axes = _figure(1, len(sides), 3.4)
-    peak = max((max(t.get(side) or [0]) for t in runs.values() for side in sides), default=0)
+    peak = max(
+        (v for t in runs.values() for side in sides for v in t.get(side) or () if v is not None), default=0
+    )
     factor, unit = scale_for("bytes", peak)
     for ax, side in zip(axes, sides, strict=True):
-        for backend in backends:
-            timeline = runs.get(backend)
+        for line, style in lines.items():
+            timeline = runs.get(line)
             if timeline and side in timeline:
-                t_ms = np.asarray(timeline["t_s"]) * 1e3
-                ax.plot(t_ms, np.asarray(timeline[side]) / factor, color=colours[backend])
+                t_ms = np.asarray(timeline["t_s"], dtype=float) * 1e3
+                ax.plot(t_ms, np.asarray(timeline[side], dtype=float) / factor, color=style.colour)
         ax.set(
             title=f"{side}, {workload}", xlabel="time since start (ms)", ylabel=f"RSS above baseline ({unit})"
         )
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    _backend_legend(fig, [b for b in backends if b in runs], colours)
+    _backend_legend(fig, {line: style for line, style in lines.items() if line in runs})
     return _png(fig)
 
 
@@ -454,7 +490,7 @@ def timelines(
 class RatioPoint:
     """head/base of one metric of one case, with its interval and the comparison's verdict."""
 
-    backend: str
+    line: Hashable
     workload: str
     ratio: float
     low: float | None
@@ -465,16 +501,17 @@ class RatioPoint:
 VERDICT_MARKERS = {"regression": ("X", 11), "improvement": ("P", 10)}
 
 
-def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], backends, workloads, colours) -> None:
-    width = 0.8 / len(backends)
+def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], lines: Lines, workloads: list[str]) -> None:
+    width = 0.8 / len(lines)
+    order = list(lines)
     extent = [0.8, 1.25]  # at least this much around 1, so "unchanged" looks unchanged
     for p in points:
-        i, j = backends.index(p.backend), workloads.index(p.workload)
+        i, j = order.index(p.line), workloads.index(p.workload)
         low, high = (p.low, p.high) if p.low and p.high else (p.ratio, p.ratio)
         extent += [low, high]
         marker, size = VERDICT_MARKERS.get(p.verdict, ("o", 6))
         ax.errorbar(j - 0.4 + width * (i + 0.5), p.ratio, yerr=[[p.ratio - low], [high - p.ratio]],
-                    color=colours[p.backend], marker=marker, markersize=size, markeredgecolor="black",
+                    color=lines[p.line].colour, marker=marker, markersize=size, markeredgecolor="black",
                     markeredgewidth=0.8 if marker != "o" else 0, capsize=2)  # fmt: skip
     ax.axhline(1.0, color="#333", linewidth=0.8)
     log_axis(ax, extent)
@@ -484,15 +521,13 @@ def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], backends, workloa
     ax.grid(axis="y", alpha=0.3, which="both")
 
 
-def ratios(
-    panels: dict[str, Sequence[RatioPoint]], backends: Sequence[str], workloads: Sequence[str], colours: dict
-) -> bytes:
+def ratios(panels: dict[str, Sequence[RatioPoint]], lines: Lines, workloads: Sequence[str]) -> bytes:
     """Per metric (one axes each, stacked): head/base per case with its interval; log y, 1 = unchanged.
 
     Regressions are drawn as a large cross, improvements as a large plus.
     """
     fig, axes = _figure(len(panels), 1, 2.4)
     for ax, (title, points) in zip(axes, panels.items(), strict=True):
-        _ratio_panel(ax, title, points, list(backends), list(workloads), colours)
-    _backend_legend(fig, backends, colours)
+        _ratio_panel(ax, title, points, lines, list(workloads))
+    _backend_legend(fig, lines)
     return _png(fig)

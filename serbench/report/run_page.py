@@ -1,12 +1,19 @@
 """The report page of one run: environment, noise, backends, a section per scenario, failed cases.
 
 Sections follow the records: a scenario's section appears when the file holds
-records of it, and figures are declared by metric name (``SECTIONS``), so a
-metric missing from a file only drops its panel. Every case of the file lands
+records of it, with the figures and tables the scenario declares
+(``Scenario.figures``, ``Scenario.tables``: ``serbench.views``), figures by
+metric name, so a metric missing from a file only drops its panel. Every case of the file lands
 in a table row (``data-case``), failed ones with their error, so nothing
 measured is hidden behind a figure. What a metric is called and how it is
 plotted is ``serbench.metrics``'; how noisy a run was is ``compare.spreads``,
 the rule compare and the gate use (docs/architecture.md, Report).
+
+Everything here reads the typed model: ``results.Results`` and its
+``Record``s, a record's scenario ``Info`` only after checking its kind
+(``MemoryInfo.timeline``, ``IpcInfo.sweep``, ``StreamInfo.step_s``). Rows,
+swatches and figure lines are ``page.line``s: a backend over shm, or along
+any other dimension of ``results.Case``, is a row and a line of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ from serbench.metrics import metric
 from serbench.report.page import (
     DASH,
     MEDIAN,
-    P99,
     TIMES,
     Look,
     case_attr,
@@ -30,139 +36,44 @@ from serbench.report.page import (
     e,
     figure,
     incomplete,
+    line,
     page,
     section,
     table,
     unique,
     write_page,
 )
+from serbench.results import Accelerator, Case, IpcInfo, MemoryInfo, Record, Results, StreamInfo
 from serbench.scenarios import SCENARIOS
-from serbench.scenarios.stream import fitting_batches
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_value
-
-Column = tuple[str, str]  # (metric name, statistic)
-
-
-@dataclass(frozen=True)
-class FigureSpec:
-    """One figure of a scenario section and the table beneath it.
-
-    ``kind``: "bars" (grouped by workload), "cdf" (raw samples of the first
-    column's metric, one axes per workload) or "images" (lines against
-    images per request; bars when the file has fewer than two image counts),
-    "batch" (lines against the batch of ``outputs-B`` workloads, the step
-    budget dashed) and "size" (log-log lines against the bytes of ``tensor-N``
-    workloads, the 256 B and 64 KiB thresholds marked): both left out when
-    the file has fewer than two such workloads; "sweep" (the ipc rate sweep in
-    ``info["sweep"]``, drawn when a case has one); or "timeline" (the memory
-    scenario's psutil timeline in ``info``, drawn when the file has one; the
-    columns of these two only say which metric must exist).
-    """
-
-    kind: str
-    title: str
-    columns: tuple[Column, ...]
-    table: bool = True  # the columns as tables beneath the figure
-
-
-# Which figures a scenario's section shows: page layout, not metric knowledge.
-SECTIONS: dict[str, tuple[FigureSpec, ...]] = {
-    "micro": (
-        FigureSpec(
-            "bars", "Encode and decode time of one request", (("encode_s", MEDIAN), ("decode_s", MEDIAN))
-        ),
-        FigureSpec("bars", "Bytes and frames on the wire", (("wire_bytes", MEDIAN), ("frames", MEDIAN))),
-        FigureSpec(
-            "batch",
-            "One engine step's encode and decode against batch (outputs-B)",
-            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("decode_cpu_s", MEDIAN)),
-            table=False,
-        ),
-        FigureSpec(
-            "size",
-            "Latency against tensor size (tensor-N): 256 B inline threshold, 64 KiB zmq copy threshold",
-            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("roundtrip_s", MEDIAN), ("oob_frames", MEDIAN)),
-            table=False,
-        ),
-    ),
-    "ipc": (
-        FigureSpec("cdf", "Time to first token, per request", (("ttft_s", MEDIAN), ("ttft_s", P99))),
-        FigureSpec("cdf", "Inter-token latency, per output", (("itl_s", MEDIAN), ("itl_s", P99))),
-        FigureSpec(
-            "images",
-            "TTFT and ITL against images per request: median and p99",
-            (("ttft_s", MEDIAN), ("ttft_s", P99), ("itl_s", MEDIAN), ("itl_s", P99)),
-        ),
-        FigureSpec(
-            "bars",
-            "TTFT's parts, per request: ingress (encode → engine decoded), queue, first step; egress",
-            (("ingress_s", MEDIAN), ("ingress_s", P99), ("queue_s", MEDIAN), ("egress_s", MEDIAN)),
-        ),
-        FigureSpec("bars", "Throughput", (("req_per_s", MEDIAN), ("payload_gb_per_s", MEDIAN))),
-        FigureSpec(
-            "batch",
-            "The output path: the frontend's decode per step and egress against batch (step budget dashed)",
-            (("step_decode_s", MEDIAN), ("step_decode_s", P99), ("egress_s", MEDIAN), ("egress_s", P99)),
-        ),
-        FigureSpec(
-            "size",
-            "Ingress against tensor size (tensor-N): p50 and p99, thresholds marked",
-            (("ingress_s", MEDIAN), ("ingress_s", P99)),
-            table=False,
-        ),
-        FigureSpec(
-            "sweep",
-            "Against offered load (--rate sweep): TTFT, ingress, admitted rate and goodput",
-            (("ttft_s", MEDIAN),),
-            table=False,
-        ),
-    ),
-    "memory": (
-        FigureSpec(
-            "images",
-            "Peak RSS above baseline against images per request",
-            (("peak_rss_engine_bytes", MEDIAN), ("peak_rss_frontend_bytes", MEDIAN)),
-        ),
-        FigureSpec(
-            "images",
-            "Copies of the payload at peak (extra peak bytes / payload bytes)",
-            (("copies", MEDIAN), ("copies_frontend", MEDIAN)),
-        ),
-        FigureSpec(
-            "timeline",
-            "RSS above baseline during one request of the largest workload",
-            (("peak_rss_engine_bytes", MEDIAN),),
-            table=False,
-        ),
-    ),
-}
+from serbench.views import Column, Figure
 
 # Half-width of a median's CI over the median: at most this is "quiet", at most the second "moderate".
 NOISE_LEVELS = ((0.02, "quiet"), (0.10, "moderate"))
 
 
-def _scenarios(data: dict) -> list[str]:
-    """The scenarios of ``data``'s records: the declared ones in ``SECTIONS`` order, then the rest."""
-    found = unique(r["scenario"] for r in data["records"])
-    return [s for s in SECTIONS if s in found] + [s for s in found if s not in SECTIONS]
+def _scenarios(data: Results) -> list[str]:
+    """The scenarios of ``data``'s records: the known ones in registry order, then the rest."""
+    found = data.scenarios()
+    return [s for s in SCENARIOS if s in found] + [s for s in found if s not in SCENARIOS]
 
 
 # ---------------------------------------------------------------- scenario sections
 
 
-def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> str:
-    """One metric statistic as a backend x workload grid, like the figure above it.
+def metric_table(records: Sequence[Record], name: str, stat: str, look: Look) -> str:
+    """One metric statistic as a row (``page.line``) x workload grid, like the figure above it.
 
     Every case of ``records`` gets its cell (``data-case``), failed ones say so.
     """
-    by_cell = {(r["backend"], r["workload"]): r for r in records}
-    workloads = unique(r["workload"] for r in records)
+    by_cell = {(line(r), r.workload): r for r in records}
+    workloads = unique(r.workload for r in records)
     rows = []
-    for backend in look.backends(records):
-        cells = "".join(case_cell(by_cell.get((backend, w)), name, stat) for w in workloads)
-        rows.append(f"<tr><th>{look.backend(backend)}</th>{cells}</tr>")
-    counts = [len(r["metrics"][name]["values"]) for r in _ok(records) if name in r["metrics"]]
+    for row in look.lines(records):
+        cells = "".join(case_cell(by_cell.get((row, w)), name, stat) for w in workloads)
+        rows.append(f"<tr><th>{look.backend(row)}</th>{cells}</tr>")
+    counts = [r.metrics[name].n for r in _ok(records) if name in r.metrics]
     repeated = any(n > 1 for n in counts)
     what = "median [95% CI of the median]" if repeated else "one value per case"
     caption = f"{metric(name).label}: {what if stat == MEDIAN else stat}"
@@ -174,52 +85,55 @@ def metric_table(records: Sequence[dict], name: str, stat: str, look: Look) -> s
     return table(["backend", *map(e, workloads)], rows, "numbers", caption)
 
 
-def _ok(records: Iterable[dict]) -> list[dict]:
-    return [r for r in records if not r.get("error")]
+def _ok(records: Iterable[Record]) -> list[Record]:
+    return [r for r in records if r.ok]
 
 
-def _metric_names(records: Iterable[dict]) -> list[str]:
-    return unique(name for r in _ok(records) for name in r["metrics"])
+def _metric_names(records: Iterable[Record]) -> list[str]:
+    return unique(name for r in _ok(records) for name in r.metrics)
 
 
-def _panel(records: Sequence[dict], name: str, stat: str):
+def _panel(records: Sequence[Record], name: str, stat: str):
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report.plots import Panel
 
-    ok = {(r["backend"], r["workload"]): r["metrics"][name] for r in _ok(records) if name in r["metrics"]}
-    failed = frozenset((r["backend"], r["workload"]) for r in records if r.get("error"))
-    unit = next(iter(ok.values()))["unit"]
+    ok = {(line(r), r.workload): r.metrics[name] for r in _ok(records) if name in r.metrics}
+    failed = frozenset((line(r), r.workload) for r in records if not r.ok)
+    unit = next(iter(ok.values())).unit
     facts = metric(name)
     return Panel(facts.label, unit, stat, ok, failed, log=facts.log_axis)
 
 
-def _timeline(records: Sequence[dict], look: Look) -> bytes | None:
-    """Each backend's timeline of the workload with the most images (None: no timelines)."""
+def _timeline(records: Sequence[Record], look: Look) -> bytes | None:
+    """Each line's timeline of the workload with the most images (None: no timelines)."""
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
-    ok = [r for r in _ok(records) if r.get("info", {}).get("timeline")]
+    ok = [r for r in _ok(records) if isinstance(r.info, MemoryInfo) and r.info.timeline]
     if not ok:
         return None
-    workload = max((r["workload"] for r in ok), key=lambda w: (plots.image_count(w) or 0, w))
-    timelines = {r["backend"]: r["info"]["timeline"] for r in ok if r["workload"] == workload}
-    return plots.timelines(workload, timelines, look.backends(ok), look.colours)
+    workload = max((r.workload for r in ok), key=lambda w: (plots.image_count(w) or 0, w))
+    timelines = {line(r): r.info.timeline for r in ok if r.workload == workload}
+    return plots.timelines(workload, timelines, look.styles(look.lines(ok)))
 
 
-def _sweep(records: Sequence[dict], look: Look) -> bytes | None:
+def _sweep(records: Sequence[Record], look: Look) -> bytes | None:
     """The rate sweeps of ``records`` (None: no case swept)."""
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
-    swept = [r for r in _ok(records) if "sweep" in r.get("info", {})]
-    sweeps = {(r["backend"], r["workload"]): r["info"]["sweep"] for r in swept}
+    sweeps = {
+        (line(r), r.workload): r.info.sweep
+        for r in _ok(records)
+        if isinstance(r.info, IpcInfo) and r.info.sweep is not None
+    }
     if not sweeps:
         return None
     workloads = unique(w for _, w in sweeps)
-    return plots.rate_sweep(sweeps, look.backends(_ok(records)), workloads, look.colours)
+    return plots.rate_sweep(sweeps, look.styles(look.lines(_ok(records))), workloads)
 
 
-def _draw(spec: FigureSpec, columns: Sequence[Column], records: Sequence[dict], look: Look) -> bytes | None:
+def _draw(spec: Figure, columns: Sequence[Column], records: Sequence[Record], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
 
@@ -228,45 +142,46 @@ def _draw(spec: FigureSpec, columns: Sequence[Column], records: Sequence[dict], 
     if spec.kind == "sweep":
         return _sweep(records, look)
     panels = [_panel(records, name, stat) for name, stat in columns]
-    backends = look.backends(records)
-    workloads = unique(r["workload"] for r in records)
+    lines = look.styles(look.lines(records))
+    workloads = unique(r.workload for r in records)
     if spec.kind == "cdf":
-        return plots.cdf(panels[0], backends, workloads, look.colours)
+        return plots.cdf(panels[0], lines, workloads)
     x_axis = {"images": plots.IMAGES, "batch": plots.BATCH, "size": plots.SIZE}.get(spec.kind)
-    step_s = {r["info"].get("step_s") for r in _ok(records) if "step_s" in r.get("info", {})}
+    step_s = {r.info.step_s for r in _ok(records) if isinstance(r.info, StreamInfo)}
     if spec.kind == "batch" and len(step_s) == 1:  # the step budget the ipc cases ran under
         x_axis = replace(x_axis, budget=step_s.pop())
     if x_axis is not None and len({x_axis.value(w) for w in workloads} - {None}) >= 2:
-        return plots.against(panels, backends, look.colours, x_axis)
+        return plots.against(panels, lines, x_axis)
     if spec.kind in ("batch", "size"):
         return None  # fewer than two points: the bars and tables already show them
-    return plots.bars(panels, backends, workloads, look.colours)
+    return plots.bars(panels, lines, workloads)
 
 
-def _specs(scenario: str, records: Sequence[dict]) -> tuple[FigureSpec, ...]:
-    """The declared figures of a scenario; a bar chart per metric for one not declared."""
-    if scenario in SECTIONS:
-        return SECTIONS[scenario]
-    return tuple(FigureSpec("bars", metric(n).label, ((n, MEDIAN),)) for n in _metric_names(records))
+def _specs(scenario: str, records: Sequence[Record]) -> tuple[Figure, ...]:
+    """The figures a scenario declares; a bar chart per metric for one this serbench does not know."""
+    if scenario in SCENARIOS:
+        return SCENARIOS[scenario].figures
+    return tuple(Figure("bars", metric(n).label, ((n, MEDIAN),)) for n in _metric_names(records))
 
 
-def _fitting_html(records: Sequence[dict], look: Look) -> str:
-    """The output path's verdict: per backend and family, the largest batch whose decode fits the step."""
-    fitting = fitting_batches(records)
-    if not fitting:
-        return ""
-    rows = [
-        f"<tr><th>{look.backend(backend)}</th><td>{e(family)}</td><td>{cell['fits'] or 'none'}</td>"
-        f"<td>{cell['over'] or 'none measured'}</td></tr>"
-        for (backend, family), cell in fitting.items()
-    ]
-    caption = "the largest measured batch whose median decode CPU per step fits the step"
-    headers = ["backend", "workload", "fits the step at", "first batch over it"]
-    return "<h3>Largest batch whose decode fits the step</h3>" + table(headers, rows, "numbers", caption)
+def _tables_html(scenario: str, data: Results) -> str:
+    """The tables only the scenario can compute (``Scenario.tables``)."""
+    tables = SCENARIOS[scenario].tables(data) if scenario in SCENARIOS else []
+    return "".join(
+        f"<h3>{e(t.title[:1].upper() + t.title[1:])}</h3>"
+        + table(list(map(e, t.headers)), [_row_html(row) for row in t.rows], "numbers", t.note)
+        for t in tables
+    )
 
 
-def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
-    """Figures with their tables, then a table of the metrics no figure shows."""
+def _row_html(cells: Sequence[str]) -> str:
+    first, *rest = cells
+    return f"<tr><th>{e(first)}</th>" + "".join(f"<td>{e(c)}</td>" for c in rest) + "</tr>"
+
+
+def scenario_section(scenario: str, data: Results, look: Look) -> str:
+    """Figures with their tables, a table of the metrics no figure shows, the scenario's own tables."""
+    records = [r for r in data.records if r.scenario == scenario]
     present = _metric_names(records)
     parts = [f"<p>{e(SCENARIOS[scenario].description)}</p>" if scenario in SCENARIOS else ""]
     shown: set[str] = set()
@@ -282,7 +197,7 @@ def scenario_section(scenario: str, records: Sequence[dict], look: Look) -> str:
     rest = [name for name in present if name not in shown]
     if rest:
         parts += ["<h3>Other metrics</h3>", *(metric_table(records, name, MEDIAN, look) for name in rest)]
-    parts.append(_fitting_html(records, look))
+    parts.append(_tables_html(scenario, data))
     if not present:
         parts += ["<p class='banner bad'>Every case of this scenario failed: see the failed cases.</p>"]
     return section(f"scenario-{scenario}", scenario, "".join(parts))
@@ -297,52 +212,57 @@ class Run:
 
     label: str
     source: str
-    data: dict
+    data: Results
 
 
-def accelerator_rows(accelerator: dict | None) -> dict[str, str]:
+def _host_link(link: dict[str, str] | None) -> str:
+    """A device's PCIe link as ``environment.host_link`` recorded it: max, and what it runs at now."""
+    if not link or "max" not in link:
+        return "unknown"
+    return f"{link['max']} (now {link.get('current', '?')})"
+
+
+def accelerator_rows(accelerator: Accelerator | None) -> dict[str, str]:
     """The accelerator and its host link, as the environment section shows them."""
-    if not accelerator:
+    if accelerator is None:
         return {"accelerator": "not recorded", "host link": "—"}
-    if accelerator.get("error"):
-        return {"accelerator": accelerator["error"], "host link": "—"}
-    devices = accelerator.get("devices") or []
-    if not devices:
-        build = f"CUDA {accelerator['torch_cuda']}" if accelerator.get("torch_cuda") else "a CPU-only build"
+    if accelerator.error:
+        return {"accelerator": accelerator.error, "host link": "—"}
+    if not accelerator.devices:
+        build = f"CUDA {accelerator.torch_cuda}" if accelerator.torch_cuda else "a CPU-only build"
         return {"accelerator": f"none (torch is {build}; no CUDA device visible)", "host link": "—"}
     names = [
-        f"{d['name']}, {format_value(d['memory_bytes'], 'bytes')}, compute {d['capability']}" for d in devices
+        f"{d.name}, {format_value(d.memory_bytes, 'bytes')}, compute {d.capability}"
+        for d in accelerator.devices
     ]
-    links = [
-        f"{d['host_link']['max']} (now {d['host_link']['current']})" if d.get("host_link") else "unknown"
-        for d in devices
-    ]
-    cuda = f"CUDA {accelerator.get('torch_cuda')}"
+    links = [_host_link(d.host_link) for d in accelerator.devices]
+    cuda = f"CUDA {accelerator.torch_cuda}"
     return {"accelerator": f"{'; '.join(names)} ({cuda})", "host link": "; ".join(links)}
+
+
+def _known(value: object, missing: str = "?") -> str:
+    return missing if value is None else str(value)
 
 
 def _environment_rows(run: Run) -> dict[str, str]:
     data = run.data
-    env = data["environment"]
-    libraries = env.get("libraries") or {}
-    memory = env.get("memory_bytes")
+    env = data.environment
     return {
         "results": run.source,
-        "complete": "yes" if data["complete"] else "NO — interrupted, cases are missing",
-        "started → finished": f"{data.get('started', '?')} → {data.get('finished') or 'not finished'}",
-        "profile": str(data.get("profile", "")),
-        "command line": shlex.join(env.get("command") or []),
-        "git commit": str(env.get("git_commit")),
-        "python": f"{env.get('implementation', '')} {env.get('python', '')}",
-        "libraries": ", ".join(f"{k} {v}" for k, v in libraries.items()),
-        "platform": str(env.get("platform", "")),
-        "cpu": f"{env.get('cpu', '?')}, {env.get('cpu_count', '?')} CPUs",
-        "memory": format_value(memory, "bytes") if memory else "?",
-        **accelerator_rows(env.get("accelerator")),
-        "allocator settings": " ".join(f"{k}={v}" for k, v in (env.get("allocator_env") or {}).items())
-        or "(defaults)",
+        "complete": "yes" if data.complete else "NO — interrupted, cases are missing",
+        "started → finished": f"{data.started} → {data.finished or 'not finished'}",
+        "profile": data.profile,
+        "command line": shlex.join(env.command),
+        "git commit": str(env.git_commit),
+        "python": f"{_known(env.implementation, '')} {_known(env.python, '')}",
+        "libraries": ", ".join(f"{k} {v}" for k, v in env.libraries.items()),
+        "platform": _known(env.platform, ""),
+        "cpu": f"{_known(env.cpu)}, {_known(env.cpu_count)} CPUs",
+        "RAM": format_value(env.memory_bytes, "bytes") if env.memory_bytes else "?",
+        **accelerator_rows(env.accelerator),
+        "allocator settings": " ".join(f"{k}={v}" for k, v in env.allocator_env.items()) or "(defaults)",
         "system check": (
-            "; ".join(system.warnings(env["system"])) or "no warning" if "system" in env else "not recorded"
+            "not recorded" if env.system is None else "; ".join(system.warnings(env.system)) or "no warning"
         ),
     }
 
@@ -366,18 +286,18 @@ class Noise:
     """How well one scenario of a run pinned its medians: half-width of each median's CI over the median."""
 
     scenario: str
-    spreads: dict[tuple[str, str, str], float]  # (backend, workload, metric) → relative spread
+    spreads: dict[tuple[Case, str], float]  # (case, metric) → relative spread
 
     @property
     def typical(self) -> float:
         return statistics.median(self.spreads.values())
 
     @property
-    def worst(self) -> tuple[tuple[str, str, str], float]:
+    def worst(self) -> tuple[tuple[Case, str], float]:
         return max(self.spreads.items(), key=lambda kv: kv[1])
 
 
-def noise(data: dict) -> list[Noise]:
+def noise(data: Results) -> list[Noise]:
     """Per scenario, in page order, the spreads ``compare.spreads`` counts (the rule compare and
     the gate use: sampled metrics with at least ``stats.MIN_DISTRIBUTION`` samples); a scenario
     with none is left out."""
@@ -389,13 +309,13 @@ def noise_level(spread: float) -> str:
     return next((name for limit, name in NOISE_LEVELS if spread <= limit), "noisy")
 
 
-def noise_html(data: dict) -> str:
+def noise_html(data: Results) -> str:
     """A one-line verdict per scenario: typical and worst ± of the medians."""
     rows = []
     for n in noise(data):
         level = noise_level(n.typical)
-        (backend, workload, name), spread = n.worst
-        worst = f"{backend} {TIMES} {workload}: {metric(name).label}"
+        (case, name), spread = n.worst
+        worst = f"{data.row_label(case)} {TIMES} {case.workload}: {metric(name).label}"
         rows.append(
             f"<tr><td>{e(n.scenario)}</td><td><span class='badge {level}'>{level}</span></td>"
             f"<td>±{n.typical:.1%}</td><td>±{spread:.1%} <small>{e(worst)}</small></td>"
@@ -419,30 +339,29 @@ def noise_section(runs: Sequence[Run]) -> str:
     return section("noise", "How noisy " + ("were these runs" if len(runs) > 1 else "was this run"), body)
 
 
-def _details(items: dict) -> str:
+def _details(items: dict[str, str]) -> str:
     if not items:
         return "0"
     lines = "".join(f"<li><code>{e(str(k))}</code>: {e(str(v))}</li>" for k, v in items.items())
     return f"<details><summary>{len(items)}</summary><ul>{lines}</ul></details>"
 
 
-def backends_section(data: dict, look: Look) -> str:
+def backends_section(data: Results, look: Look) -> str:
     """Safety and conformance per backend, as checked before timing it."""
     rows = []
-    for spec, info in data["backends"].items():
-        conformance = info.get("conformance") or {}
-        declared = info.get("safe", True)
+    for spec, backend in data.backends.items():
+        conformance = backend.conformance
         safe = {
             True: "yes",
             False: "<span class='badge bad'>NO</span> executes code from its input",
             None: "<span class='badge bad'>undeclared</span> treated as unsafe",
-        }[declared if declared is None else bool(declared)]
-        failed = conformance.get("failed") or {}
+        }[backend.safe]
+        passed = "?" if conformance.error else conformance.passed
         rows.append(
-            f"<tr><td>{look.backend(spec)}</td><td>{safe}</td><td>{conformance.get('passed', '?')}</td>"
-            f"<td>{_details(conformance.get('unsupported') or {})}</td>"
-            f"<td class='{'failed' if failed else ''}'>{_details(failed)}</td>"
-            f"<td>{e(info.get('description', ''))}</td></tr>"
+            f"<tr><td>{look.backend(spec)}</td><td>{safe}</td><td>{passed}</td>"
+            f"<td>{_details(conformance.unsupported)}</td>"
+            f"<td class='{'failed' if conformance.failed else ''}'>{_details(conformance.failed)}</td>"
+            f"<td>{e(backend.description or '')}</td></tr>"
         )
     headers = [
         "backend",
@@ -455,14 +374,14 @@ def backends_section(data: dict, look: Look) -> str:
     return section("backends", "Backends: safety and conformance", table(headers, rows))
 
 
-def failed_section(data: dict, look: Look) -> str:
+def failed_section(data: Results, look: Look) -> str:
     """Every failed case with its error, in full."""
-    failed = [r for r in data["records"] if r.get("error")]
+    failed = [r for r in data.records if not r.ok]
     if not failed:
         return section("failed", "Failed cases", "<p>None: every case ran.</p>")
     rows = [
-        f'<tr data-case="{case_attr(r)}"><td>{e(r["scenario"])}</td><td>{look.backend(r["backend"])}</td>'
-        f"<td>{e(r['workload'])}</td><td><pre>{e(str(r['error']))}</pre></td></tr>"
+        f'<tr data-case="{case_attr(r)}"><td>{e(r.scenario)}</td><td>{look.backend(r)}</td>'
+        f"<td>{e(r.workload)}</td><td><pre>{e(str(r.error))}</pre></td></tr>"
         for r in failed
     ]
     return section(
@@ -473,12 +392,12 @@ def failed_section(data: dict, look: Look) -> str:
 # ---------------------------------------------------------------- the page
 
 
-def _workloads(data: dict, scenario: str) -> list[str]:
+def _workloads(data: Results, scenario: str) -> list[str]:
     """A scenario's workloads in the order the run measured them."""
-    return list(dict.fromkeys(r["workload"] for r in data["records"] if r["scenario"] == scenario))
+    return unique(r.workload for r in data.records if r.scenario == scenario)
 
 
-def ranking_section(data: dict, baseline: str, look: Look) -> str:
+def ranking_section(data: Results, baseline: str, look: Look) -> str:
     """Per scenario, backends ranked by the geometric mean of their speed-up over ``baseline``
     across workloads in its headline metric (``compare.ranking``), n workloads each."""
     blocks = []
@@ -488,7 +407,7 @@ def ranking_section(data: dict, baseline: str, look: Look) -> str:
             continue
         workloads = _workloads(data, scenario)
         rows = [
-            f"<tr><td>{i}</td><td>{look.backend(r.backend)}</td>"
+            f"<tr><td>{i}</td><td>{look.backend(r.row)}</td>"
             + "".join(f"<td>{r.speedups[w]:.3g}×</td>" if w in r.speedups else "<td></td>" for w in workloads)
             + f"<td><b>{r.geomean:.3g}×</b></td><td>{r.n}</td></tr>"
             for i, r in enumerate(ranked, 1)
@@ -507,7 +426,7 @@ def ranking_section(data: dict, baseline: str, look: Look) -> str:
     return section("ranking", f"Ranking against {e(baseline)}", intro + "".join(blocks))
 
 
-def render(data: dict, source: str = "", baseline: str = compare.DEFAULT_BASELINE) -> str:
+def render(data: Results, source: str = "", baseline: str = compare.DEFAULT_BASELINE) -> str:
     """The report page of one results document; the ranking is against ``baseline``."""
     look = Look.of(data)
     runs = [Run("this run", source, data)]
@@ -517,18 +436,14 @@ def render(data: dict, source: str = "", baseline: str = compare.DEFAULT_BASELIN
         noise_section(runs),
         backends_section(data, look),
         ranking_section(data, baseline, look),
-        *(
-            scenario_section(s, [r for r in data["records"] if r["scenario"] == s], look)
-            for s in _scenarios(data)
-        ),
+        *(scenario_section(s, data, look) for s in _scenarios(data)),
         failed_section(data, look),
     ]
-    when = data.get("started", "")
-    return page("serbench report", f"{len(data['records'])} cases, run started {e(when)}", sections)
+    return page("serbench report", f"{len(data.records)} cases, run started {e(data.started)}", sections)
 
 
 def write_report(
-    data: dict, out_dir: Path, source: str = "", baseline: str = compare.DEFAULT_BASELINE
+    data: Results, out_dir: Path, source: str = "", baseline: str = compare.DEFAULT_BASELINE
 ) -> Path:
     """Render ``data`` to ``out_dir/index.html``: what ``serbench run`` leaves beside results.json."""
     return write_page(render(data, source or str(out_dir / "results.json"), baseline), out_dir)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from serbench.scenarios.base import Case, Option, Scenario
+from serbench.results import Case
+from serbench.scenarios.base import Dimension, Option, Outcome, Scenario
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
 from serbench.specs import SpecError
 
-__all__ = ["SCENARIOS", "Case", "Option", "Scenario", "get_scenario"]
+__all__ = ["SCENARIOS", "Case", "Dimension", "Option", "Outcome", "Scenario", "dimensions", "get_scenario"]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc(), Memory())}
 
@@ -18,3 +19,8 @@ def get_scenario(name: str) -> Scenario:
         return SCENARIOS[name]
     except KeyError:
         raise SpecError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}") from None
+
+
+def dimensions() -> dict[str, Dimension]:
+    """Every dimension some scenario varies, by field (the command line's flags)."""
+    return {d.field: d for s in SCENARIOS.values() for d in s.dimensions}

@@ -1,22 +1,34 @@
 """What a scenario is: a named measurement run on one (backend, workload) case.
 
 A scenario's ``run`` executes inside the case's own fresh process (see
-``serbench.isolation``) and returns metrics built with ``metrics.measured``
-plus free-form ``info``; raising fails that case only. Its command-line
+``serbench.isolation``) and returns an ``Outcome``: metrics built with
+``metrics.measured`` and its own kind of ``results.Info``; raising fails that
+case only. The dimensions it varies beyond backend and workload (the
+transport, …) are declared as ``Dimension``s. Its command-line
 settings are declared as ``Option``s, data that ``serbench.commands`` turns
 into flags: no scenario sees argparse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import product
 from typing import Any, ClassVar
 
+from serbench import transport
 from serbench.profiles import Profile
-from serbench.results import split_backend, with_transport
-from serbench.transport import DEFAULT_KIND
+from serbench.results import Case, Results, ScenarioInfo
+from serbench.stats import Measurement
+from serbench.views import Figure, Table
+
+
+@dataclass
+class Outcome:
+    """What a scenario's ``run`` returns: the case's metrics by name and its typed info."""
+
+    metrics: dict[str, Measurement]
+    info: ScenarioInfo | None = None
 
 
 def positive_int(text: str) -> int:
@@ -28,29 +40,30 @@ def positive_int(text: str) -> int:
 
 
 @dataclass(frozen=True)
-class Case:
-    """One measured case: a scenario run on one backend and one workload.
-
-    ``backend`` is the backend spec, followed by ``@transport`` when the case
-    runs over a transport other than the default (``results.with_transport``).
+class Dimension:
+    """A case dimension beyond backend and workload: a field of ``results.Case`` that the
+    scenarios declaring it vary, and the command line lists values of (``--transport
+    ipc,shm``). Adding one is a ``Case`` field, a ``Dimension`` here, and the scenario
+    that measures along it.
     """
 
-    scenario: str
-    backend: str
-    workload: str
+    field: str  # the ``results.Case`` field it fills
+    flag: str
+    parse: Callable[[str], Any]  # one value from its text; ValueError says why it is refused
+    default: tuple[Any, ...]
+    help: str
+    choices: tuple[Any, ...] | None = None
 
-    @property
-    def label(self) -> str:
-        return f"{self.scenario} {self.backend} × {self.workload}"
 
-    @property
-    def spec(self) -> str:
-        """The backend spec alone, without the transport."""
-        return split_backend(self.backend)[0]
-
-    @property
-    def transport(self) -> str:
-        return split_backend(self.backend)[1] or DEFAULT_KIND
+TRANSPORT = Dimension(
+    "transport",
+    "--transport",
+    str,
+    (transport.DEFAULT_KIND,),
+    "link the ipc and memory scenarios' processes over ZeroMQ ipc:// (default), loopback tcp://, "
+    "or shared memory (payload frames in a shared ring, references over ipc://); a list runs each",
+    choices=transport.KINDS,
+)
 
 
 @dataclass(frozen=True)
@@ -74,24 +87,30 @@ class Scenario:
     name: ClassVar[str]
     description: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
-    transports: ClassVar[tuple[str, ...]] = ()  # the links it can run over; () = none (in-process)
+    dimensions: ClassVar[tuple[Dimension, ...]] = ()  # what it varies beyond backend and workload
+    figures: ClassVar[tuple[Figure, ...]] = ()  # its report section's figures (``serbench.views``)
 
     def cases(
-        self, backends: list[str], workloads: list[str], transports: tuple[str, ...] = (DEFAULT_KIND,)
+        self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
     ) -> list[Case]:
-        """The cases this scenario measures for the chosen backends, workloads and transports."""
-        return [Case(self.name, b, w) for b, w in product(self.over(backends, transports), workloads)]
+        """The cases this scenario measures: every backend by every value of each of its
+        dimensions (``chosen``, by field, else the dimension's default), by every workload."""
+        chosen = chosen or {}
+        values = [chosen.get(d.field, d.default) for d in self.dimensions]
+        fields = [d.field for d in self.dimensions]
+        return [
+            Case(self.name, b, w, **dict(zip(fields, combo, strict=True)))
+            for b, *combo, w in product(backends, *values, workloads)
+        ]
 
-    def over(self, backends: list[str], transports: tuple[str, ...]) -> list[str]:
-        """Each backend once per transport this scenario runs over (the default one unmarked)."""
-        if not self.transports:
-            return list(backends)
-        chosen = [t for t in transports if t in self.transports]
-        return [with_transport(b, None if t == DEFAULT_KIND else t) for b in backends for t in chosen]
+    def tables(self, data: Results) -> list[Table]:
+        """Tables only this scenario can compute from its records in ``data`` (shown after the
+        summary's in the terminal, in its section of the report); none by default."""
+        return []
 
     def check(self, profile: Profile) -> None:
         """Refuse, before any case runs, settings this machine cannot measure (UsageError)."""
 
-    def run(self, case: Case, profile: Profile) -> dict[str, Any]:
-        """Measure one case; return ``{"metrics": {...}, "info": {...}}``."""
+    def run(self, case: Case, profile: Profile) -> Outcome:
+        """Measure one case: its metrics (``metrics.measured``) and the scenario's typed info."""
         raise NotImplementedError

@@ -38,7 +38,7 @@ engine's stamps (``serbench.scenarios.load``).
 
 ``--rate`` takes a list (``10,40,160,inf``): the load then runs once per rate
 on the same engine session, the record's metrics are those of the first rate
-and ``info["sweep"]`` holds every rate's TTFT, ingress, throughput and
+and ``info.sweep`` holds every rate's TTFT, ingress, throughput and
 goodput, with where the backend saturated (``load.saturation``).
 
 Integrity is not sampled, it is total: the engine checks every request
@@ -63,8 +63,9 @@ from serbench.engine.client import EngineLink, Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
+from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results
 from serbench.scenarios import device, stream
-from serbench.scenarios.base import Case, Option, Scenario, positive_int
+from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.scenarios.load import (
     RequestPool,
     arrival_offsets,
@@ -74,6 +75,7 @@ from serbench.scenarios.load import (
     sweep_point,
 )
 from serbench.serializers import Serializer, get_serializer
+from serbench.views import MEDIAN, P99, Figure, Table
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
 from serbench.workloads.tree import array_bytes, is_array, iter_leaves
@@ -126,7 +128,7 @@ class Settings:
     ttft_slo_s: float = TTFT_SLO_MS / 1e3
     burstiness: float = 1.0
     step_s: float = 0.005
-    transport: str = "ipc"
+    transport: str = DEFAULT_TRANSPORT
     engine: str | None = None
     seed: int = 0
     staging: Staging | None = None
@@ -142,7 +144,7 @@ class Settings:
         return elapsed_s + elapsed_s / max(sent, 1) <= self.budget_s
 
 
-def settings_for(profile: Profile, workload: Workload, link: str = transport.DEFAULT_KIND) -> Settings:
+def settings_for(profile: Profile, workload: Workload, link: str = DEFAULT_TRANSPORT) -> Settings:
     """The profile's defaults for this kind of workload over ``link``, overridden by scenario options.
 
     A rate given on the command line also lifts the payload default of one
@@ -239,9 +241,7 @@ def region_bytes(serializer: Serializer, pool: RequestPool, megabytes: float | N
     return max(2 * largest, shm.INLINE_BELOW)
 
 
-def measure(
-    backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send
-) -> dict[str, Any]:
+def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = transport.send) -> Outcome:
     """One ipc case: the floor, the load at each rate, and for payload workloads the references.
 
     Unix-socket and memcpy samples are taken between requests of the first rate's
@@ -279,36 +279,46 @@ def measure(
             loads.append((rate, offsets, tracked, egress, duration))
         while refs and len(refs.unix) < len(loads[0][2]):  # a reference sample per request
             refs.sample()
-    runs = [
-        (rate, offsets, tracked, duration, *load_metrics(tracked, egress, duration, payload, local))
-        for rate, offsets, tracked, egress, duration in loads
+    summaries = [
+        load_metrics(tracked, egress, duration, payload, local) for _, _, tracked, egress, duration in loads
     ]
-    measured, info = runs[0][4], runs[0][5]
+    first = summaries[0]
+    measured = first.metrics
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
-    info.update(
-        settings=_settings_info(cfg), payload_bytes=payload, local_engine=local, verification=verification
+    floor_median = measured["floor_rtt_s"].median
+    info = IpcInfo(
+        payload_bytes=payload,
+        verification=verification,
+        serving=first.serving,
+        duration_s=first.duration_s,
+        output_tokens=first.output_tokens,
+        settings=_settings_info(cfg),
+        local_engine=local,
+        ttft_over_floor=measured["ttft_s"].median / floor_median,
     )
-    info["ttft_over_floor"] = measured["ttft_s"]["median"] / measured["floor_rtt_s"]["median"]
     if "ingress_s" in measured:
-        info["ingress_over_floor"] = measured["ingress_s"]["median"] / measured["floor_rtt_s"]["median"]
-    if len(runs) > 1:
-        points = [sweep_point(r, o, t, d, m, cfg.ttft_slo_s) for r, o, t, d, m, _ in runs]
-        info["sweep"] = {"points": points, **saturation(points)}
+        info.ingress_over_floor = measured["ingress_s"].median / floor_median
+    if len(loads) > 1:
+        points = [
+            sweep_point(rate, offsets, tracked, duration, summary.metrics, cfg.ttft_slo_s)
+            for (rate, offsets, tracked, _, duration), summary in zip(loads, summaries, strict=True)
+        ]
+        info.sweep = saturation(points)
     if shm_bytes:
-        info["shm_region_bytes"] = shm_bytes
+        info.shm_region_bytes = shm_bytes
     if refs:
         for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
             measured[name] = metrics.measured(name, [refs.nbytes / s / 1e9 for s in samples])
-        rate = measured["payload_gb_per_s"]["median"]
-        info["payload_vs_unix"] = rate / measured["unix_gb_per_s"]["median"]
-        info["payload_vs_memcpy"] = rate / measured["memcpy_gb_per_s"]["median"]
-    return {"metrics": measured, "info": info}
+        rate = measured["payload_gb_per_s"].median
+        info.payload_vs_unix = rate / measured["unix_gb_per_s"].median
+        info.payload_vs_memcpy = rate / measured["memcpy_gb_per_s"].median
+    return Outcome(measured, info)
 
 
 def _settings_info(cfg: Settings) -> dict[str, Any]:
-    info = dataclasses.asdict(cfg)
-    info["rates"] = [_rate_text(r) for r in cfg.rates]  # JSON has no infinity
-    return info
+    settings = dataclasses.asdict(cfg)
+    settings["rates"] = [_rate_text(r) for r in cfg.rates]  # JSON has no infinity
+    return settings
 
 
 def _rate_text(rate: float) -> str | float:
@@ -354,7 +364,39 @@ class Ipc(Scenario):
     description = (
         "frontend and engine processes over real ZeroMQ under load: TTFT, ITL, E2E, floor, integrity"
     )
-    transports = transport.KINDS
+    figures = (
+        Figure("cdf", "Time to first token, per request", (("ttft_s", MEDIAN), ("ttft_s", P99))),
+        Figure("cdf", "Inter-token latency, per output", (("itl_s", MEDIAN), ("itl_s", P99))),
+        Figure(
+            "images",
+            "TTFT and ITL against images per request: median and p99",
+            (("ttft_s", MEDIAN), ("ttft_s", P99), ("itl_s", MEDIAN), ("itl_s", P99)),
+        ),
+        Figure(
+            "bars",
+            "TTFT's parts, per request: ingress (encode → engine decoded), queue, first step; egress",
+            (("ingress_s", MEDIAN), ("ingress_s", P99), ("queue_s", MEDIAN), ("egress_s", MEDIAN)),
+        ),
+        Figure("bars", "Throughput", (("req_per_s", MEDIAN), ("payload_gb_per_s", MEDIAN))),
+        Figure(
+            "batch",
+            "The output path: the frontend's decode per step and egress against batch (step budget dashed)",
+            (("step_decode_s", MEDIAN), ("step_decode_s", P99), ("egress_s", MEDIAN), ("egress_s", P99)),
+        ),
+        Figure(
+            "size",
+            "Ingress against tensor size (tensor-N): p50 and p99, thresholds marked",
+            (("ingress_s", MEDIAN), ("ingress_s", P99)),
+            table=False,
+        ),
+        Figure(
+            "sweep",
+            "Against offered load (--rate sweep): TTFT, ingress, admitted rate and goodput",
+            (("ttft_s", MEDIAN),),
+            table=False,
+        ),
+    )
+    dimensions = (TRANSPORT,)
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
         Option(
@@ -387,6 +429,20 @@ class Ipc(Scenario):
         *device.OPTIONS,
     )
 
+    def tables(self, data: Results) -> list[Table]:
+        """The output path's verdict: per backend row and workload family, the largest measured
+        batch whose median decode CPU per step fits the step (``stream.fitting_batches``)."""
+        fitting = stream.fitting_batches(data.of(self.name))
+        if not fitting:
+            return []
+        rows = [
+            [row, family, str(cell["fits"] or "none"), str(cell["over"] or "none measured")]
+            for (row, family), cell in fitting.items()
+        ]
+        headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
+        note = "the largest measured batch whose median decode CPU per step fits the step"
+        return [Table("largest batch whose decode fits the step", headers, rows, note)]
+
     def check(self, profile: Profile) -> None:
         """The device options: checked here for a forked engine, by the engine itself for ``--engine``."""
         if profile.options.get("ipc_engine"):
@@ -394,9 +450,9 @@ class Ipc(Scenario):
         else:
             device.check(profile)
 
-    def run(self, case: Case, profile: Profile) -> dict[str, Any]:
+    def run(self, case: Case, profile: Profile) -> Outcome:
         workload = get_workload(case.workload)
-        cfg = settings_for(profile, workload, case.transport)
+        cfg = settings_for(profile, workload, case.link)
         if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
-            return stream.measure(case.spec, case.workload, cfg.step_s, cfg.engine, cfg.transport)
-        return measure(case.spec, case.workload, cfg)
+            return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
+        return measure(case.backend, case.workload, cfg)

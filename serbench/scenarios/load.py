@@ -33,8 +33,9 @@ import numpy as np
 from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
+from serbench.results import Serving, ServingStat, Sweep, SweepPoint
 from serbench.serializers import Serializer
-from serbench.stats import MIN_DISTRIBUTION
+from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.workloads import Workload, output_token
 from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
 
@@ -261,18 +262,29 @@ def _lost(tracked: dict[str, Tracked]) -> str:
     )
 
 
-def serving_summary(values: Sequence[float]) -> dict[str, float]:
+def serving_summary(values: Sequence[float]) -> ServingStat:
     """Mean, median and p99 in milliseconds, as the serving benchmark prints them."""
-    return {
-        "mean_ms": statistics.fmean(values) * 1e3,
-        "median_ms": statistics.median(values) * 1e3,
-        "p99_ms": float(np.percentile(values, 99)) * 1e3,
-    }
+    return ServingStat(
+        mean_ms=statistics.fmean(values) * 1e3,
+        median_ms=statistics.median(values) * 1e3,
+        p99_ms=float(np.percentile(values, 99)) * 1e3,
+    )
+
+
+@dataclass
+class LoadSummary:
+    """A finished load as ``load_metrics`` reads it: its metrics, and what ``results.IpcInfo``
+    says of it (the serving benchmark's summary, the load's length and its output tokens)."""
+
+    metrics: dict[str, Measurement]
+    serving: Serving
+    duration_s: float
+    output_tokens: int
 
 
 def load_metrics(
     tracked: dict[str, Tracked], egress: list[float], duration: float, payload: int, same_clock: bool
-) -> tuple[dict, dict]:
+) -> LoadSummary:
     """TTFT and its parts, ITL, E2E and throughput metrics (and their serving summary) from a finished
     load. The parts that subtract the engine's stamps need ``same_clock`` (a local engine)."""
     states = list(tracked.values())
@@ -304,8 +316,8 @@ def load_metrics(
         staged = [t.to_device for t in tracked.values() if t.to_device is not None]
         if staged:
             measured["to_device_s"] = metrics.measured("to_device_s", staged)
-    serving = {"ttft": serving_summary(ttft), "itl": serving_summary(itl), "e2e": serving_summary(e2e)}
-    return measured, {"serving": serving, "duration_s": duration, "output_tokens": tokens}
+    serving = Serving(ttft=serving_summary(ttft), itl=serving_summary(itl), e2e=serving_summary(e2e))
+    return LoadSummary(measured, serving, duration, tokens)
 
 
 def sweep_point(
@@ -313,38 +325,41 @@ def sweep_point(
     offsets: Sequence[float],
     tracked: dict[str, Tracked],
     duration: float,
-    measured: dict,
+    measured: dict[str, Measurement],
     ttft_slo_s: float,
-) -> dict[str, Any]:
-    """One rate of a sweep: offered and achieved load, goodput, TTFT and ingress, as a JSON-able dict.
+) -> SweepPoint:
+    """One rate of a sweep: offered and achieved load, goodput, TTFT and ingress.
 
     ``offered_per_s`` is the schedule's own rate ((n-1) / last arrival; a Poisson
     draw of n requests is off its nominal rate by about 1/sqrt(n)), ``admitted_per_s``
     the rate the requests got their first token at ((n-1) / (last first token - first
     request created)): below the offered rate, the engine (or the frontend) no
     longer keeps up — saturated. ``goodput_per_s``: requests with TTFT within
-    ``ttft_slo_s`` per second of the load (vLLM's goodput).
+    ``ttft_slo_s`` per second of the load (vLLM's goodput). An infinite rate is
+    ``"inf"`` and an infinite offered or admitted rate None (JSON has no infinity).
     """
     states = list(tracked.values())
     span = max(t.times[0] for t in states) - min(t.created for t in states)
     admitted = (len(states) - 1) / span if span > 0 else math.inf
     offered = (len(offsets) - 1) / offsets[-1] if offsets[-1] > 0 else math.inf
     good = sum(t.times[0] - t.created <= ttft_slo_s for t in states)
-    return {
-        "rate": "inf" if math.isinf(rate) else rate,
-        "offered_per_s": None if math.isinf(offered) else offered,
-        "admitted_per_s": None if math.isinf(admitted) else admitted,
-        "goodput_per_s": good / duration,
-        "ttft_slo_s": ttft_slo_s,
-        "metrics": {k: measured[k] for k in ("ttft_s", "ingress_s", "req_per_s") if k in measured},
-    }
+    return SweepPoint(
+        rate="inf" if math.isinf(rate) else rate,
+        offered_per_s=None if math.isinf(offered) else offered,
+        admitted_per_s=None if math.isinf(admitted) else admitted,
+        goodput_per_s=good / duration,
+        ttft_slo_s=ttft_slo_s,
+        metrics={k: measured[k] for k in ("ttft_s", "ingress_s", "req_per_s") if k in measured},
+    )
 
 
-def saturation(points: Sequence[dict[str, Any]], keep_up: float = 0.9) -> dict[str, Any]:
-    """Where a sweep saturates: the lowest finite offered rate whose admitted rate falls below
-    ``keep_up`` of it (None: none did), and the capacity, the admitted rate with everything sent
-    at once (None without a rate ``inf``)."""
-    finite = [p for p in points if p["rate"] != "inf" and p["offered_per_s"] and p["admitted_per_s"]]
-    behind = [p["rate"] for p in finite if p["admitted_per_s"] < keep_up * p["offered_per_s"]]
-    capacity = next((p["admitted_per_s"] for p in points if p["rate"] == "inf"), None)
-    return {"saturated_at": min(behind, default=None), "capacity_per_s": capacity, "keep_up": keep_up}
+def saturation(points: Sequence[SweepPoint], keep_up: float = 0.9) -> Sweep:
+    """A sweep's points and where it saturates: the lowest finite offered rate whose admitted rate
+    falls below ``keep_up`` of it (None: none did), and the capacity, the admitted rate with
+    everything sent at once (None without a rate ``inf``)."""
+    finite = [p for p in points if p.rate != "inf" and p.offered_per_s and p.admitted_per_s]
+    behind = [p.rate for p in finite if p.admitted_per_s < keep_up * p.offered_per_s]
+    capacity = next((p.admitted_per_s for p in points if p.rate == "inf"), None)
+    return Sweep(
+        points=list(points), saturated_at=min(behind, default=None), capacity_per_s=capacity, keep_up=keep_up
+    )

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,12 +67,15 @@ from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.isolation import run_isolated
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.rss import Measurement, Side, measure, proportional, status_bytes
+from serbench.results import MemoryInfo, Phase, Verification
+from serbench.rss import Reading, Side, measure, proportional, status_bytes
 from serbench.scenarios import device
-from serbench.scenarios.base import Case, Option, Scenario, positive_int
+from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.serializers import get_serializer
 from serbench.serializers.msgpack_backend import MsgpackSerializer
 from serbench.specs import Spec, format_spec, parse_spec
+from serbench.stats import Measurement
+from serbench.views import MEDIAN, Figure
 from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
 
@@ -284,17 +288,17 @@ def sides(route: Route) -> list[Side]:
     ]
 
 
-def phases(m: Measurement) -> dict[str, dict[str, float]]:
+def phases(m: Reading) -> dict[str, Phase]:
     """Each step's end: seconds on the timeline's clock, and the side's peak above baseline by then."""
     return {
-        step: {"t_s": round(value[0] - m.started, 4), "peak_bytes": value[1] - side.baseline_bytes}
+        step: Phase(t_s=round(value[0] - m.started, 4), peak_bytes=value[1] - side.baseline_bytes)
         for side in m.sides.values()
         for step, value in side.result.items()
         if isinstance(value, tuple) and step != "held"  # a stamp; pinned_bytes and held are not
     }
 
 
-def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
+def summarize_runs(runs: list[Reading], payload: int) -> dict[str, Measurement]:
     """The memory metrics over repetitions (``copies`` only where there is a payload)."""
     engine = [m.sides["engine"].peak_bytes for m in runs]
     frontend = [m.sides["frontend"].peak_bytes for m in runs]
@@ -321,7 +325,7 @@ def summarize_runs(runs: list[Measurement], payload: int) -> dict[str, dict]:
     return metrics
 
 
-def held_above(m: Measurement, name: str) -> tuple[int, int]:
+def held_above(m: Reading, name: str) -> tuple[int, int]:
     """A side's (PSS, USS) above its baseline while both sides held the request."""
     side = m.sides[name]
     pss, uss = side.result["held"]
@@ -346,39 +350,57 @@ def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int
 
 def repeat(
     case: Case, plan: Repetitions, timeout_s: float, staging: Staging | None = None
-) -> tuple[list[Measurement], int, dict]:
+) -> tuple[list[Reading], int, Verification]:
     """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
     cost of verifying the request's round trip before them."""
     message = get_workload(case.workload).request(0)
     # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not
     # stay in the heap the measured sides inherit, where they read as extra frontend copies.
-    check = (get_serializer(case.spec), [message], "request", (case.spec, case.workload))
+    check = (get_serializer(case.backend), [message], "request", (case.backend, case.workload))
     verification = run_isolated(conformance.verify, check, timeout_s)
-    request, warmup = Sent.of(message, case.spec), Sent.of(miniature(message), case.spec)
-    sizes = frame_sizes(case.spec, message, staging)
+    request, warmup = Sent.of(message, case.backend), Sent.of(miniature(message), case.backend)
+    sizes = frame_sizes(case.backend, message, staging)
     shm_bytes = 0
-    if case.transport == "shm":
+    if case.link == "shm":
         if sizes is not None:
             raise ValueError("--pin receive reads ZeroMQ frames into pinned buffers: not over shm")
         shm.reclaim_orphans()
-        shm_bytes = max(shm.placed_bytes(get_serializer(case.spec).encode(message)), 1)
-    runs: list[Measurement] = []
+        shm_bytes = max(shm.placed_bytes(get_serializer(case.backend).encode(message)), 1)
+    runs: list[Reading] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         with transport.ipc_dir() as folder:
-            tcp = case.transport == "tcp"
+            tcp = case.link == "tcp"
             addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
-            route = Route(case.spec, request, warmup, addresses, staging, sizes, shm_bytes)
+            route = Route(case.backend, request, warmup, addresses, staging, sizes, shm_bytes)
             runs.append(measure(sides(route), timeout_s))
     return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
     name = "memory"
-    transports = transport.KINDS
+    dimensions = (TRANSPORT,)
     description = (
         "peak RSS above baseline of frontend and engine processes, encode → send → decode → use; "
         "adds each msgpack backend at its default threshold again with threshold=inf (zero-copy off)"
+    )
+    figures = (
+        Figure(
+            "images",
+            "Peak RSS above baseline against images per request",
+            (("peak_rss_engine_bytes", MEDIAN), ("peak_rss_frontend_bytes", MEDIAN)),
+        ),
+        Figure(
+            "images",
+            "Copies of the payload at peak (extra peak bytes / payload bytes)",
+            (("copies", MEDIAN), ("copies_frontend", MEDIAN)),
+        ),
+        Figure(
+            "timeline",
+            "RSS above baseline during one request of the largest workload",
+            (("peak_rss_engine_bytes", MEDIAN),),
+            table=False,
+        ),
     )
     options = (
         Option(
@@ -395,29 +417,24 @@ class Memory(Scenario):
         device.check(profile)
 
     def cases(
-        self,
-        backends: list[str],
-        workloads: list[str],
-        transports: tuple[str, ...] = (transport.DEFAULT_KIND,),
+        self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
     ) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""
         variants = [spec for b in backends for spec in (b, zero_copy_off(b)) if spec]
-        return super().cases(variants, workloads, transports)
+        return super().cases(variants, workloads, chosen)
 
-    def run(self, case: Case, profile: Profile) -> dict[str, Any]:
+    def run(self, case: Case, profile: Profile) -> Outcome:
         staging = device.staging(profile)
         runs, payload, verification = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
         first = runs[0]
-        info = {
-            "payload_bytes": payload,
-            "repetitions": len(runs),
-            "staging": staging.describe() if staging else None,
-            "baseline_bytes": {name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
-            "uss_above_baseline_bytes": {
-                name: [held_above(m, name)[1] for m in runs] for name in first.sides
-            },
-            "phases": phases(first),
-            "timeline": first.timeline,
-            "verification": verification,
-        }
-        return {"metrics": summarize_runs(runs, payload), "info": info}
+        info = MemoryInfo(
+            payload_bytes=payload,
+            verification=verification,
+            repetitions=len(runs),
+            staging=staging.describe() if staging else None,
+            baseline_bytes={name: [m.sides[name].baseline_bytes for m in runs] for name in first.sides},
+            uss_above_baseline_bytes={name: [held_above(m, name)[1] for m in runs] for name in first.sides},
+            phases=phases(first),
+            timeline=first.timeline,
+        )
+        return Outcome(summarize_runs(runs, payload), info)

@@ -34,9 +34,12 @@ import numpy as np
 from serbench import conformance, heap, instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
-from serbench.scenarios.base import Case, Option, Scenario
+from serbench.results import MicroInfo
+from serbench.scenarios.base import Case, Option, Outcome, Scenario
 from serbench.serializers import Serializer, get_serializer
+from serbench.stats import Measurement
 from serbench.timing import interleaved
+from serbench.views import MEDIAN, Figure
 from serbench.workloads import get_workload
 from serbench.workloads.tree import array_bytes, is_array, iter_leaves, payload_bytes
 
@@ -77,7 +80,7 @@ def wire_bytes(frames: list) -> int:
     return sum(memoryview(frame).nbytes for frame in frames)
 
 
-def on_the_wire(message: Any, frames: list) -> dict[str, dict]:
+def on_the_wire(message: Any, frames: list) -> dict[str, Measurement]:
     """What a message is on the wire: bytes and frames, and where its arrays travel."""
     metrics = {
         "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
@@ -107,6 +110,22 @@ class Micro(Scenario):
         "encode / decode one message (a request, or one engine step) in-process: "
         "calibrated loops, median + CI, bytes, frames"
     )
+    figures = (
+        Figure("bars", "Encode and decode time of one request", (("encode_s", MEDIAN), ("decode_s", MEDIAN))),
+        Figure("bars", "Bytes and frames on the wire", (("wire_bytes", MEDIAN), ("frames", MEDIAN))),
+        Figure(
+            "batch",
+            "One engine step's encode and decode against batch (outputs-B)",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("decode_cpu_s", MEDIAN)),
+            table=False,
+        ),
+        Figure(
+            "size",
+            "Latency against tensor size (tensor-N): 256 B inline threshold, 64 KiB zmq copy threshold",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("roundtrip_s", MEDIAN), ("oob_frames", MEDIAN)),
+            table=False,
+        ),
+    )
     options = (
         Option(
             "--measure",
@@ -118,24 +137,26 @@ class Micro(Scenario):
         ),
     )
 
-    def run(self, case: Case, profile: Profile) -> dict[str, Any]:
+    def run(self, case: Case, profile: Profile) -> Outcome:
         serializer = get_serializer(case.backend)
         workload = get_workload(case.workload)
         message = workload.message(0)
-        verification = conformance.verify(serializer, [message], workload.kind, (case.spec, case.workload))
+        verification = conformance.verify(serializer, [message], workload.kind, (case.backend, case.workload))
         frames = serializer.encode(message)
-        facts = {"payload_bytes": payload_bytes(message), "verification": verification}
+        info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
         if profile.options.get("measure") == "instructions":
             reason = instructions.unavailable()
             if reason is None:  # under valgrind a wall clock measures valgrind: counts only
                 ops = operations(serializer, message)
-                counts, info = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
+                counts, counted = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
+                info.calls_per_window = counted["calls_per_window"]
                 metrics = {name: measured(name, [value]) for name, value in counts.items()}
-                return {"metrics": {**metrics, **on_the_wire(message, frames)}, "info": {**info, **facts}}
-            facts["instructions"] = f"not counted: {reason}"
+                return Outcome({**metrics, **on_the_wire(message, frames)}, info)
+            info.instructions = f"not counted: {reason}"
         heap.reused_memory()
         gc.freeze()
-        samples, info = interleaved(operations(serializer, message), profile)
+        samples, timed = interleaved(operations(serializer, message), profile)
+        info.loops, info.samples = timed["loops"], timed["samples"]
 
         # No payload throughput here: a zero-copy round trip moves no payload byte, so
         # payload / time would read 500+ GB/s, above any memory bandwidth. ``copy_s``,
@@ -146,4 +167,4 @@ class Micro(Scenario):
             cpu, _ = interleaved({"decode_cpu_s": ops["decode_s"]}, profile, time.thread_time)
             metrics["decode_cpu_s"] = measured("decode_cpu_s", cpu["decode_cpu_s"])
         metrics.update(on_the_wire(message, frames))
-        return {"metrics": metrics, "info": {**info, **facts}}
+        return Outcome(metrics, info)

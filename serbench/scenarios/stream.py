@@ -37,6 +37,8 @@ from typing import Any
 from serbench import metrics
 from serbench.engine.client import STALL_TIMEOUT_S, open_link
 from serbench.engine.protocol import IntegrityError, request_checksum
+from serbench.results import Record, StreamInfo
+from serbench.scenarios.base import Outcome
 from serbench.scenarios.load import Tracked, account
 from serbench.serializers import Serializer, get_serializer
 from serbench.specs import Spec, format_spec, parse_spec
@@ -92,7 +94,7 @@ def stream(link: Any, serializer: Serializer, workload: Workload) -> list[Step]:
     return steps
 
 
-def measure(backend: str, workload_spec: str, step_s: float, engine: str | None, kind: str) -> dict[str, Any]:
+def measure(backend: str, workload_spec: str, step_s: float, engine: str | None, kind: str) -> Outcome:
     """One ipc case of an output workload: per-step decode CPU time and egress of full-batch steps."""
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
@@ -105,21 +107,21 @@ def measure(backend: str, workload_spec: str, step_s: float, engine: str | None,
     decode = [s.decode_cpu_s for s in full]
     measured = {"step_decode_s": metrics.measured("step_decode_s", decode)}
     quarter = max(1, len(full) // 4)
-    info: dict[str, Any] = {
-        "batch": workload.batch,
-        "steps": len(steps),
-        "full_steps": len(full),
-        "step_s": step_s,
-        "local_engine": local,
-        "fits_step": statistics.median(decode) <= step_s,
-        "decode_share_of_step": statistics.median(decode) / step_s if step_s else None,
-    }
+    info = StreamInfo(
+        batch=workload.batch,
+        steps=len(steps),
+        full_steps=len(full),
+        step_s=step_s,
+        local_engine=local,
+        fits_step=statistics.median(decode) <= step_s,
+        decode_share_of_step=statistics.median(decode) / step_s if step_s else None,
+    )
     if local:
         egress = [s.egress_s for s in full]
         measured["egress_s"] = metrics.measured("egress_s", egress)
         first, last = statistics.median(egress[:quarter]), statistics.median(egress[-quarter:])
-        info["egress_growth"] = last / first if first > 0 else None
-    return {"metrics": measured, "info": info}
+        info.egress_growth = last / first if first > 0 else None
+    return Outcome(measured, info)
 
 
 def family(workload_spec: str) -> tuple[str, int] | None:
@@ -135,17 +137,18 @@ def family(workload_spec: str) -> tuple[str, int] | None:
     return format_spec(Spec("outputs-B", parsed.options)), int(batch)
 
 
-def fitting_batches(records: Iterable[dict]) -> dict[tuple[str, str], dict[str, int | None]]:
-    """Per (backend, workload family): the largest measured batch whose median decode per step fits
-    the step (``fits``, None if none did) and the smallest that does not (``over``, None if all did)."""
+def fitting_batches(records: Iterable[Record]) -> dict[tuple[str, str], dict[str, int | None]]:
+    """Per (backend as a table row shows it, ``Case.row``; workload family): the largest measured batch
+    whose median decode per step fits the step (``fits``, None if none did) and the smallest that does
+    not (``over``, None if all did)."""
     out: dict[tuple[str, str], dict[str, int | None]] = {}
     for rec in records:
-        fam = family(rec["workload"])
-        decode = rec.get("metrics", {}).get("step_decode_s")
-        if rec.get("error") or fam is None or decode is None:
+        fam = family(rec.workload)
+        decode = rec.metrics.get("step_decode_s")
+        if not rec.ok or fam is None or decode is None or not isinstance(rec.info, StreamInfo):
             continue
-        cell = out.setdefault((rec["backend"], fam[0]), {"fits": None, "over": None})
-        if decode["median"] <= rec["info"]["step_s"]:
+        cell = out.setdefault((rec.row, fam[0]), {"fits": None, "over": None})
+        if decode.median <= rec.info.step_s:
             cell["fits"] = max(cell["fits"] or 0, fam[1])
         else:
             cell["over"] = min(cell["over"] or fam[1], fam[1])

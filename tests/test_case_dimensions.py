@@ -1,0 +1,70 @@
+"""A case dimension is one ``Case`` field plus the scenario that varies it (issue 29).
+
+``workers`` is the field the fan-out scenario will vary. Here a scenario made
+in the test declares it, and nothing else changes: the command line grows the
+flag, the plan makes one case per value, the results file keeps it as a field,
+compare keys by it and the tables give each value a row of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serbench import commands, compare, results, text
+from serbench.commands import options
+from serbench.errors import UsageError
+from serbench.results import Case, Results
+from serbench.runner import Plan
+from serbench.scenarios import SCENARIOS, Dimension, Outcome, Scenario
+from serbench.scenarios.base import positive_int
+from serbench.stats import summarize
+
+WORKERS = Dimension("workers", "--workers", positive_int, (1,), "worker processes per engine")
+
+
+class FanOut(Scenario):
+    name = "fanout-probe"
+    description = "declares the workers dimension"
+    dimensions = (WORKERS,)
+
+    def run(self, case: Case, profile: object) -> Outcome:
+        return Outcome({"decode_s": summarize([1e-3 * case.workers] * 5, "s")})
+
+
+@pytest.fixture(autouse=True)
+def fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(SCENARIOS, FanOut.name, FanOut())
+
+
+def _results(factor: float = 1.0) -> Results:
+    plan = Plan(["pickle"], ["text-sonnet"], [FanOut.name], {"workers": (1, 2)})
+    records = [
+        results.record(c, metrics={"decode_s": summarize([factor * 1e-3 * c.workers] * 5, "s")})
+        for c in plan.cases()
+    ]
+    return Results(records=records)
+
+
+def test_the_command_line_grows_the_flag_and_parses_it_once() -> None:
+    args = commands.build_parser().parse_args(["run", "--scenarios", FanOut.name, "--workers", "1,2,4"])
+    assert options.plan(args).dimensions == {"workers": (1, 2, 4)}
+    with pytest.raises(UsageError, match="--workers"):
+        options.plan(commands.build_parser().parse_args(["run", "--workers", "0"]))
+
+
+def test_the_plan_makes_one_case_per_value_and_the_file_keeps_it(tmp_path: Path) -> None:
+    doc = _results()
+    assert [c.workers for c in doc.records] == [1, 2]
+    assert [r.row for r in doc.records] == ["pickle workers=1", "pickle workers=2"]
+    results.save(tmp_path / "r.json", doc)
+    assert results.load(tmp_path / "r.json") == doc
+    assert '"workers": 2' in (tmp_path / "r.json").read_text()
+
+
+def test_compare_keys_by_it_and_the_tables_give_each_value_a_row() -> None:
+    comparison = compare.compare(_results(), _results(factor=2.0), strict=True)
+    assert {r.case.workers for r in comparison.rows} == {1, 2} and not comparison.added
+    shown = text.render(_results())
+    assert "pickle workers=1" in shown and "pickle workers=2" in shown
