@@ -68,3 +68,26 @@ def test_compare_keys_by_it_and_the_tables_give_each_value_a_row() -> None:
     assert {r.case.workers for r in comparison.rows} == {1, 2} and not comparison.added
     shown = text.render(_results())
     assert "pickle workers=1" in shown and "pickle workers=2" in shown
+
+
+class Broadcast(Scenario):
+    """A second scenario that varies ``transport`` with values of its own (as a fan-out one does)."""
+
+    name = "broadcast-probe"
+    description = "declares transports of its own"
+    dimensions = (Dimension("transport", "--transport", str, ("ring",), "broadcast links", ("ring", "pub")),)
+
+
+def test_a_field_several_scenarios_vary_is_one_flag_and_each_takes_its_own_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(SCENARIOS, Broadcast.name, Broadcast())
+    args = commands.build_parser().parse_args(["run", "--transport", "shm,ring"])
+    plan = options.plan(args)
+    assert plan.dimensions == {"transport": ("shm", "ring")}
+    cases = SCENARIOS["ipc"].cases(["pickle"], ["text-sonnet"], plan.dimensions)
+    assert [c.transport for c in cases] == ["shm"]
+    assert [c.transport for c in Broadcast().cases(["pickle"], ["text-sonnet"], plan.dimensions)] == ["ring"]
+    assert SCENARIOS["micro"].cases(["pickle"], ["text-sonnet"], plan.dimensions)[0].transport is None
+    with pytest.raises(UsageError, match="udp"):
+        options.plan(commands.build_parser().parse_args(["run", "--transport", "udp"]))

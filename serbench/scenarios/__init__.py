@@ -22,5 +22,10 @@ def get_scenario(name: str) -> Scenario:
 
 
 def dimensions() -> dict[str, Dimension]:
-    """Every dimension some scenario varies, by field (the command line's flags)."""
-    return {d.field: d for s in SCENARIOS.values() for d in s.dimensions}
+    """Every dimension some scenario varies, by field (the command line's flags); a field several
+    scenarios vary takes the values of all of them (``Dimension.merged``)."""
+    found: dict[str, Dimension] = {}
+    for dimension in (d for s in SCENARIOS.values() for d in s.dimensions):
+        known = found.get(dimension.field)
+        found[dimension.field] = dimension if known is None else known.merged(dimension)
+    return found

@@ -12,7 +12,7 @@ into flags: no scenario sees argparse.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any, ClassVar
 
@@ -54,6 +54,19 @@ class Dimension:
     help: str
     choices: tuple[Any, ...] | None = None
 
+    def allowed(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The values this dimension takes, of ``values``."""
+        return values if self.choices is None else tuple(v for v in values if v in self.choices)
+
+    def merged(self, other: Dimension) -> Dimension:
+        """One flag for a field that several scenarios vary, each with its own values: the union of
+        their choices, both helps; the first's default and parse."""
+        if self.choices is None or other.choices is None or other == self:
+            return self
+        choices = tuple(dict.fromkeys((*self.choices, *other.choices)))
+        helps = self.help if other.help == self.help else f"{self.help}; {other.help}"
+        return replace(self, choices=choices, help=helps)
+
 
 TRANSPORT = Dimension(
     "transport",
@@ -94,9 +107,11 @@ class Scenario:
         self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
     ) -> list[Case]:
         """The cases this scenario measures: every backend by every value of each of its
-        dimensions (``chosen``, by field, else the dimension's default), by every workload."""
+        dimensions (``chosen``, by field, else the dimension's default), by every workload.
+        Of the chosen values it takes those its own dimension allows: ``--transport shm,shm-ring``
+        gives the first-hop scenarios shm and the fan-out one shm-ring (none: no case)."""
         chosen = chosen or {}
-        values = [chosen.get(d.field, d.default) for d in self.dimensions]
+        values = [d.allowed(chosen.get(d.field, d.default)) for d in self.dimensions]
         fields = [d.field for d in self.dimensions]
         return [
             Case(self.name, b, w, **dict(zip(fields, combo, strict=True)))
