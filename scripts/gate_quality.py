@@ -143,12 +143,44 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     return flagged
 
 
+# Verdicts that say nothing got worse: a row that could not have seen its tolerance must not get them.
+CLEARING = (compare.NO_CHANGE, compare.IMPROVEMENT, compare.FASTER_TOLERATED)
+
+
+def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, dict[str, int]]:
+    """Factor → how its rows were labelled in this trial: ``rows``, ``inconclusive``,
+    ``overclaimed`` (a clearing verdict on a row whose ``detects`` is above its threshold or
+    unknown: what the gate must never say) and ``cleared`` (any clearing verdict: in an A/B
+    slot, a slowdown the gate said was not there)."""
+    trial = json.loads((folder / "trial.json").read_text())
+    base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
+    scores = {}
+    for slot, factor in enumerate([1.0, *trial["factors"]]):
+        number = trial.get("trial")
+        reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
+        rows = compare.compare(
+            reference, _only(head, _spec(trial["backend"], factor, slot, number)), max_regression
+        ).rows
+        sampled = [r for r in rows if not r.exact]
+        scores[factor] = {
+            "rows": len(sampled),
+            "inconclusive": sum(r.verdict == compare.INCONCLUSIVE for r in sampled),
+            "overclaimed": sum(
+                r.verdict in CLEARING and (r.detectable is None or r.detectable > r.threshold)
+                for r in sampled
+            ),
+            "cleared": sum(r.verdict in CLEARING for r in sampled),
+        }
+    return scores
+
+
 def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
     trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
     if not trials:
         raise SystemExit(f"no finished trials in {out}")
     counts: dict[float, int] = {}
+    labels: dict[float, dict[str, int]] = {}
     loads = []
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
@@ -156,6 +188,10 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         flagged = evaluate(folder, max_regression, rounds)
         for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
+        for factor, scored in honesty(folder, max_regression, rounds).items():
+            total = labels.setdefault(factor, dict.fromkeys(scored, 0))
+            for key, value in scored.items():
+                total[key] += value
         marks = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         print(f"{folder.name} (load {loads[-1]:.1f}): {marks}")
         if flagged[1.0]:
@@ -169,6 +205,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         "false_alarms_aa": counts[1.0],
         "detections": {f"{f:g}": c for f, c in sorted(counts.items()) if f > 1},
         "smallest_reliably_detected": reliable[0] if reliable else None,
+        "labels": {f"{f:g}": scored for f, scored in sorted(labels.items())},
         "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
         "cpus": os.cpu_count(),
     }
@@ -177,6 +214,12 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     for factor, hits in summary["detections"].items():
         print(f"A/B slowed {factor}x: flagged in {hits}/{n} trials")
     print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
+    for factor, scored in summary["labels"].items():
+        print(
+            f"rows of {factor}x: {scored['rows']}, inconclusive {scored['inconclusive']}, "
+            f"said no change / faster {scored['cleared']}, "
+            f"of which could not have seen it {scored['overclaimed']}"
+        )
     load = summary["load_average"]
     print(f"1-min load average during trials: {load['min']:.1f}..{load['max']:.1f} (mean {load['mean']:.1f})")
     _write_json(out / "summary.json", summary)
@@ -197,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--factors", help="slowdowns to detect (default 1.03,1.05,1.07,1.10; instructions 1.005,1.01,1.02)"
     )
-    parser.add_argument("--measure", choices=gate_command.MEASURES, default="time")
+    parser.add_argument("--measure", choices=("time", "instructions"), default="time")
     parser.add_argument(
         "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
     )

@@ -13,7 +13,18 @@ the same files always give the same verdict), and a verdict:
   exactly the threshold is caught whenever it is significant, while a
   significant slowdown that is demonstrably smaller passes as "no change".
 * **improvement** — the mirror image;
-* **no change** — anything else.
+* **no change** — anything else;
+* **inconclusive** — where the comparison could not have seen a slowdown of
+  the threshold: a sampled row whose minimum detectable effect (``detectable``)
+  exceeds its threshold, or that has no interval, and that is not a significant
+  slowdown. Such a row is never "no change" or "improvement": it says the
+  machine (or the number of rounds) did not let the gate tell. A significant
+  slowdown stays a regression (or "slower, within tolerance") however wide its
+  interval: it was seen. Exact metrics and counts are always decisive (a
+  count's ``detectable`` is its tolerance). Where a case's instructions were
+  counted, an inconclusive wall-clock row of CPU work the counts cover
+  (``Metric.counted_as``) reads "counts decide" instead: the count row beside it
+  decides, and the clock decides only what counts cannot see, where it can.
 
 "Slowdown" is head/base for timings and base/head for rates, so both read
 the same way. Machine-independent metrics are compared exactly: any increase
@@ -43,7 +54,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -59,6 +70,8 @@ FASTER_TOLERATED = "faster, within tolerance"
 SLOWER_INDICATIVE = "slower (indicative)"
 FASTER_INDICATIVE = "faster (indicative)"
 NO_CHANGE = "no change"
+INCONCLUSIVE = "inconclusive"
+COUNTS_DECIDE = "counts decide"
 FAILED_IN_HEAD = "failed in head"
 FIXED_IN_HEAD = "fixed in head"
 BAD_VERDICTS = (FAILED_IN_HEAD, REGRESSION)
@@ -84,9 +97,16 @@ class MetricComparison:
     ratio: float | None  # head / base
     ci_low: float | None  # interval of the ratio
     ci_high: float | None
-    verdict: str  # "regression" | "improvement" | "no change" | "failed in head" | "fixed in head"
+    verdict: str  # one of the verdict strings above (REGRESSION, ..., INCONCLUSIVE, COUNTS_DECIDE)
     exact: bool  # machine-independent metric compared exactly
     detectable: float | None = None  # smallest slowdown told from noise (0.02 = 2 %); a count: its tolerance
+    threshold: float | None = None  # the tolerated slowdown this row was judged against
+    rounds: int | None = None  # paired rounds (the gate's pairs) behind the interval; None: unpaired
+
+    @property
+    def decisive(self) -> bool:
+        """Whether this row decided something (not "inconclusive")."""
+        return self.verdict != INCONCLUSIVE
 
     @property
     def scenario(self) -> str:
@@ -138,6 +158,13 @@ class Comparison:
     def indicative(self) -> list[MetricComparison]:
         """Rows flagged beyond tolerance by unpaired runs: shown, not failing (see ``compare``)."""
         return [r for r in self.rows if r.verdict in (SLOWER_INDICATIVE, FASTER_INDICATIVE)]
+
+    @property
+    def inconclusive(self) -> list[MetricComparison]:
+        """Rows that could not have seen a slowdown of their threshold (``powered``), widest
+        ``detectable`` first."""
+        rows = [r for r in self.rows if r.verdict == INCONCLUSIVE]
+        return sorted(rows, key=lambda r: -(math.inf if r.detectable is None else r.detectable))
 
     @property
     def improvements(self) -> list[MetricComparison]:
@@ -285,7 +312,22 @@ def unpaired_verdict(verdict: str) -> str:
     differ "significantly" in a few cases out of every hundred. Beyond
     tolerance is thus only indicative; within it is no change.
     """
-    return {REGRESSION: SLOWER_INDICATIVE, IMPROVEMENT: FASTER_INDICATIVE}.get(verdict, NO_CHANGE)
+    mapped = {REGRESSION: SLOWER_INDICATIVE, IMPROVEMENT: FASTER_INDICATIVE, INCONCLUSIVE: INCONCLUSIVE}
+    return mapped.get(verdict, NO_CHANGE)
+
+
+def powered(verdict: str, detects: float | None, threshold: float) -> str:
+    """A statistical verdict, honest about its power: "inconclusive" instead of any verdict
+    that says nothing got worse (no change, improvement, faster within tolerance) when the
+    comparison could not have seen a slowdown of ``threshold`` — its minimum detectable
+    effect (``detectable``) is above it, or there is no interval at all. A significant
+    slowdown is kept (regression, slower within tolerance): it was seen, whatever the
+    noise."""
+    if verdict in (REGRESSION, SLOWER_TOLERATED):
+        return verdict
+    if detects is None or detects > threshold:
+        return INCONCLUSIVE
+    return verdict
 
 
 def unpaired(measured: Measurement) -> bool:
@@ -299,18 +341,22 @@ def detectable(
     """The smallest slowdown (0.02 = 2 %) that a comparison as noisy as this one tells from no
     change with probability ``POWER``: its minimum detectable effect. None without an interval.
 
-    The interval's lower half-width (in log ratio, on the slowdown's side)
-    stands for ``z`` standard errors; a true slowdown is significant with
-    probability ``POWER`` when it is ``z + z_power`` of them above 1 (the usual
-    2.8 standard errors at 95 % and 80 %). What the machine lets the gate see,
-    before the threshold's say: a slowdown below it cannot be told from noise
-    in this run, whatever ``--max-regression`` is.
+    The interval's wider half (in log ratio) stands for ``z`` standard errors;
+    a true slowdown is significant with probability ``POWER`` when it is
+    ``z + z_power`` of them above 1 (the usual 2.8 standard errors at 95 % and
+    80 %). The wider half, not the one on the slowdown's side: with few rounds
+    the bootstrap's interval is lopsided (three pairs, one slow: ``[1.00,
+    1.30]`` around 1.00), and its narrow side would claim a power the run did
+    not have. What the machine lets the gate see, before the threshold's say:
+    a slowdown below it cannot be told from noise in this run, whatever
+    ``--max-regression`` is. (``higher_is_better`` does not change the width; it
+    is kept for the callers that state it.)
     """
     if ratio is None or low is None or high is None or min(ratio, low, high) <= 0:
         return None
-    below = math.log(high / ratio) if higher_is_better else math.log(ratio / low)
+    half = max(math.log(ratio / low), math.log(high / ratio), 0.0)
     z = NormalDist().inv_cdf((1 + CONFIDENCE) / 2)
-    return math.exp(below * (z + NormalDist().inv_cdf(POWER)) / z) - 1
+    return math.exp(half * (z + NormalDist().inv_cdf(POWER)) / z) - 1
 
 
 def exact_verdict(name: str, base: float, head: float) -> str:
@@ -332,7 +378,7 @@ def compare_metric(
     the threshold directly."""
     b, h = base.median, head.median
     facts = metric(name)
-    exact, mde = facts.exact or facts.counted, None
+    exact, mde, rounds = facts.exact or facts.counted, None, None
     if facts.exact:
         ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
@@ -343,11 +389,15 @@ def compare_metric(
     else:
         ratio, low, high = ratio_estimate(base, head)
         verdict = statistical_verdict(ratio, low, high, threshold, facts.higher_is_better)
-        if not strict and (unpaired(base) or unpaired(head)):
-            verdict = unpaired_verdict(verdict)
         mde = detectable(ratio, low, high, facts.higher_is_better)
+        if ratio is not None:  # a zero base has no ratio to be powered or not
+            verdict = powered(verdict, mde, threshold)
+        if unpaired(base) or unpaired(head):
+            verdict = verdict if strict else unpaired_verdict(verdict)
+        elif len(base.rounds) == len(head.rounds):
+            rounds = len(base.rounds)
     unit = head.unit or base.unit
-    return MetricComparison(case, name, unit, b, h, ratio, low, high, verdict, exact, mde)
+    return MetricComparison(case, name, unit, b, h, ratio, low, high, verdict, exact, mde, threshold, rounds)
 
 
 def _case_row(case: Case, verdict: str) -> MetricComparison:
@@ -387,6 +437,7 @@ def compare(
             tolerance = metric(name).tolerance
             threshold = overrides.get(name, max_regression if tolerance is None else tolerance)
             rows.append(compare_metric(case, name, b.metrics[name], h.metrics[name], threshold, strict))
+    rows = counts_decide(rows)
     return Comparison(
         rows=worst_first(sorted(rows, key=lambda r: (case_order(r.case), r.metric))),
         added=sorted(head_cases.keys() - base_cases.keys(), key=case_order),
@@ -394,6 +445,52 @@ def compare(
         environment_differences=environment_differences(base, head),
         head_errors=head_errors,
     )
+
+
+def counts_decide(rows: Sequence[MetricComparison]) -> list[MetricComparison]:
+    """``rows`` with every inconclusive wall-clock row whose CPU work its case's counts cover
+    (``Metric.counted_as``, each compared in ``rows``) relabelled "counts decide": the count
+    rows decide that work, and the clock is left what counts cannot see, where it can tell."""
+    counted = {(r.case, r.metric) for r in rows if metric(r.metric).counted}
+    return [
+        replace(r, verdict=COUNTS_DECIDE)
+        if r.verdict == INCONCLUSIVE
+        and metric(r.metric).counted_as
+        and all((r.case, name) in counted for name in metric(r.metric).counted_as)
+        else r
+        for r in rows
+    ]
+
+
+def rounds_to_decide(row: MetricComparison) -> int | None:
+    """About how many paired rounds would bring this row's ``detectable`` down to its
+    threshold at the noise it showed (the interval narrows as one over the root of the
+    rounds); None for a row without pairs or without an interval."""
+    if not row.rounds or row.detectable is None or not row.threshold:
+        return None
+    scale = math.log1p(row.detectable) / math.log1p(row.threshold)
+    return max(row.rounds + 1, math.ceil(row.rounds * scale * scale))
+
+
+def what_would_decide(comparison: Comparison) -> list[str]:
+    """What would turn the inconclusive rows into verdicts, most effective first: counts for
+    CPU work the clock could not see, more rounds (how many, at this noise), paired rounds
+    for plain runs, a quieter machine or CPUs of its own. [] when every row decided."""
+    rows = comparison.inconclusive
+    if not rows:
+        return []
+    ways = []
+    if any(metric(r.metric).counted_as for r in rows):
+        ways.append("instruction counts for their CPU work (--measure instructions; needs valgrind)")
+    needed = [n for n in map(rounds_to_decide, rows) if n is not None]
+    if needed:
+        most, had = max(needed), max(r.rounds or 0 for r in rows)
+        impractical = "; impractical: the noise is the problem" if most > 10 * had else ""
+        ways.append(f"≈ {most} rounds at this noise (--rounds {most}{impractical})")
+    if any(r.rounds is None for r in rows):
+        ways.append("paired rounds of both sides (serbench gate) instead of single runs")
+    ways.append("a quieter machine, or CPUs of its own (isolcpus=: the gate pins its workers there)")
+    return ways
 
 
 def spreads(data: Results) -> dict[str, dict[tuple[Case, str], float]]:

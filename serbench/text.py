@@ -27,6 +27,7 @@ from serbench.compare import (
     noise,
     ranking,
     row_of,
+    what_would_decide,
 )
 from serbench.metrics import METRICS, metric
 from serbench.results import (
@@ -372,12 +373,16 @@ def _reproduce_commands(comparison: Comparison, base: Results, head: Results) ->
 
 
 def _headline(comparison: Comparison) -> str:
-    bad, hinted = comparison.regressions, comparison.indicative
+    bad, hinted, unsure = comparison.regressions, comparison.indicative, comparison.inconclusive
+    if not comparison.rows:
+        return "nothing compared: no case and metric in both files (exit 2)"
     if bad:
         cases = len({r.case for r in bad})
         text = f"{len(bad)} regression(s) in {cases} case(s), out of {len(comparison.rows)} comparison(s)"
     else:
         text = f"no regression in {len(comparison.rows)} comparison(s)"
+    if unsure:
+        text += f"; {len(unsure)} inconclusive (could not have seen a slowdown of their tolerance)"
     if hinted:
         text += (
             f"; {len(hinted)} indicative change(s) beyond tolerance: plain runs, one process a side, "
@@ -423,7 +428,23 @@ def _notes(comparison: Comparison, base: Results, head: Results, bullet: str) ->
         lines.append(f"failed in head: {_case_words(case)}: {error}")
     lines += [f"added: {_case_words(case)}" for case in comparison.added]
     lines += [f"removed: {_case_words(case)}" for case in comparison.removed]
+    lines += inconclusive_lines(comparison)
     return [f"{bullet}{line}" for line in lines]
+
+
+def inconclusive_lines(comparison: Comparison) -> list[str]:
+    """What the inconclusive rows are and what would decide them (``compare.what_would_decide``);
+    [] when every row decided."""
+    unsure = comparison.inconclusive
+    if not unsure:
+        return []
+    widest = unsure[0]
+    worst = "no interval" if widest.detectable is None else f"detects up to {widest.detectable:.1%}"
+    ways = "; ".join(what_would_decide(comparison))
+    return [
+        f"inconclusive: {len(unsure)} row(s) could not have seen a slowdown of their tolerance ({worst}, "
+        f"{_case_words(widest.case)} {widest.metric}); to decide them: {ways}"
+    ]
 
 
 def comparison_table(comparison: Comparison, base: Results, head: Results, changes_only: bool = False) -> str:
@@ -445,11 +466,16 @@ def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
     return _markdown(HEADERS, [_cells(r) for r in rows])
 
 
-def comparison_markdown(comparison: Comparison, base: Results, head: Results) -> str:
-    """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``."""
+def comparison_markdown(
+    comparison: Comparison, base: Results, head: Results, first_line: str | None = None
+) -> str:
+    """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``; ``first_line`` (how
+    the gate measured) under the headline."""
     bad = comparison.regressions
-    mark = "❌" if bad else "✅"
+    mark = "❌" if bad else "⚠️" if comparison.inconclusive or not comparison.rows else "✅"
     out = [f"## {mark} serbench: {_headline(comparison)}", ""]
+    if first_line:
+        out += [first_line, ""]
     changed = comparison.changes
     if changed:
         out += [*_markdown_table(changed), ""]

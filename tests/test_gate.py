@@ -254,7 +254,9 @@ def test_outside_a_git_repository_is_a_usage_error(monkeypatch, tmp_path, capsys
 @pytest.mark.parametrize(
     ("options", "valgrind", "rounds", "counted"),
     [
-        ([], True, 15, False),
+        ([], True, 10, True),  # --measure auto: counts where valgrind is
+        ([], False, 15, False),  # and the clock alone where it is not
+        (["--measure", "time"], True, 15, False),
         (["--measure", "instructions"], True, 10, True),
         (["--measure", "instructions"], False, 15, False),  # no counts: the clock alone, at full length
         (["--measure", "instructions", "--rounds", "3"], True, 3, True),
@@ -323,6 +325,7 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     base_commit, head_commit = git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD")
     monkeypatch.chdir(clone)
     args = ["--backends", "gate_e2e_backend:make", "--workloads", "text-sonnet", "--rounds", "2"]
+    args += ["--measure", "time"]  # counting is tested apart: valgrind would add a minute here
     code = commands.main(["gate", "--base", "HEAD~1", *args])  # default --out: relative to the clone
     printed = capsys.readouterr().out
     (out,) = (clone / "reports").glob("gate-*")
@@ -338,7 +341,9 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
     assert head.environment.git_commit == head_commit
     (record,) = head.records
     assert record.metrics["encode_s"].rounds == [record.info.samples] * 2
-    assert "frames" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "frames" in summary
+    assert printed.startswith("measured by: the wall clock (2 paired rounds)") and "measured by:" in summary
     assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the temporary one is gone
 
 

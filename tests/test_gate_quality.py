@@ -64,3 +64,14 @@ def test_the_report_counts_trials_and_can_score_only_the_first_rounds(tmp_path: 
     first_two = gate_quality.report(tmp_path, 0.10, rounds=2)
     assert first_two["detections"] == {"1.3": 2} and first_two["rounds_scored"] == 2
     assert json.loads((tmp_path / "summary.json").read_text())["rounds_scored"] == 2
+
+
+def test_the_report_counts_inconclusive_rows_and_never_an_overclaimed_one(tmp_path: Path) -> None:
+    """Head's slot 1 slowed in one round of three: too few rounds to tell, so inconclusive, and
+    nothing that could not have seen 10 % is labelled no change."""
+    store_trial(tmp_path / "trial-01", 1.3, [True, False, False])
+    summary = gate_quality.report(tmp_path, 0.10)
+    labels = summary["labels"]
+    assert labels["1"]["rows"] == labels["1.3"]["rows"] == 1
+    assert labels["1.3"]["inconclusive"] == 1 and labels["1.3"]["cleared"] == 0
+    assert labels["1"]["overclaimed"] == labels["1.3"]["overclaimed"] == 0

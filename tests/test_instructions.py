@@ -199,8 +199,11 @@ def test_the_minimum_detectable_effect_grows_with_the_interval() -> None:
     expected = math.exp(math.log(1 / 0.98) * (1.95996 + 0.84162) / 1.95996) - 1
     assert compare.detectable(1.0, 0.98, 1.02, False) == pytest.approx(expected, rel=1e-4)
     assert compare.detectable(1.0, 0.99, 1.01, False) < compare.detectable(1.0, 0.98, 1.02, False)
-    # A rate: the slowdown side of its interval is the upper one.
-    assert compare.detectable(1.0, 0.90, 1 / 0.98, True) == pytest.approx(expected, rel=1e-4)
+    # A rate's interval reads the same.
+    assert compare.detectable(1.0, 0.98, 1 / 0.98, True) == pytest.approx(expected, rel=1e-4)
+    # A lopsided interval (few rounds, one of them slow) is as blind as its wider half.
+    lopsided = compare.detectable(1.0, 0.99, 1.30, False)
+    assert lopsided == pytest.approx(compare.detectable(1.0, 1 / 1.30, 1.01, False)) and lopsided > 0.3
     assert compare.detectable(1.0, None, None, False) is None
 
 
@@ -247,18 +250,26 @@ def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
 def test_gate_counts_only_micro_and_says_why_not(monkeypatch, capsys) -> None:
     args = type("Args", (), {"measure": "instructions"})()
     ipc = Plan(["x"], ["text-sonnet"], ["ipc"])
-    assert gate_command.count_plan(args, ipc, QUICK) is None
+    counting, why = gate_command.count_plan(args, ipc, QUICK)
+    assert counting is None and "has no micro" in why
     assert "no micro" in capsys.readouterr().err
     both = Plan(["x"], ["text-sonnet"], ["micro", "ipc"])
     monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
-    assert gate_command.count_plan(args, both, QUICK) is None
+    assert gate_command.count_plan(args, both, QUICK) == (None, instructions.MISSING)
     assert "valgrind not found" in capsys.readouterr().err
+    args.measure = "auto"  # the default: no counts is no surprise there, so no note; the summary says it
+    assert gate_command.count_plan(args, both, QUICK) == (None, instructions.MISSING)
+    assert capsys.readouterr().err == ""
+    assert "no counts: valgrind not found" in gate_command.measured_by(False, 15, instructions.MISSING)
     monkeypatch.setattr(instructions, "cannot_launch", lambda: None)
-    plan, profile = gate_command.count_plan(args, both, QUICK)
-    assert plan.scenarios == ["micro"] and plan.backends == ["x"]
-    assert profile.options == {"measure": "instructions"}
+    for measure in ("instructions", "auto"):
+        args.measure = measure
+        (plan, profile), why = gate_command.count_plan(args, both, QUICK)
+        assert plan.scenarios == ["micro"] and plan.backends == ["x"] and why is None
+        assert profile.options == {"measure": "instructions"}
+    assert gate_command.measured_by(True, 10, None).startswith("measured by: instruction counts")
     args.measure = "time"
-    assert gate_command.count_plan(args, both, QUICK) is None
+    assert gate_command.count_plan(args, both, QUICK) == (None, None)
 
 
 def _run(

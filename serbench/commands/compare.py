@@ -1,38 +1,90 @@
-"""``serbench compare BASE.json HEAD.json``: exit 0, 1 on a regression, 2 on unusable input."""
+"""``serbench compare BASE.json HEAD.json``: exit 0, 1 on a regression, 2 when it cannot decide.
+
+The exit code is a contract (docs/gate.md, "Exit codes"): 0 no regression, 1 a regression,
+2 the comparison could not decide — unusable or unwritable files, unknown names, incomparable
+environments, nothing in common, and with ``--require-decisive`` any inconclusive row. Each
+2 is one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from serbench import export, results, text
-from serbench.commands.options import add_comparison_options, tolerances
-from serbench.compare import compare
-from serbench.errors import EXIT_OK, EXIT_REGRESSION, ResultsError
+from serbench.commands.options import add_comparison_options, check_metric_names, check_writable, tolerances
+from serbench.compare import Comparison, compare
+from serbench.errors import EXIT_OK, EXIT_REGRESSION, ResultsError, UsageError
 
 
-def conclude(args: argparse.Namespace, base: results.Results, head: results.Results) -> int:
+def check_outputs(args: argparse.Namespace) -> None:
+    """UsageError for an output file that cannot be written (before minutes of measuring)."""
+    check_writable(args.markdown, "--markdown")
+    check_writable(args.export, "--export")
+
+
+def undecided(comparison: Comparison, base: results.Results, head: results.Results) -> str | None:
+    """Why nothing could be decided (no case or no metric in common), or None."""
+    if comparison.rows:
+        return None
+    common = len(base.by_case().keys() & head.by_case().keys())
+    if not common:
+        return f"no case in common (base has {len(base.records)}, head {len(head.records)}): nothing compared"
+    return f"nothing compared in the {common} case(s) in common (no metric in both, or failed on both sides)"
+
+
+def _write(path: str, content: str, flag: str) -> None:
+    try:
+        Path(path).write_text(content)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+def conclude(
+    args: argparse.Namespace, base: results.Results, head: results.Results, first_line: str | None = None
+) -> int:
     """Compare, print the table, write the Markdown and export files; the exit code.
 
     Shared by ``compare`` and ``gate``, which differ only in where the two
-    documents come from.
+    documents come from (the gate says how it measured in ``first_line``).
     """
     max_regression, overrides = tolerances(args)
+    check_metric_names(overrides, (n for data in (base, head) for r in data.records for n in r.metrics))
     comparison = compare(base, head, max_regression, overrides, strict=args.strict)
     if comparison.environment_differences and not args.force:
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
-    print(text.comparison_table(comparison, base, head, changes_only=args.changes_only))
+    table = text.comparison_table(comparison, base, head, changes_only=args.changes_only)
+    print(table if first_line is None else f"{first_line}\n{table}")
     if args.markdown:
-        Path(args.markdown).write_text(text.comparison_markdown(comparison, base, head))
+        _write(args.markdown, text.comparison_markdown(comparison, base, head, first_line), "--markdown")
     if args.export:
-        export.write(head, args.export, args.export_format)
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+        try:
+            export.write(head, args.export, args.export_format)
+        except OSError as exc:
+            raise UsageError(f"--export {args.export}: {exc.strerror or exc}") from None
+    reason = undecided(comparison, base, head)
+    if reason:
+        raise ResultsError(reason)
+    if comparison.regressions:
+        return EXIT_REGRESSION
+    unsure = comparison.inconclusive
+    if unsure and args.require_decisive:
+        raise ResultsError(f"{len(unsure)} inconclusive row(s) and --require-decisive (see the notes above)")
+    if unsure:
+        print(
+            f"serbench: warning: {len(unsure)} inconclusive row(s): no regression found, but they could not "
+            "have shown one of their tolerance (--require-decisive makes this exit 2)",
+            file=sys.stderr,
+        )
+    return EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Check the options, load both files and conclude."""
     tolerances(args)  # a malformed option is named before a file is read
+    check_outputs(args)
     return conclude(args, results.load(args.base), results.load(args.head))
 
 
@@ -44,8 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Ratio head/base with a bootstrap CI for every case and metric in both files. "
         "Two plain runs (one process a side, as `serbench run` makes them) give indicative verdicts "
         "only: they are shown and do not fail unless --strict; `serbench gate` measures both sides "
-        "in interleaved pairs and gives real verdicts. "
-        "Exit 0: no regression; 1: regression; 2: unusable input or incomparable environments.",
+        "in interleaved pairs and gives real verdicts. A row that could not have seen a slowdown of "
+        "its tolerance is 'inconclusive'. "
+        "Exit 0: no regression; 1: regression; 2: could not decide (unusable or unwritable files, "
+        "unknown names, incomparable environments, no case in common, and with --require-decisive "
+        "any inconclusive row).",
     )
     parser.add_argument("base", help="results.json of the base revision")
     parser.add_argument("head", help="results.json of the revision under test")

@@ -9,8 +9,13 @@ from pathlib import Path
 
 from serbench import gate, instructions, metrics, results, runner
 from serbench.commands import options
-from serbench.commands.compare import conclude
-from serbench.commands.options import add_comparison_options, add_dimension_options, tolerances
+from serbench.commands.compare import check_outputs, conclude
+from serbench.commands.options import (
+    add_comparison_options,
+    add_dimension_options,
+    check_metric_names,
+    tolerances,
+)
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
 from serbench.profiles import PROFILES, Profile
 from serbench.runner import Plan
@@ -26,7 +31,8 @@ DEFAULT_ROUNDS = 15
 # (the counts see 1 %): they are there for what counts miss (memory traffic, the kernel,
 # waiting), and 10 rounds keep the gate within its 3 minutes here (docs/gate.md).
 DEFAULT_ROUNDS_COUNTED = 10
-MEASURES = ("time", "instructions")
+# auto: instructions where valgrind can count (and micro is measured), the clock otherwise
+MEASURES = ("auto", "time", "instructions")
 
 
 def say(message: str) -> None:
@@ -36,15 +42,19 @@ def say(message: str) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
-    tolerances(args)  # a malformed tolerance fails before minutes of measuring
+    _, overrides = tolerances(args)  # a malformed tolerance fails before minutes of measuring
+    check_metric_names(overrides)
+    check_outputs(args)
     if args.rounds is not None and args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
     chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
     settings = PROFILES["quick"]
     repo = gate.repository_root(Path.cwd())
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
-    counting = count_plan(args, chosen, settings)
+    counting, why = count_plan(args, chosen, settings)
     rounds = args.rounds or (DEFAULT_ROUNDS if counting is None else DEFAULT_ROUNDS_COUNTED)
+    how = measured_by(counting is not None, rounds, why)
+    say(how)
     try:
         with runner.sigterm_as_interrupt():  # so that the worktree and every process go on SIGTERM too
             base, head = gate.measure(repo, args.base, chosen, settings, rounds, folder, say, counting)
@@ -55,24 +65,43 @@ def cmd_gate(args: argparse.Namespace) -> int:
     results.save(folder / "head.json", head)
     if not args.markdown:
         args.markdown = str(folder / "summary.md")
-    code = conclude(args, base, head)
+    code = conclude(args, base, head, how)
     print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
     return code
 
 
-def count_plan(args: argparse.Namespace, plan: Plan, profile: Profile) -> tuple[Plan, Profile] | None:
-    """The plan and profile of the instruction-counting run (``--measure instructions``: the
-    micro cases), or None (with a note saying why, when they were asked for) when nothing is
-    counted."""
-    if args.measure != "instructions":
-        return None
+def count_plan(
+    args: argparse.Namespace, plan: Plan, profile: Profile
+) -> tuple[tuple[Plan, Profile] | None, str | None]:
+    """The plan and profile of the instruction-counting run (``--measure instructions``, or
+    ``auto`` where valgrind can count: the micro cases), or None and why not (None when the
+    clock alone was asked for)."""
+    if args.measure == "time":
+        return None, None
     problem = instructions.cannot_launch()
     if "micro" not in plan.scenarios:
         problem = "instructions are counted for micro cases and --scenarios has no micro"
     if problem:
-        say(f"note: {problem}: no instruction counts, wall time only")
-        return None
-    return dataclasses.replace(plan, scenarios=["micro"]), profile.with_options(measure="instructions")
+        if args.measure == "instructions":
+            say(f"note: {problem}: no instruction counts, wall time only")
+        return None, problem
+    return (
+        dataclasses.replace(plan, scenarios=["micro"]),
+        profile.with_options(measure="instructions"),
+    ), None
+
+
+def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
+    """The summary's first line: how this gate measured (``--measure``), and why without counts."""
+    if counted:
+        return (
+            f"measured by: instruction counts (callgrind; micro's CPU work, within "
+            f"{metrics.metric('decode_instructions').tolerance:.0%}) and the wall clock ({rounds} paired "
+            "rounds) for what counts cannot see"
+        )
+    return f"measured by: the wall clock ({rounds} paired rounds)" + (
+        f"; no counts: {why_not}" if why_not else ""
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,11 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--measure",
         choices=MEASURES,
-        default="time",
+        default="auto",
         help="instructions: also count each micro case's instructions per encode / decode under "
         "callgrind (one valgrind process per side) and compare them within "
         f"{metrics.metric('decode_instructions').tolerance * 100:g} %%, beside the wall-clock rounds, "
-        f"{DEFAULT_ROUNDS_COUNTED} of them by default (docs/instructions.md)",
+        f"{DEFAULT_ROUNDS_COUNTED} of them by default (docs/instructions.md); time: the clock alone; "
+        "auto (default): instructions where valgrind is installed and micro is measured, else time",
     )
     add_comparison_options(parser)
     parser.set_defaults(func=cmd_gate)

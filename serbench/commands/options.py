@@ -4,12 +4,15 @@ dimensions' flags, scenario flags."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from serbench.compare import DEFAULT_BASELINE, parse_tolerance
 from serbench.errors import UsageError
 from serbench.export import FORMATS
+from serbench.metrics import METRICS, metric
 from serbench.profiles import PROFILES, Profile
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Dimension, dimensions
@@ -99,13 +102,28 @@ def add_max_regression(parser: argparse.ArgumentParser) -> None:
 
 
 def add_baseline(parser: argparse.ArgumentParser) -> None:
-    """``--baseline``: the backend the ranking's speed-ups are relative to (run, report)."""
+    """``--baseline``: the backend row the ranking's speed-ups are relative to (run, report),
+    checked against the rows of the run (``baseline``)."""
     parser.add_argument(
         "--baseline",
-        default=DEFAULT_BASELINE,
-        metavar="SPEC",
-        help=f"backend the ranking's speed-ups are against (default {DEFAULT_BASELINE})",
+        metavar="ROW",
+        help=f"backend row the ranking's speed-ups are against, as tables show it (pickle, pickle@shm; "
+        f"default {DEFAULT_BASELINE})",
     )
+
+
+def baseline(args: argparse.Namespace, rows: Iterable[str]) -> str:
+    """The ranking's baseline: ``--baseline`` if it is one of ``rows`` (``Case.row`` of the run's
+    cases), else a UsageError naming them; the default when not given (a run without it has
+    no ranking)."""
+    if args.baseline is None:
+        return DEFAULT_BASELINE
+    known = list(dict.fromkeys(rows))
+    if args.baseline not in known:
+        raise UsageError(
+            f"--baseline {args.baseline}: no such backend row in this run; rows: {', '.join(known)}"
+        )
+    return args.baseline
 
 
 def add_comparison_options(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +142,12 @@ def add_comparison_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fail (exit 1) on indicative changes too: slowdowns beyond tolerance between plain runs "
         "(one process a side), which run-to-run variation alone can produce",
+    )
+    parser.add_argument(
+        "--require-decisive",
+        action="store_true",
+        help="exit 2 when any row is inconclusive (its `detects` above its tolerance: the run could not "
+        "have seen a slowdown of that size); without it, one warning line",
     )
     parser.add_argument("--changes-only", action="store_true", help="print only the rows with a change")
     parser.add_argument(
@@ -153,6 +177,41 @@ def tolerances(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
         except ValueError as exc:
             raise UsageError(f"--metric-threshold: {exc}") from None
     return max_regression(args), overrides
+
+
+def check_metric_names(overrides: Iterable[str], also: Iterable[str] = ()) -> None:
+    """UsageError naming a ``--metric-threshold`` metric that is not compared: one neither in
+    ``metrics.METRICS`` nor among ``also`` (the metrics of the files being compared, which a
+    newer serbench may have written), or a yardstick of the machine, which is never compared."""
+    known = set(METRICS) | set(also)
+    unknown = [name for name in overrides if name not in known]
+    if unknown:
+        named = ", ".join(sorted(n for n in known if not metric(n).yardstick))
+        raise UsageError(f"--metric-threshold: unknown metric {', '.join(unknown)}; metrics: {named}")
+    yardsticks = [name for name in overrides if metric(name).yardstick]
+    if yardsticks:
+        raise UsageError(
+            f"--metric-threshold: {', '.join(yardsticks)} measures the machine and is never compared"
+        )
+
+
+def check_writable(path: str | None, flag: str) -> None:
+    """UsageError, before anything is measured or compared, when ``path`` (an output file,
+    given with ``flag``) cannot be written: a folder, in a folder that does not exist or is
+    not writable, or a file that is not."""
+    if path is None:
+        return
+    file = Path(path)
+    folder = file.parent
+    problem = None
+    if file.is_dir():
+        problem = "is a folder"
+    elif not folder.is_dir():
+        problem = f"no folder {folder}"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        problem = "not writable"
+    if problem:
+        raise UsageError(f"{flag} {path}: {problem}")
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:

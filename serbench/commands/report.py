@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from serbench import report, results, text
-from serbench.commands.options import add_baseline, add_max_regression, max_regression
+from serbench.commands.options import add_baseline, add_max_regression, baseline, max_regression
 from serbench.errors import UsageError
 
 
@@ -16,10 +16,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     tolerance = max_regression(args)
     base = results.load(args.results)
     head = None if args.head is None else results.load(args.head)
+    ranked_against = baseline(args, (r.row for r in base.records))
     if args.format:
         if head is not None:
             raise UsageError("--format exports one run's tables; `serbench compare --markdown` compares two")
-        print(text.export_summary(base, args.format, args.baseline), end="")
+        print(text.export_summary(base, args.format, ranked_against), end="")
         return 0
     if args.out:
         out = Path(args.out)
@@ -32,7 +33,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         out = results.output_folder(None, "compare-")
     if head is None:
-        page = report.render(base, args.results, args.baseline)
+        page = report.render(base, args.results, ranked_against)
     else:
         page = report.render_comparison(base, head, (args.results, args.head), tolerance)
     print(f"report: {report.write_page(page, out)}")

@@ -11,7 +11,13 @@ from tqdm import tqdm
 
 from serbench import instructions, report, results, runner, text, worker
 from serbench.commands import options
-from serbench.commands.options import add_baseline, add_dimension_options, add_scenario_options, profile
+from serbench.commands.options import (
+    add_baseline,
+    add_dimension_options,
+    add_scenario_options,
+    baseline,
+    profile,
+)
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.profiles import Profile
 from serbench.results import Results
@@ -64,6 +70,7 @@ class _Progress:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix; write results.json and index.html; print the summary."""
     chosen, settings = plan(args), profile(args)
+    args.baseline = baseline(args, (case.row for case in chosen.cases()))  # before any case runs
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
     if worker.counts(settings):

@@ -49,11 +49,13 @@ def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bo
     label = metric(row.metric).label + (" (exact)" if row.exact else "")
     first = f"<td>{e(row.case.scenario)}</td>" if with_scenario else ""
     verdict = row.verdict.replace(" ", "-")
+    badge = f"{verdict} moderate" if row.verdict == compare.INCONCLUSIVE else verdict
+    detects = DASH if row.detectable is None else f"{row.detectable:.1%}"
     return (
         f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
         f"{first}<td>{look.backend(row.case)}</td><td>{e(row.case.workload)}</td><td>{e(label)}</td>"
         f"<td>{side(row.base_median)}</td><td>{side(row.head_median)}</td><td>{_ratio_text(row)}</td>"
-        f"<td><span class='badge {verdict}'>{e(row.verdict)}</span></td></tr>"
+        f"<td>{detects}</td><td><span class='badge {badge}'>{e(row.verdict)}</span></td></tr>"
     )
 
 
@@ -67,6 +69,7 @@ def comparison_table(
         "base median",
         "head median",
         "head / base [95% CI]",
+        "detects",
         "verdict",
     ]
     body = [_comparison_row(r, look, with_scenario) for r in rows]
@@ -119,13 +122,22 @@ def _case_list(title: str, cases: Sequence[Case]) -> str:
 
 
 def verdict_section(result: compare.Comparison, max_regression: float, look: Look) -> str:
-    """The headline: regressions and improvements first, then what differs in the set-ups."""
-    bad, good = result.regressions, result.improvements
-    cls = "bad" if bad else "good"
+    """The headline: regressions and improvements first, then the inconclusive rows and what
+    would decide them, then what differs in the set-ups."""
+    bad, good, unsure = result.regressions, result.improvements, result.inconclusive
+    cls = "bad" if bad else "moderate" if unsure else "good"
     summary = (
-        f"<p class='banner {cls}'>{len(bad)} regression(s), {len(good)} improvement(s) among "
+        f"<p class='banner {cls}'>{len(bad)} regression(s), {len(good)} improvement(s), "
+        f"{len(unsure)} inconclusive among "
         f"{len(result.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
     )
+    if unsure:
+        ways = "".join(f"<li>{e(way)}</li>" for way in compare.what_would_decide(result))
+        summary += (
+            "<p>Inconclusive: the comparison could not have seen a slowdown of the row's tolerance "
+            "(its <i>detects</i>, the minimum detectable effect, is above it), so it claims neither "
+            f"“no change” nor “improvement”. What would decide them:</p><ul>{ways}</ul>"
+        )
     env = "".join(
         f"<li>{e(k)}: base {e(str(b))}, head {e(str(h))}</li>"
         for k, (b, h) in result.environment_differences.items()
@@ -133,7 +145,9 @@ def verdict_section(result: compare.Comparison, max_regression: float, look: Loo
     warning = (
         f"<p class='banner bad'>The runs are not comparable as they stand:</p><ul>{env}</ul>" if env else ""
     )
-    marked = comparison_table([*bad, *good], look, with_scenario=True) if bad or good else ""
+    marked = (
+        comparison_table([*bad, *good, *unsure], look, with_scenario=True) if bad or good or unsure else ""
+    )
     lists = _case_list("Only in head", result.added) + _case_list("Only in base", result.removed)
     return section("verdict", "Verdict", summary + warning + marked + lists)
 
