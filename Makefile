@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run test system-deps
+.PHONY: install install-vllm run test system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ system-deps:
 run: install
 	$(BIN)/serbench run
 
-test: install system-deps
+# The vLLM plugin's tests run against the real vLLM (docs/vllm.md): what its codec imports (the
+# `vllm` extra), then the release constraints.txt pins, without its own dependencies (no CUDA
+# torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
+# docs/vllm.md for what it adds to a fresh machine.
+install-vllm: $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,vllm]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt --no-deps vllm
+
+test: install-vllm system-deps
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --benchmark-disable

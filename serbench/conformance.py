@@ -18,11 +18,12 @@ case it is recorded as such and never timed.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,7 +295,10 @@ def assert_same(expected: Any, actual: Any, path: str = "$") -> None:
             raise AssertionError(f"{path}: length {len(actual)}, expected {len(expected)}")
         for i, (a, b) in enumerate(zip(expected, actual, strict=False)):
             assert_same(a, b, f"{path}[{i}]")
-    elif isinstance(expected, dict):
+    elif dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        for f in dataclasses.fields(expected):  # vLLM's multimodal types (docs/vllm.md)
+            assert_same(getattr(expected, f.name), getattr(actual, f.name), f"{path}.{f.name}")
+    elif isinstance(expected, Mapping):  # a dict, or a mapping class (vLLM's MultiModalKwargsItem)
         if list(expected) != list(actual):
             raise AssertionError(f"{path}: keys {list(actual)}, expected {list(expected)}")
         for key in expected:

@@ -21,7 +21,7 @@ from serbench import system
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.results import Accelerator, Device, Environment
 
-LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench")
+LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench", "vllm")
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")
 
 

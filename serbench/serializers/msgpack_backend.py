@@ -40,7 +40,14 @@ class MsgpackSerializer:
     """msgpack via msgspec; arrays as ext types, large ones as zero-copy frames."""
 
     safe = True
-    unsupported = UNCARRIED_DTYPES
+    unsupported = {
+        **UNCARRIED_DTYPES,
+        # docs/vllm.md: msgspec meets vLLM's MultiModalKwargsItem (a UserDict) and its field
+        # dataclasses, which only vLLM's own enc/dec hooks know; this backend carries the model
+        # of them, images-N:layout=vllm.
+        "workload-*layout=vllm-native*": "vLLM's own message types (MultiModalKwargsItem, its field "
+        "objects) need vLLM's codec hooks; serbench's model of them is layout=vllm",
+    }
     tensor_to_buffer: Callable[[torch.Tensor], memoryview]
     tensor_from_buffer: Callable[[Any, Any, Buffer], torch.Tensor]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from importlib.metadata import entry_points
 
 from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from serbench.workloads.base import Running, Workload, output_token
@@ -112,6 +113,23 @@ def get_workload(spec: str | Spec) -> Workload:
             f"unknown workload {parsed.name!r}; workloads: {', '.join(available_workloads())} "
             f"(any images-N, outputs-B, tensor-N; sweeps: {', '.join(SWEEPS)})"
         )
-    workload = call_with_options(factory, parsed)
+    plugin = _layout_plugin(parsed.options.get("layout"))
+    if plugin is not None:
+        workload = plugin(parsed, lambda spec: call_with_options(factory, spec))
+    else:
+        workload = call_with_options(factory, parsed)
     workload.name = format_spec(parsed)
     return workload
+
+
+# A layout an installed plugin adds (``layout=NAME``, entry-point group ``serbench.layouts``):
+# ``factory(spec, build)`` gets the whole workload spec and ``build``, which makes serbench's
+# own workload of a spec (e.g. the same one with a built-in layout), and returns the workload.
+LAYOUT_GROUP = "serbench.layouts"
+
+
+def _layout_plugin(layout: str | None) -> Callable[..., Workload] | None:
+    if layout is None:
+        return None
+    plugin = next((ep for ep in entry_points(group=LAYOUT_GROUP) if ep.name == layout), None)
+    return None if plugin is None else plugin.load()

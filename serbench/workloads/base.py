@@ -42,6 +42,7 @@ class Workload:
     seed: int
     kind = "request"
     message_type: type = EngineCoreOutputs  # what the engine's steps decode as
+    request_type: type = EngineCoreRequest  # what the engine decodes a request as (a plugin's own type)
 
     def request(self, index: int) -> EngineCoreRequest:
         raise NotImplementedError

@@ -6,8 +6,9 @@ comparison, so they all agree on what a message's leaves are.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -42,9 +43,12 @@ def iter_leaves(obj: Any) -> Iterator[Any]:
     elif isinstance(obj, (list, tuple)):
         for item in obj:
             yield from iter_leaves(item)
-    elif isinstance(obj, dict):
+    elif isinstance(obj, Mapping):  # a dict, or a mapping class such as vLLM's MultiModalKwargsItem
         for value in obj.values():
             yield from iter_leaves(value)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # vLLM's multimodal types
+        for f in dataclasses.fields(obj):
+            yield from iter_leaves(getattr(obj, f.name))
     else:
         yield obj
 
