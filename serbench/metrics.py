@@ -165,6 +165,40 @@ METRICS: dict[str, Metric] = {
             log_axis=False,
         ),
         Metric("pinned_bytes", "bytes", "engine pinned host memory", resolution=0.0, log_axis=False),
+        # cache (--cache lru|shm, docs/cache.md): measured at the engine, per request where sampled;
+        # a request is a hit when all its cached tensors were, a miss when any travelled
+        Metric(
+            "hit_ratio",
+            "ratio",
+            "cache hit ratio (measured)",
+            higher_is_better=True,
+            resolution=0.01,
+            summary=True,
+            log_axis=False,
+        ),
+        Metric("request_bytes", "bytes", "bytes to the engine per request (message + store)", resolution=0.0),
+        Metric("ttft_hit_s", "s", "TTFT of a cache hit", summary=True),
+        Metric("ttft_miss_s", "s", "TTFT of a cache miss", summary=True),
+        Metric("ingress_hit_s", "s", "ingress of a cache hit"),
+        Metric("ingress_miss_s", "s", "ingress of a cache miss"),
+        Metric("cache_frontend_bytes", "bytes", "frontend cache resident", resolution=0.0, log_axis=False),
+        Metric("cache_engine_bytes", "bytes", "engine cache resident", resolution=0.0, log_axis=False),
+        Metric("cache_evictions", "count", "cache evictions", resolution=0.0, log_axis=False),
+        # fanout: the engine core → N workers hop (docs/fanout.md), per prefill step unless said
+        Metric("fanout_s", "s", "core encode → last worker holds the step", summary=True, headline=True),
+        Metric("fanout_p99_s", "s", "core encode → last worker p99", summary=True, statistic_of="fanout_s"),
+        Metric("fanout_spread_s", "s", "first → last worker holding the step"),
+        Metric("fanout_decode_s", "s", "core encode → last worker, decode step", summary=True),
+        Metric("core_cpu_s", "s", "core CPU per step (all its threads)", summary=True),
+        Metric("core_copied_bytes", "bytes", "bytes the core copied per step", resolution=0.0, summary=True),
+        Metric("encode_calls", "count", "encodes per step", resolution=0.0, summary=True, log_axis=False),
+        Metric("decode_wire_bytes", "bytes", "wire bytes of a decode step", resolution=0.0),
+        Metric("worker_pss_bytes", "bytes", "worker PSS above baseline, holding the step", log_axis=False),
+        Metric("group_pss_bytes", "bytes", "core + workers PSS above baseline", log_axis=False),
+        Metric("worker_rss_copies", "ratio", "worker peak RSS / payload", resolution=0.01, log_axis=False),
+        Metric("worker_pss_copies", "ratio", "worker PSS / payload", resolution=0.01, log_axis=False),
+        Metric("worker_uss_copies", "ratio", "worker USS / payload", resolution=0.01, summary=True),
+        Metric("group_pss_copies", "ratio", "core + workers PSS / payload", resolution=0.01, log_axis=False),
     )
 }
 

@@ -64,6 +64,7 @@ class Case(msgspec.Struct, frozen=True, order=True, omit_defaults=True):
     workload: str  # the workload spec
     transport: str | None = None
     workers: int | None = None
+    cache: str | None = None  # the multimodal cache (``lru``, ``shm``); None: none (docs/cache.md)
 
     def dimensions(self) -> dict[str, Any]:
         """The dimensions beyond scenario, backend and workload that this case sets."""
@@ -167,6 +168,7 @@ class IpcInfo(Info, tag="ipc"):
     shm_region_bytes: int | None = None
     payload_vs_unix: float | None = None
     payload_vs_memcpy: float | None = None
+    cache: dict[str, Any] | None = None  # a cached case: mode, capacity, defined hit ratio (docs/cache.md)
 
 
 class StreamInfo(Info, tag="stream"):
@@ -194,9 +196,28 @@ class MemoryInfo(Info, tag="memory"):
     uss_above_baseline_bytes: dict[str, list[int | None]]
     phases: dict[str, Phase]
     timeline: dict[str, list[float | None]]  # "t_s", and per side RSS above baseline
+    cache: dict[str, Any] | None = None  # a cached case: mode, capacity, hits (docs/cache.md)
 
 
-ScenarioInfo = MicroInfo | IpcInfo | StreamInfo | MemoryInfo
+class FanoutInfo(Info, tag="fanout"):
+    """The fanout scenario (engine core → N workers, docs/fanout.md)."""
+
+    cpu_count: int
+    oversubscribed: bool  # workers + core > CPUs: the report marks the case
+    warning: str | None
+    rounds: int
+    decode_steps: int
+    batch: int
+    block_size: int
+    ring_bytes: int | None  # shm-ring: slots + arena, mapped by every process
+    worker_peak_bytes: list[int]  # per worker, RSS high-water mark above its baseline
+    worker_pss_bytes: list[int]  # per worker, above baseline while holding a prefill step
+    worker_uss_bytes: list[int]
+    core_pss_bytes: int
+    encoder_copied_bytes: int  # of core_copied_bytes, what the encoder built (not viewed)
+
+
+ScenarioInfo = MicroInfo | IpcInfo | StreamInfo | MemoryInfo | FanoutInfo
 
 
 class Record(Case, frozen=True, omit_defaults=False):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 MEDIAN, P99 = "median", "p99"
 Column = tuple[str, str]  # (metric name, statistic: MEDIAN or P99)
 
-FIGURE_KINDS = ("bars", "cdf", "images", "batch", "size", "sweep", "timeline")
+FIGURE_KINDS = ("bars", "cdf", "images", "batch", "size", "sweep", "timeline", "workers", "hits")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,10 @@ class Figure:
     workloads; "sweep" (the rate sweep in ``IpcInfo.sweep``, drawn when a case
     has one) or "timeline" (the RSS timeline in ``MemoryInfo.timeline``, drawn
     when the run has one; the columns of these two only say which metric must
-    exist).
+    exist); "workers" (lines against ``Case.workers``, one per backend and
+    transport, bars when the run has fewer than two worker counts); "hits" (each
+    column against the case's measured ``hit_ratio``, a line per backend and
+    cache mode through its workloads; drawn when two cases or more have one).
     """
 
     kind: str

@@ -39,6 +39,7 @@ def _asv(args: list[str], home: Path, config: Path | None = None) -> subprocess.
         "SERBENCH_ASV_WORKLOADS": "images-4",
         "SERBENCH_ASV_STEPS": "outputs-64:logprobs=5,layout=flat",
         "SERBENCH_ASV_SIZES": "tensor-256",
+        "SERBENCH_ASV_WORKERS": "2",
     }
     command = [*ASV, *args, *(["--config", str(config)] if config else [])]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -91,7 +91,9 @@ def plan(args: argparse.Namespace) -> Plan:
         workloads=[w for spec in split_specs(args.workloads) for w in expand(spec)]
         if args.workloads
         else default_workloads(),
-        scenarios=split_specs(args.scenarios) if args.scenarios else list(SCENARIOS),
+        scenarios=split_specs(args.scenarios)
+        if args.scenarios
+        else [name for name, s in SCENARIOS.items() if getattr(s, "default", True)],  # fanout: when named
         dimensions=chosen,
     )
 

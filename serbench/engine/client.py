@@ -12,6 +12,11 @@ Over ``shm`` the link owns a shared-memory region (``serbench.shm``): a
 request's large frames are placed there and referenced from its header;
 the engine's ``release`` messages are taken in passing, and a request that
 does not fit waits for them (backpressure).
+
+With a multimodal cache (``cache``, docs/cache.md) the link carries the
+frontend's half of it (``EngineLink.cache``, a ``serbench.cache.FrontendCache``);
+over ``shm`` its object store is a second region, made and named the same
+way, unlinked as soon as the engine has mapped it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 
 import zmq
 
-from serbench import shm, transport
+from serbench import cache, shm, transport
 from serbench.engine.protocol import Control, EngineError, IntegrityError, control, parse_control
 from serbench.isolation import kill_tree
 
@@ -57,6 +62,8 @@ class EngineLink:
         self.where = where
         self.proc = proc
         self.placer = placer
+        self.cache: cache.FrontendCache | None = None  # the frontend's half of a multimodal cache
+        self.engine_cache: dict[str, int] = {}  # the engine's cache as its last ``checked`` said
         self.pending: deque[tuple[Control | None, list]] = deque()  # taken while waiting for room
         self.session = uuid.uuid4().hex
         self.frame_sizes = False  # the engine asked for each message's frame sizes in its header
@@ -220,6 +227,19 @@ def _region(kind: str, engine_url: str | None, size: int) -> Iterator[shm.Region
 
 
 @contextlib.contextmanager
+def _cache_store(mode: str | None, capacity: int, engine_url: str | None) -> Iterator[shm.Region | None]:
+    """The shm cache's object store (None for another mode), closed after; refused for an engine
+    on another host."""
+    if mode != "shm":
+        yield None
+        return
+    if engine_url and not transport.is_loopback(engine_url):
+        raise EngineError(f"--cache shm needs the engine on this host, not {engine_url}")
+    with shm.Region.create(capacity) as region:
+        yield region
+
+
+@contextlib.contextmanager
 def open_link(
     backend: str,
     step_s: float,
@@ -228,6 +248,8 @@ def open_link(
     shm_bytes: int = 0,
     staging: dict[str, str] | None = None,
     workload: str | None = None,
+    cache_mode: str | None = None,
+    cache_bytes: int = 0,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
@@ -239,7 +261,8 @@ def open_link(
     asks the engine to stage each request on a device after decode
     (``serbench.engine.staging``); the engine refuses a session it cannot stage.
     ``workload`` names the workload whose steps the engine streams (an output
-    workload's logprobs and layout).
+    workload's logprobs and layout). ``cache_mode`` (``lru``, ``shm``; None: no cache) gives
+    both sides a multimodal cache of ``cache_bytes`` (``serbench.cache``).
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
@@ -249,6 +272,7 @@ def open_link(
             addrs, proc, folder = stack.enter_context(_local_engine(local_transport))
         # Made after the fork, so the engine maps it only as it attaches: read-only.
         region = stack.enter_context(_region(local_transport, engine_url, shm_bytes))
+        store = stack.enter_context(_cache_store(cache_mode, cache_bytes, engine_url))
         ctx = zmq.Context()
         stack.callback(ctx.term)
         push, pull = transport.connect_frontend(ctx, addrs)
@@ -259,12 +283,19 @@ def open_link(
         extra = {"workload": workload} if workload else {}
         if region:
             extra["shm"] = {"name": region.name, "size": region.size}
+        if cache_mode in ("lru", "shm"):
+            extra["cache"] = {"mode": cache_mode, "capacity": cache_bytes}
+            if store:
+                extra["cache"].update(name=store.name, size=store.size)
+            link.cache = cache.FrontendCache(cache_mode, cache_bytes, cache.Store(store) if store else None)
         link.send("start", backend=backend, step_s=step_s, **(staging or {}), **extra)
         link.frame_sizes = bool(link.expect("ready", STARTUP_TIMEOUT_S).data.get("sizes"))
         if folder:
             transport.remove_ipc_dir(folder)  # both sides connected: the socket files are not needed
         if region:
             region.unlink()  # both sides mapped it: from now on nothing outlives the two processes
+        if store:
+            store.unlink()
         yield link, proc is not None
         link.send("end")
         done = link.expect("done", STALL_TIMEOUT_S)

@@ -29,6 +29,14 @@ are views of it, decoded in place; its check (the checksum reads the
 region, so a frontend that wrote over it too early fails the case) ends
 with its space ``release``d to the frontend.
 
+A session may name a multimodal cache (``start``'s ``cache``: mode,
+capacity, and for ``shm`` the store to map; ``serbench.cache``, docs/cache.md):
+the receive thread resolves each request's references after decode (a
+reference it cannot resolve fails the case with a one-line ``error``), the
+ack says how many tensors it looked up and found, each ``checked`` what the
+cache holds, and the check thread compares every resolved tensor with its
+reference's digest.
+
 Two ways to run one: ``run_local`` is the body of the engine a frontend forks
 for one session (``serbench.engine.client``); ``serve_forever`` is the
 standalone engine of ``serbench engine``, serving sessions one after another.
@@ -57,7 +65,7 @@ from typing import Any
 
 import zmq
 
-from serbench import shm, transport
+from serbench import cache, shm, transport
 from serbench.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
@@ -116,6 +124,7 @@ class Unverified:
     checksum: Any
     frames: list | None
     frames_checksum: int | None
+    hits: list = field(default_factory=list)  # (reference, tensor) the cache resolved
 
 
 @dataclass
@@ -132,6 +141,7 @@ class Session:
     stager: Stager | None = None
     seen: set[str] = field(default_factory=set)
     region: shm.Region | None = None  # the frontend's shared memory, mapped read-only
+    cache: cache.EngineCache | None = None  # the session's multimodal cache (docs/cache.md)
     # Decoded, not yet finished and checked: the request, its shm block (None: not placed), ack asked.
     held: dict[str, tuple[Unverified, int | None, bool]] = field(default_factory=dict)
 
@@ -168,7 +178,49 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
     workload = ctrl.data.get("workload")
     steps = get_workload(workload) if isinstance(workload, str) else Workload()
     region = _attach(ctrl, bind_address)
-    return Session(ctrl.session, float(step_s), decoder, get_serializer(spec), steps, stager, region=region)
+    engine_cache = _cache(ctrl, bind_address, region is not None)
+    return Session(
+        ctrl.session,
+        float(step_s),
+        decoder,
+        get_serializer(spec),
+        steps,
+        stager,
+        region=region,
+        cache=engine_cache,
+    )
+
+
+def _cache_state(held: cache.EngineCache | None) -> dict[str, int]:
+    """What a ``checked`` says of the session's cache: its resident bytes and evictions."""
+    return {} if held is None else {"cache_bytes": held.held_bytes, "cache_evictions": held.evictions}
+
+
+def _own(leaf: Any) -> Any:
+    """A tensor that arrived whole, as the engine's own memory (not a view of a region it
+    must give back)."""
+    return leaf.clone() if hasattr(leaf, "clone") else leaf.copy()
+
+
+def _cache(ctrl: Control, bind_address: str, shared_frames: bool) -> cache.EngineCache | None:
+    """The session's cache from ``start``'s ``cache`` (None: none); ValueError if it cannot be."""
+    wanted = ctrl.data.get("cache")
+    if wanted is None:
+        return None
+    if not isinstance(wanted, dict) or wanted.get("mode") not in ("lru", "shm"):
+        raise ValueError(f"bad cache in start message: {wanted!r}")
+    capacity = wanted.get("capacity")
+    if type(capacity) is not int or capacity < 1:
+        raise ValueError(f"bad cache capacity in start message: {capacity!r}")
+    if wanted["mode"] == "lru":
+        return cache.EngineCache("lru", capacity, own=_own if shared_frames else None)
+    if not transport.is_loopback(bind_address):
+        raise ValueError(f"refusing a shared-memory cache on non-loopback {bind_address}: it is one host's")
+    try:
+        store = shm.Region.attach(wanted.get("name"), wanted.get("size"))
+    except (shm.ShmError, TypeError) as exc:
+        raise ValueError(f"cache store: {exc}") from None
+    return cache.EngineCache("shm", capacity, region=store)
 
 
 def _attach(ctrl: Control, bind_address: str) -> shm.Region | None:
@@ -264,14 +316,19 @@ class Engine:
         try:
             if placed is not None:
                 frames = _placed_frames(session, placed, frames)
-            request = session.decoder.decode(frames, EngineCoreRequest)
+            request = session.decoder.decode(frames, session.workload.request_type)
+            if session.cache is not None and isinstance(request, EngineCoreRequest):
+                request, resolved = session.cache.resolve(request)
             decoded = clock()
+        except cache.CacheError as exc:
+            self.events.put(("error", session.id, f"engine cache: {exc}"))
+            return
         except Exception as exc:
             self.events.put(
                 ("error", session.id, f"engine could not decode a request: {type(exc).__name__}: {exc}")
             )
             return
-        if not isinstance(request, EngineCoreRequest):
+        if not isinstance(request, session.workload.request_type):
             self.events.put(
                 ("error", session.id, f"engine decoded a {type(request).__name__}, not a request")
             )
@@ -291,16 +348,24 @@ class Engine:
             request, ready["to_device_s"] = staged.request, staged.seconds
             decoded = clock()  # with a device, the request is held once it is there
         ack = bool(ctrl.data.get("ack"))
+        hits = []
+        if session.cache is not None:
+            hits = resolved.hits
+            ready.update(cache_lookups=resolved.lookups, cache_hits=resolved.found)
         if ack:
             self.events.put(("ack", session.id, rid, ready))
         encoded = ctrl.data.get("encoded")
         kept = frames if encoded is not None else None
-        entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded)
+        entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded, hits)
         session.held[rid] = (entry, None if placed is None else placed[0], ack)
         self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
 
     def _check(self, session: Session, entry: Unverified) -> None:
         """Report a request whose decoded payload differs from the one sent, and why."""
+        wrong_hit = cache.verify_hits(entry.request.request_id, entry.hits)
+        if wrong_hit is not None:
+            self.events.put(("error", session.id, f"integrity: {wrong_hit}"))
+            return
         actual = request_checksum(entry.request)
         if actual != entry.checksum:
             message = (
@@ -324,6 +389,8 @@ class Engine:
                 session.held.clear()  # only requests that never finished are left
                 if session.region is not None:
                     session.region.close()
+                if session.cache is not None and session.cache.region is not None:
+                    session.cache.region.close()
                 self.events.put(("end", session.id))
                 continue
             entry, block, ack = session.held.pop(rid)
@@ -333,7 +400,13 @@ class Engine:
             if block is not None:
                 self.events.put(("release", session.id, block))
             if ack:
-                self.events.put(("checked", session.id, rid))
+                held = {}
+                if session.cache is not None:
+                    held = {
+                        "cache_bytes": session.cache.held_bytes,
+                        "cache_evictions": session.cache.evictions,
+                    }
+                self.events.put(("checked", session.id, rid, held))
 
     # ---- main thread: scheduler ----------------------------------------
 
@@ -397,7 +470,7 @@ class Engine:
         elif kind == "release":
             self._send([control("release", current, block=rest[1])])
         elif kind == "checked":
-            self._send([control("checked", current, request_id=rest[1])])
+            self._send([control("checked", current, request_id=rest[1], **rest[2])])
         elif kind == "end":
             self._send([control("done", current, unfinished=len(self.running))])
             self.session, self.running = None, {}

@@ -87,6 +87,8 @@ SIZE = XAxis(
     base=10,
     marks=((256, "256 B: inline → own frame"), (65536, "64 KiB: zmq copies below")),
 )
+# fanout: a cell's workload is written "workers=N <workload spec>" (``run_page._workers``)
+WORKERS = XAxis("worker processes (N)", r"workers=(\d+) ")
 
 
 def image_count(workload: str) -> int | None:
@@ -453,6 +455,34 @@ def against(panels: Sequence[Panel], lines: Lines, x_axis: XAxis = IMAGES) -> by
             for k in range(len(families))
         ]
         axes[0].legend(styles, sorted(families), fontsize="small")
+    _backend_legend(fig, lines)
+    return _png(fig)
+
+
+def against_values(panels: Sequence[Panel], lines: Lines, xs: Mapping[Cell, float], x_label: str) -> bytes:
+    """Each panel against a value per cell (``xs``: a measured hit ratio), linear x; a line per
+    backend line through its cells in order of x. Cells without an x are left out."""
+    cols = min(2, len(panels))
+    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
+    for ax, panel in zip(axes, panels, strict=False):
+        factor, _ = panel.scale()
+        ys = []
+        for line, style in lines.items():
+            points = sorted(
+                ((xs[cell], m) for cell, m in panel.cells.items() if cell[0] == line and cell in xs),
+                key=lambda point: point[0],
+            )
+            if points:
+                y = [stat_value(m, panel.stat) / factor for _, m in points]
+                ax.plot([x for x, _ in points], y, color=style.colour, marker="o")
+                ys += y
+        _use_log(ax, panel, ys)
+        if not panel.log:
+            ax.set_ylim(bottom=0)
+        ax.set(xlabel=x_label, ylabel=panel.axis_label(), xlim=(-0.05, 1.05))
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
     _backend_legend(fig, lines)
     return _png(fig)
 

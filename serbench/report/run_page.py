@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import msgspec
+
 from serbench import compare, system
 from serbench.metrics import metric
 from serbench.report.page import (
@@ -43,7 +45,7 @@ from serbench.report.page import (
     unique,
     write_page,
 )
-from serbench.results import Accelerator, Case, IpcInfo, MemoryInfo, Record, Results, StreamInfo
+from serbench.results import Accelerator, Case, FanoutInfo, IpcInfo, MemoryInfo, Record, Results, StreamInfo
 from serbench.scenarios import SCENARIOS
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_value
@@ -133,6 +135,34 @@ def _sweep(records: Sequence[Record], look: Look) -> bytes | None:
     return plots.rate_sweep(sweeps, look.styles(look.lines(_ok(records))), workloads)
 
 
+def _workers(columns: Sequence[Column], records: Sequence[Record]) -> bytes:
+    """Lines against ``Case.workers``, one per backend and transport (its colour ``line_colour``'s),
+    a dotted mark where workers + core outnumber the CPUs (``FanoutInfo.cpu_count``)."""
+    # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
+    from serbench.report import plots
+
+    ok = [r for r in _ok(records) if r.workers]
+    keyed = {id(r): msgspec.structs.replace(line(r), workers=None) for r in ok}
+    lines = {k: plots.Style(plots.line_colour(k), k.row) for k in unique(keyed.values())}
+    panels = []
+    for name, stat in columns:
+        cells = {
+            (keyed[id(r)], f"workers={r.workers} {r.workload}"): r.metrics[name]
+            for r in ok
+            if name in r.metrics
+        }
+        if cells:
+            facts = metric(name)
+            panels.append(
+                plots.Panel(facts.label, next(iter(cells.values())).unit, stat, cells, log=facts.log_axis)
+            )
+    cpus = min((r.info.cpu_count for r in ok if isinstance(r.info, FanoutInfo)), default=0)
+    axis = plots.WORKERS
+    if cpus and any(r.workers + 1 > cpus for r in ok):
+        axis = replace(axis, marks=((cpus - 0.5, "more workers than CPUs →"),))
+    return plots.against(panels, lines, axis)
+
+
 def _draw(spec: Figure, columns: Sequence[Column], records: Sequence[Record], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.report import plots
@@ -141,11 +171,24 @@ def _draw(spec: Figure, columns: Sequence[Column], records: Sequence[Record], lo
         return _timeline(records, look)
     if spec.kind == "sweep":
         return _sweep(records, look)
+    if spec.kind == "workers" and len({r.workers for r in _ok(records) if r.workers}) >= 2:
+        return _workers(columns, records)  # fewer worker counts: bars, below
     panels = [_panel(records, name, stat) for name, stat in columns]
     lines = look.styles(look.lines(records))
     workloads = unique(r.workload for r in records)
     if spec.kind == "cdf":
         return plots.cdf(panels[0], lines, workloads)
+    if spec.kind == "hits":  # against the measured hit ratio (docs/cache.md)
+        ratios = {
+            (line(r), r.workload): r.metrics["hit_ratio"].median
+            for r in _ok(records)
+            if "hit_ratio" in r.metrics
+        }
+        return (
+            plots.against_values(panels, lines, ratios, "cache hit ratio (measured)")
+            if len(ratios) > 1
+            else None
+        )
     x_axis = {"images": plots.IMAGES, "batch": plots.BATCH, "size": plots.SIZE}.get(spec.kind)
     step_s = {r.info.step_s for r in _ok(records) if isinstance(r.info, StreamInfo)}
     if spec.kind == "batch" and len(step_s) == 1:  # the step budget the ipc cases ran under

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from serbench.results import Case
 from serbench.scenarios.base import Dimension, Option, Outcome, Scenario
+from serbench.scenarios.fanout import Fanout
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
@@ -11,7 +12,7 @@ from serbench.specs import SpecError
 
 __all__ = ["SCENARIOS", "Case", "Dimension", "Option", "Outcome", "Scenario", "dimensions", "get_scenario"]
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc(), Memory())}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Micro(), Ipc(), Memory(), Fanout())}
 
 
 def get_scenario(name: str) -> Scenario:

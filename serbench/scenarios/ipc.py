@@ -41,6 +41,15 @@ on the same engine session, the record's metrics are those of the first rate
 and ``info.sweep`` holds every rate's TTFT, ingress, throughput and
 goodput, with where the backend saturated (``load.saturation``).
 
+The multimodal cache is a dimension too (``--cache``, ``Case.cache``,
+``serbench.scenarios.caching``): with ``lru`` or ``shm`` the frontend's
+half of the cache rides on the link, each request goes through it before its
+encode, and the record adds the hit ratio the engine measured, the bytes
+each request moved, TTFT and ingress of hits and misses apart, both sides'
+resident cache bytes and the evictions (docs/cache.md). A cached case sends
+a fixed number of requests (no time budget), so that its hit ratio is a
+property of the workload and the cache, not of the machine's speed.
+
 Integrity is not sampled, it is total: the engine checks every request
 against a checksum computed outside the timed path, and the frontend checks
 every output token (value, position, finish) — a corrupted, lost or
@@ -54,17 +63,17 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from serbench import conformance, metrics, shm, transport
+from serbench import cache, conformance, metrics, shm, transport
 from serbench.engine.client import EngineLink, Sender, open_link
-from serbench.engine.protocol import MAX_STEP_S
+from serbench.engine.protocol import MAX_STEP_S, IntegrityError
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
 from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results
-from serbench.scenarios import device, stream
+from serbench.scenarios import caching, device, stream
 from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.scenarios.load import (
     RequestPool,
@@ -135,6 +144,8 @@ class Settings:
     shm_mb: float | None = None  # the shm region; None: two of the largest requests
     budget_s: float | None = None
     max_prompts: int | None = None
+    cache: str = "none"  # the multimodal cache (docs/cache.md)
+    cache_bytes: int | None = None  # each side's cache; None: two of the workload's largest requests
 
     def more(self, sent: int, elapsed_s: float) -> bool:
         """Whether the load sends one more request (``run_load``'s ``more``): room under
@@ -144,7 +155,12 @@ class Settings:
         return elapsed_s + elapsed_s / max(sent, 1) <= self.budget_s
 
 
-def settings_for(profile: Profile, workload: Workload, link: str = DEFAULT_TRANSPORT) -> Settings:
+CACHED_PROMPTS = 8  # a cached case's requests unless --num-prompts says: a fixed count, no time budget
+
+
+def settings_for(
+    profile: Profile, workload: Workload, link: str = DEFAULT_TRANSPORT, cache_mode: str = "none"
+) -> Settings:
     """The profile's defaults for this kind of workload over ``link``, overridden by scenario options.
 
     A rate given on the command line also lifts the payload default of one
@@ -158,6 +174,11 @@ def settings_for(profile: Profile, workload: Workload, link: str = DEFAULT_TRANS
         values["max_concurrency"] = None
     if opts.get("ipc_rates") is not None or opts.get("ipc_num_prompts") is not None:
         values.pop("budget_s", None)  # a sweep, or a count asked for: exactly num_prompts each
+    if cache_mode != "none":
+        values.pop("budget_s", None)
+        values.update(cache=cache_mode, num_prompts=max(values["num_prompts"], CACHED_PROMPTS))
+        if opts.get("cache_mb"):
+            values["cache_bytes"] = round(opts["cache_mb"] * 1e6)
     for key in ("num_prompts", "rates", "max_concurrency", "burstiness", "engine", "shm_mb"):
         if opts.get(f"ipc_{key}") is not None:
             values[key] = opts[f"ipc_{key}"]
@@ -251,14 +272,32 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
     """
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
-    pool = RequestPool(workload, cfg.num_prompts)
+    cached = cfg.cache != "none"
+    pool = RequestPool(workload, cfg.num_prompts, fresh=cached or getattr(workload, "repeating", False))
     verification = conformance.verify(serializer, pool.requests, "request", (backend, workload_spec))
+    if cached:  # the all-hit form of each: references in place of the tensors
+        refs = [cache.all_refs(r, cfg.cache) for r in pool.requests]
+        verified = conformance.verify(serializer, refs, f"request-{cfg.cache}", (backend, workload_spec))
+        verification.messages += verified.messages
+        verification.seconds += verified.seconds
     payload = workload.payload_bytes()
+    cache_bytes = cfg.cache_bytes or max(2 * payload, 1 << 20)
     loads = []
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
     references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
     staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
-    session = open_link(backend, cfg.step_s, cfg.engine, cfg.transport, shm_bytes, staging)
+    session = open_link(
+        backend,
+        cfg.step_s,
+        cfg.engine,
+        cfg.transport,
+        shm_bytes,
+        staging,
+        # a workload whose requests are a plugin's own type: the engine decodes them as that type
+        workload=workload_spec if workload.request_type is not EngineCoreRequest else None,
+        cache_mode=cfg.cache if cached else None,
+        cache_bytes=cache_bytes,
+    )
     with references as refs, session as (link, local), _frozen_gc():
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
@@ -279,6 +318,7 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
             loads.append((rate, offsets, tracked, egress, duration))
         while refs and len(refs.unix) < len(loads[0][2]):  # a reference sample per request
             refs.sample()
+        front, engine_cache = link.cache, link.engine_cache
     summaries = [
         load_metrics(tracked, egress, duration, payload, local) for _, _, tracked, egress, duration in loads
     ]
@@ -306,6 +346,11 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         info.sweep = saturation(points)
     if shm_bytes:
         info.shm_region_bytes = shm_bytes
+    if cached and front is not None and front.lookups:
+        info.cache = cache_summary(front, engine_cache, cache_bytes, workload, len(loads[0][2]))
+        measured["cache_frontend_bytes"] = metrics.measured("cache_frontend_bytes", [front.held_bytes])
+        measured["cache_engine_bytes"] = metrics.measured("cache_engine_bytes", [engine_cache["cache_bytes"]])
+        measured["cache_evictions"] = metrics.measured("cache_evictions", [front.evictions])
     if refs:
         for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
             measured[name] = metrics.measured(name, [refs.nbytes / s / 1e9 for s in samples])
@@ -313,6 +358,27 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         info.payload_vs_unix = rate / measured["unix_gb_per_s"].median
         info.payload_vs_memcpy = rate / measured["memcpy_gb_per_s"].median
     return Outcome(measured, info)
+
+
+def cache_summary(
+    front: cache.FrontendCache, engine: dict[str, int], capacity: int, workload: Workload, sent: int
+) -> dict[str, Any]:
+    """``IpcInfo.cache``: the mode, each side's capacity, the hit ratio the workload defines for the
+    requests of the first load (None for a workload that defines none), and the frontend's counts.
+    Over lru the engine's evictions must be the frontend's: the two LRUs mirror each other."""
+    if front.mode == "lru" and engine.get("cache_evictions") != front.evictions:
+        raise IntegrityError(
+            f"the engine's lru evicted {engine.get('cache_evictions')} tensors, the frontend's "
+            f"{front.evictions}: the mirrored caches disagree"
+        )
+    defined = workload.defined_hit_ratio(sent) if hasattr(workload, "defined_hit_ratio") else None
+    return {
+        "mode": front.mode,
+        "capacity_bytes": capacity,
+        "defined_hit_ratio": defined,
+        "lookups": front.lookups,
+        "hits": front.hits,
+    }
 
 
 def _settings_info(cfg: Settings) -> dict[str, Any]:
@@ -395,8 +461,9 @@ class Ipc(Scenario):
             (("ttft_s", MEDIAN),),
             table=False,
         ),
+        caching.FIGURE,
     )
-    dimensions = (TRANSPORT,)
+    dimensions = (TRANSPORT, caching.CACHE)
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
         Option(
@@ -426,22 +493,32 @@ class Ipc(Scenario):
             _engine_url,
             "drive a `serbench engine` at tcp://HOST:PORT instead of forking one",
         ),
+        caching.CACHE_MB,
         *device.OPTIONS,
     )
+
+    def cases(
+        self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
+    ) -> list[Case]:
+        """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
+        return caching.with_cache(super().cases(backends, workloads, chosen))
 
     def tables(self, data: Results) -> list[Table]:
         """The output path's verdict: per backend row and workload family, the largest measured
         batch whose median decode CPU per step fits the step (``stream.fitting_batches``)."""
         fitting = stream.fitting_batches(data.of(self.name))
         if not fitting:
-            return []
+            return caching.savings(data, self.name)
         rows = [
             [row, family, str(cell["fits"] or "none"), str(cell["over"] or "none measured")]
             for (row, family), cell in fitting.items()
         ]
         headers = ["backend", "workload", "decode fits the step at", "first batch over it"]
         note = "the largest measured batch whose median decode CPU per step fits the step"
-        return [Table("largest batch whose decode fits the step", headers, rows, note)]
+        return [
+            Table("largest batch whose decode fits the step", headers, rows, note),
+            *caching.savings(data, self.name),
+        ]
 
     def check(self, profile: Profile) -> None:
         """The device options: checked here for a forked engine, by the engine itself for ``--engine``."""
@@ -452,7 +529,7 @@ class Ipc(Scenario):
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         workload = get_workload(case.workload)
-        cfg = settings_for(profile, workload, case.link)
+        cfg = settings_for(profile, workload, case.link, caching.mode(case))
         if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
             return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
         return measure(case.backend, case.workload, cfg)

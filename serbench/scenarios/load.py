@@ -16,6 +16,13 @@ first step that schedules it), ``first_step_s`` (that step → its output
 decoded at the frontend); ``egress_s`` is each outputs message's way back
 (engine encode → frontend decoded). They subtract one process's clock from
 another's, so they exist only for a local engine (one host, one clock).
+
+With a multimodal cache (``EngineLink.cache``, docs/cache.md) each request
+goes through the frontend's cache before its encode (inside ``encode_s``,
+as the lookup and the store write are the frontend's work), the engine's
+ack says how many of its tensors it found, which must be what the frontend
+sent as references, and ``load_metrics`` adds the hit ratio, the bytes each
+request moved to the engine, and TTFT and ingress split by hit and miss.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench import metrics
+from serbench import cache, metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
 from serbench.results import Serving, ServingStat, Sweep, SweepPoint
@@ -63,12 +70,15 @@ class RequestPool:
     repeat under its own request id), so memory stays bounded for long runs.
     """
 
-    def __init__(self, workload: Workload, count: int) -> None:
+    def __init__(self, workload: Workload, count: int, fresh: bool = False) -> None:
         per_request = max(1, workload.payload_bytes())
         distinct = max(1, min(count, POOL_BYTES // per_request))
+        self.workload = workload
+        self.fresh = fresh
         self.requests = list(workload.requests(distinct))
         self.checksums = [request_checksum(r) for r in self.requests]
         self.encoded: list[int] = []
+        self.known: dict[str, int] = {}  # digests of cacheable tensors, by cache key
 
     def encode_checksums(self, serializer: Serializer) -> None:
         """The CRC of each distinct request's frames as ``serializer`` encodes it, before the load:
@@ -80,7 +90,12 @@ class RequestPool:
         return self.encoded[index] if index < len(self.encoded) else None
 
     def get(self, index: int) -> tuple[EngineCoreRequest, int]:
-        """Request ``index`` (a repeat gets an id of its own) and its checksum."""
+        """Request ``index`` (a repeat gets an id of its own; with ``fresh``, the workload's own
+        request ``index``, built now: a cache must meet the images the workload defines) and its
+        checksum."""
+        if self.fresh and index >= len(self.requests):
+            request = self.workload.request(index)
+            return request, request_checksum(request)
         slot = index % len(self.requests)
         base = self.requests[slot]
         if index == slot:
@@ -106,6 +121,15 @@ class Tracked:
     decoded: float | None = None
     scheduled: float | None = None
     checked: bool = False  # the engine checked it and let it go (asked for with an ack)
+    sent_bytes: int = 0  # frames sent, plus what the cache wrote to its store for it
+    lookups: int = 0  # cacheable tensors (with a cache)
+    hits: int = 0  # of them, sent as references
+    engine_hits: int | None = None  # of them, found by the engine (its ack)
+
+    @property
+    def hit(self) -> bool:
+        """Every cacheable tensor a hit: nothing of the payload travelled."""
+        return bool(self.lookups) and self.hits == self.lookups
 
     @property
     def finished(self) -> bool:
@@ -154,6 +178,13 @@ def acknowledge(ctrl: Control, tracked: dict[str, Tracked], at: float) -> None:
         raise IntegrityError(f"unexpected ack for {ctrl.data.get('request_id')!r}")
     state.acked = at
     state.to_device = ctrl.data.get("to_device_s")
+    if "cache_hits" in ctrl.data:
+        state.engine_hits = ctrl.data["cache_hits"]
+        if (ctrl.data.get("cache_lookups"), state.engine_hits) != (state.lookups, state.hits):
+            raise IntegrityError(
+                f"request {ctrl.data.get('request_id')!r}: the engine's cache found {state.engine_hits} of "
+                f"{ctrl.data.get('cache_lookups')} tensors, the frontend sent {state.hits} of {state.lookups}"
+            )
 
 
 def checked(ctrl: Control, tracked: dict[str, Tracked]) -> None:
@@ -192,7 +223,9 @@ def run_load(
     (a time budget). ``egress`` holds, per outputs message, engine encode →
     frontend decoded.
     """
-    pool.encode_checksums(serializer)
+    front = link.cache
+    if front is None:
+        pool.encode_checksums(serializer)  # with a cache the frames sent are not the request's
     offsets = list(offsets)
     waiting = deque(range(len(offsets)))
     tracked: dict[str, Tracked] = {}
@@ -212,11 +245,17 @@ def run_load(
             index = first + waiting.popleft()
             request, checksum = pool.get(index)
             encoded = pool.encoded_checksum(index)
+            known = cache.digests(request, pool.known) if front else None
             created = clock()
-            frames = serializer.encode(request)
+            message, prepared = front.prepare(request, known) if front else (request, cache.Prepared())
+            frames = serializer.encode(message)
             encode_s = clock() - created
             link.send("request", frames, sender, checksum=checksum, encoded=encoded, ack=ack)
-            tracked[request.request_id] = Tracked(created, request.sampling_params.max_tokens, encode_s)
+            state = Tracked(created, request.sampling_params.max_tokens, encode_s, lookups=prepared.lookups)
+            state.hits = prepared.hits
+            state.sent_bytes = sum(memoryview(f).nbytes for f in frames) + prepared.stored_bytes
+            tracked[request.request_id] = state
+            del request, message, frames
             active += 1
             can_send = max_concurrency is None or active < max_concurrency
         due = offsets[waiting[0]] - (clock() - start) if waiting and can_send else STALL_TIMEOUT_S
@@ -232,6 +271,9 @@ def run_load(
             continue
         if ctrl is not None and ctrl.kind == "checked":
             checked(ctrl, tracked)
+            if front is not None:
+                front.done(ctrl.data["request_id"])
+                link.engine_cache = {k: v for k, v in ctrl.data.items() if k.startswith("cache_")}
             active -= 1
             last_progress = now
             continue
@@ -316,8 +358,30 @@ def load_metrics(
         staged = [t.to_device for t in tracked.values() if t.to_device is not None]
         if staged:
             measured["to_device_s"] = metrics.measured("to_device_s", staged)
+    if any(t.lookups for t in states):
+        measured.update(cache_metrics(states, same_clock))
     serving = Serving(ttft=serving_summary(ttft), itl=serving_summary(itl), e2e=serving_summary(e2e))
     return LoadSummary(measured, serving, duration, tokens)
+
+
+def cache_metrics(states: Sequence[Tracked], same_clock: bool) -> dict[str, Measurement]:
+    """A cached load's metrics: the hit ratio the engine measured (hits / cacheable tensors), the
+    bytes each request moved to the engine, and TTFT (and ingress) of hits and of misses apart."""
+    lookups = sum(t.lookups for t in states)
+    found = sum(t.engine_hits if t.engine_hits is not None else t.hits for t in states)
+    measured = {
+        "hit_ratio": metrics.measured("hit_ratio", [found / lookups]),
+        "request_bytes": metrics.measured("request_bytes", [t.sent_bytes for t in states]),
+    }
+    for kind, group in (("hit", [t for t in states if t.hit]), ("miss", [t for t in states if not t.hit])):
+        if group:
+            measured[f"ttft_{kind}_s"] = metrics.measured(
+                f"ttft_{kind}_s", [t.times[0] - t.created for t in group]
+            )
+            if same_clock:
+                ingress = [t.decoded - t.created for t in group]
+                measured[f"ingress_{kind}_s"] = metrics.measured(f"ingress_{kind}_s", ingress)
+    return measured
 
 
 def sweep_point(

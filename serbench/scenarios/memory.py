@@ -41,6 +41,16 @@ page-locked host memory the stage filled: the decoded tensors' bytes with
 ``--pin decode``, the received frames' with ``--pin receive``. Pinned pages
 are resident, so they count in the engine's peak RSS and its ``copies``.
 
+With a multimodal cache (``--cache lru|shm``, docs/cache.md) the request
+measured is one that resends images: the last turn of a conversation
+(``turns=T``), the second request (``repeat=R``), the first otherwise (all
+misses), and the requests before it went through both sides' caches before
+either side's baseline, as they would have in a serving process: a hit
+shows what it leaves in memory (nothing that travels), and ``hit_ratio`` is
+what the engine found. Over ``shm`` the store is made by the case's process
+and inherited by both sides (its name unlinked at once); the engine's pages
+of it are those it read.
+
 Variants (docs/architecture.md, "History": the flattened-MultiModalKwargs table): a msgpack
 backend whose spec leaves ``threshold`` at its default is measured twice,
 as given (zero-copy on) and with ``threshold=inf`` (zero-copy off). A spec
@@ -61,7 +71,7 @@ import numpy as np
 import torch
 import zmq
 
-from serbench import conformance, shm, transport
+from serbench import cache, conformance, shm, transport
 from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.isolation import run_isolated
@@ -69,7 +79,7 @@ from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import MemoryInfo, Phase, Verification
 from serbench.rss import Reading, Side, measure, proportional, status_bytes
-from serbench.scenarios import device
+from serbench.scenarios import caching, device
 from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.serializers import get_serializer
 from serbench.serializers.msgpack_backend import MsgpackSerializer
@@ -163,6 +173,43 @@ class Route:
     staging: Staging | None = None
     sizes: list[int] | None = None  # the request's frame sizes, where the engine receives into pinned buffers
     shm_bytes: int = 0
+    cache: Cached | None = None  # the multimodal cache, primed with the requests before this one
+
+
+@dataclass
+class Cached:
+    """A case's cache before its request: the frontend's half (primed with the requests before
+    the measured one), what those requests were as sent (the engine replays them into its half),
+    the measured request's digests, and over shm the store both sides inherit."""
+
+    mode: str
+    capacity: int
+    front: cache.FrontendCache
+    prelude: list[Any]
+    known: dict[str, int]
+    region: shm.Region | None = None
+
+    @classmethod
+    def prime(cls, mode: str, capacity: int, earlier: list[Any], request: Any) -> Cached:
+        region = None
+        if mode == "shm":
+            region = shm.Region.create(capacity, populate=False)
+            region.unlink()  # inherited by both sides through fork: no name to leave behind
+        front = cache.FrontendCache(mode, capacity, cache.Store(region) if region else None)
+        known: dict[str, int] = {}
+        prelude = []
+        for sent in earlier:
+            message, _ = front.prepare(sent, cache.digests(sent, known))
+            front.done(sent.request_id)
+            prelude.append(message)
+        return cls(mode, capacity, front, prelude, cache.digests(request, known), region)
+
+    def engine_half(self) -> cache.EngineCache:
+        """The engine's half, the requests before replayed into it (an lru keeps copies of its own)."""
+        half = cache.EngineCache(self.mode, self.capacity, self.region, own=lambda t: t.clone())
+        for message in self.prelude:
+            half.resolve(message)
+        return half
 
 
 class Placed(msgspec.Struct, array_like=True):
@@ -201,6 +248,7 @@ class EngineSide:
     pull: zmq.Socket
     push: zmq.Socket
     region: shm.Region | None = None  # over shm, once the request arrived
+    cache: cache.EngineCache | None = None
 
 
 def engine_setup(route: Route) -> EngineSide:
@@ -212,7 +260,8 @@ def engine_setup(route: Route) -> EngineSide:
     decoded = serializer.decode(frames, type(route.warmup.message))
     route.warmup.check(stager.stage(decoded).request if stager else decoded, frames)
     pull, push = transport.bind_engine(zmq.Context(), route.addresses)
-    return EngineSide(serializer, stager, pull, push)
+    half = route.cache.engine_half() if route.cache else None
+    return EngineSide(serializer, stager, pull, push, cache=half)
 
 
 def engine_receive(route: Route, engine: EngineSide) -> tuple[list[Any], int]:
@@ -236,12 +285,20 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
     frames, pinned = engine_receive(route, engine)
     steps = {"received": stamp()}
     decoded = engine.serializer.decode(frames, type(route.request.message))
+    found = None
+    if engine.cache is not None:
+        decoded, resolved = engine.cache.resolve(decoded)
+        found = [resolved.found, resolved.lookups]
     steps["decoded"] = stamp()
     if engine.stager is not None:
         staged = engine.stager.stage(decoded)
         decoded, pinned = staged.request, pinned + staged.pinned_bytes
         steps["staged"] = stamp()
     route.request.check(decoded, frames)
+    if found is not None:
+        wrong = cache.verify_hits(decoded.request_id, resolved.hits)
+        if wrong:
+            raise ValueError(wrong)
     steps["used"] = stamp()
     held = proportional()
     transport.send(engine.push, [transport.PING])
@@ -250,6 +307,8 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
     del decoded, frames  # held until here on purpose
     engine.region = None
     steps["held"] = held
+    if found is not None:
+        steps["cache"] = found
     return {**steps, "pinned_bytes": pinned} if engine.stager else steps
 
 
@@ -267,7 +326,10 @@ def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket, shm.Reg
     """Encode and send; keep the frames alive until the engine has used the request."""
     serializer, push, pull, region = state
     start = stamp()
-    frames = serializer.encode(route.request.message)
+    message = route.request.message
+    if route.cache is not None:
+        message, _ = route.cache.front.prepare(message, route.cache.known)
+    frames = serializer.encode(message)
     encoded = stamp()
     _send_frames(push, frames, region)
     if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
@@ -318,6 +380,9 @@ def summarize_runs(runs: list[Reading], payload: int) -> dict[str, Measurement]:
         metrics["copies_frontend"] = measured("copies_frontend", [b / payload for b in frontend])
         total = [e + f for e, f in zip(held["engine"], held["frontend"], strict=True)]
         metrics["copies_total"] = measured("copies_total", [b / payload for b in total])
+    found = [m.sides["engine"].result["cache"] for m in runs if "cache" in m.sides["engine"].result]
+    if found:
+        metrics["hit_ratio"] = measured("hit_ratio", [hits / max(lookups, 1) for hits, lookups in found])
     staged = [m.sides["engine"].result for m in runs if "staged" in m.sides["engine"].result]
     if staged:
         metrics["to_device_s"] = measured("to_device_s", [r["staged"][0] - r["decoded"][0] for r in staged])
@@ -348,12 +413,26 @@ def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int
     return [memoryview(frame).nbytes for frame in get_serializer(backend).encode(message)]
 
 
+def measured_index(workload: Any) -> int:
+    """The request a memory case measures: one that resends images, if the workload has any (the
+    last turn of the first conversation, else the second request), else the first."""
+    if getattr(workload, "turns", 1) > 1:
+        return workload.turns - 1
+    return 1 if getattr(workload, "repeat", 0) else 0
+
+
 def repeat(
-    case: Case, plan: Repetitions, timeout_s: float, staging: Staging | None = None
+    case: Case,
+    plan: Repetitions,
+    timeout_s: float,
+    staging: Staging | None = None,
+    cache_mb: float | None = None,
 ) -> tuple[list[Reading], int, Verification]:
     """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
     cost of verifying the request's round trip before them."""
-    message = get_workload(case.workload).request(0)
+    workload = get_workload(case.workload)
+    index = measured_index(workload)
+    message = workload.request(index)
     # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not
     # stay in the heap the measured sides inherit, where they read as extra frontend copies.
     check = (get_serializer(case.backend), [message], "request", (case.backend, case.workload))
@@ -366,20 +445,31 @@ def repeat(
             raise ValueError("--pin receive reads ZeroMQ frames into pinned buffers: not over shm")
         shm.reclaim_orphans()
         shm_bytes = max(shm.placed_bytes(get_serializer(case.backend).encode(message)), 1)
+    mode = caching.mode(case)
+    earlier = [workload.request(i) for i in range(index)] if mode != "none" else []
+    capacity = round(cache_mb * 1e6) if cache_mb else max(2 * workload.payload_bytes(), 1 << 20)
+    if mode != "none":  # the all-hit form of the request, round-tripped too
+        refs = [cache.all_refs(message, mode)]
+        verified = run_isolated(conformance.verify, (check[0], refs, f"request-{mode}", check[3]), timeout_s)
+        verification.messages += verified.messages
+        verification.seconds += verified.seconds
     runs: list[Reading] = []
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
+        primed = Cached.prime(mode, capacity, earlier, message) if mode != "none" else None
         with transport.ipc_dir() as folder:
             tcp = case.link == "tcp"
             addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
-            route = Route(case.backend, request, warmup, addresses, staging, sizes, shm_bytes)
+            route = Route(case.backend, request, warmup, addresses, staging, sizes, shm_bytes, primed)
             runs.append(measure(sides(route), timeout_s))
+        if primed is not None and primed.region is not None:
+            primed.region.close()
     return runs, payload_bytes(message), verification
 
 
 class Memory(Scenario):
     name = "memory"
-    dimensions = (TRANSPORT,)
+    dimensions = (TRANSPORT, caching.CACHE)
     description = (
         "peak RSS above baseline of frontend and engine processes, encode → send → decode → use; "
         "adds each msgpack backend at its default threshold again with threshold=inf (zero-copy off)"
@@ -410,6 +500,7 @@ class Memory(Scenario):
             "fresh frontend/engine pairs per case (default: quick 1, full 3-10 in 30 s)",
             metavar="N",
         ),
+        caching.CACHE_MB,
         *device.OPTIONS,
     )
 
@@ -421,11 +512,14 @@ class Memory(Scenario):
     ) -> list[Case]:
         """Each backend as given, each default-threshold msgpack one also with zero-copy off."""
         variants = [spec for b in backends for spec in (b, zero_copy_off(b)) if spec]
-        return super().cases(variants, workloads, chosen)
+        return caching.with_cache(super().cases(variants, workloads, chosen))
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         staging = device.staging(profile)
-        runs, payload, verification = repeat(case, repetitions(profile), profile.case_timeout_s, staging)
+        cache_mb = profile.options.get("cache_mb")
+        runs, payload, verification = repeat(
+            case, repetitions(profile), profile.case_timeout_s, staging, cache_mb
+        )
         first = runs[0]
         info = MemoryInfo(
             payload_bytes=payload,
@@ -437,4 +531,7 @@ class Memory(Scenario):
             phases=phases(first),
             timeline=first.timeline,
         )
+        if case.cache:
+            found = [m.sides["engine"].result["cache"] for m in runs]
+            info.cache = {"mode": case.cache, "hits": [h for h, _ in found], "lookups": [n for _, n in found]}
         return Outcome(summarize_runs(runs, payload), info)

@@ -30,9 +30,14 @@ __all__ = [
 
 def _images(count: int) -> Callable[..., Workload]:
     def factory(
-        profile: str = "gemma", dtype: str = "float32", seed: str = "0", layout: str = "compact"
+        profile: str = "gemma",
+        dtype: str = "float32",
+        seed: str = "0",
+        layout: str = "compact",
+        turns: str = "1",
+        repeat: str = "0",
     ) -> Workload:
-        return Images(count, profile, dtype, seed, layout)
+        return Images(count, profile, dtype, seed, layout, turns, repeat)
 
     return factory
 

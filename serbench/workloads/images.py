@@ -22,11 +22,31 @@ The default stays compact so that results stay comparable with earlier runs;
 
 Pixel values are seeded random numbers, so a stale or corrupted buffer never
 passes for the real one.
+
+Repetition (docs/cache.md): every image has a key, (the request it first
+appeared in, its slot there), its pixels a pure function of the key, and its
+hash (``mm_hashes``, or the ``identifier`` of the vllm layout) is the hash of
+the key: the same image is the same bytes under the same hash in every
+request that sends it, and two different images never share a hash.
+
+* ``turns=T``: conversations of T requests; turn t (1-based) sends
+  ceil(N·t/T) images, the earlier turns' images again, in order, then new
+  ones (the last turn has N), the way chat clients resend a conversation;
+* ``repeat=R``: request i ≥ 1 sends round(R·N) of the previous request's
+  images again (chosen and placed by a seeded draw) and N − round(R·N) new
+  ones; request 0 is all new.
+
+``repeats(i)`` says how many images of request i were sent before (what an
+unbounded cache would find), ``defined_hit_ratio(n)`` the share over the
+first n requests: what a measured hit ratio is checked against.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import random
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +69,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LAYOUTS = ("compact", "vllm")
 TEXT_TOKENS = 64
 IMAGE_TOKEN = 262_144
+PIXEL_MEMO = 16  # generated images kept for the requests that send them again
+
+Key = tuple[int, int]  # an image: (the request it first appeared in, its slot there)
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,8 @@ class Images(Workload):
         dtype: str = "float32",
         seed: int | str = 0,
         layout: str = "compact",
+        turns: int | str = 1,
+        repeat: float | str = 0.0,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
@@ -89,6 +114,13 @@ class Images(Workload):
             raise ValueError(f"unknown dtype {dtype!r}; dtypes: {', '.join(DTYPES)}")
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
+        self.turns, self.repeat = int(turns), float(repeat)
+        if self.turns < 1 or self.turns > count:
+            raise ValueError(f"turns must be between 1 and the image count {count}, got {turns}")
+        if not 0.0 <= self.repeat <= 1.0:
+            raise ValueError(f"repeat must be a fraction in [0, 1], got {repeat}")
+        if self.turns > 1 and self.repeat:
+            raise ValueError("turns and repeat are exclusive: a conversation already defines its repeats")
         self.layout = layout
         self.count = count
         self.profile = PROFILES[profile]
@@ -98,27 +130,103 @@ class Images(Workload):
         self.description = (
             f"{count} images, {profile} profile {self.profile.pixel_shape} {dtype}, {layout} layout"
         )
+        if self.turns > 1:
+            self.description += f", conversations of {self.turns} turns"
+        if self.repeat:
+            self.description += f", {self.repeat:g} of each request's images sent before"
+        self._keys: dict[int, list[Key]] = {}
+        self._pixels: OrderedDict[Key, torch.Tensor] = OrderedDict()
+
+    @property
+    def repeating(self) -> bool:
+        """Whether a request sends images that an earlier one sent."""
+        return self.turns > 1 or self.repeat > 0
+
+    def image_keys(self, index: int) -> list[Key]:
+        """The keys of request ``index``'s images, in order (deterministic from the seed)."""
+        if self.turns > 1:
+            conversation, turn = divmod(index, self.turns)
+            return [(conversation * self.turns + self._first_turn(k), k) for k in range(self._shown(turn))]
+        if not self.repeat:
+            return [(index, slot) for slot in range(self.count)]
+        for i in range(len(self._keys), index + 1):
+            if i not in self._keys:
+                self._keys[i] = self._draw(i)
+        return self._keys[index]
+
+    def _shown(self, turn: int) -> int:
+        """Images of a conversation's turn ``turn`` (0-based)."""
+        return math.ceil(self.count * (turn + 1) / self.turns)
+
+    def _first_turn(self, image: int) -> int:
+        return next(t for t in range(self.turns) if self._shown(t) > image)
+
+    def _draw(self, index: int) -> list[Key]:
+        if index == 0:
+            return [(0, slot) for slot in range(self.count)]
+        again = round(self.repeat * self.count)
+        rng = random.Random(self.seed * 1_000_003 + index)
+        keys = rng.sample(self.image_keys(index - 1), again)
+        keys += [(index, slot) for slot in range(again, self.count)]
+        rng.shuffle(keys)
+        return keys
+
+    def repeats(self, index: int) -> int:
+        """How many of request ``index``'s images an earlier request sent (an unbounded cache's hits)."""
+        if self.turns > 1:
+            turn = index % self.turns
+            return self._shown(turn - 1) if turn else 0
+        return sum(origin < index for origin, _ in self.image_keys(index))
+
+    def defined_hit_ratio(self, requests: int) -> float:
+        """The share of the first ``requests`` requests' images that were sent before."""
+        images = sum(len(self.image_keys(i)) for i in range(requests))
+        return sum(self.repeats(i) for i in range(requests)) / images if images else 0.0
+
+    def image_hash(self, key: Key) -> str:
+        """The hash of an image: of its key, which its bytes are a pure function of."""
+        return hashlib.sha256(f"{self.request_id(key[0])}/{key[1]}".encode()).hexdigest()
+
+    def _image(self, key: Key) -> torch.Tensor:
+        """An image's pixels: request ``origin``'s seeded draw, shifted by the slot (distinct bytes
+        for every image at memory speed rather than at random-number speed)."""
+        pixels = self._pixels.get(key)
+        if pixels is None:
+            origin, slot = key
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + origin)
+            base = torch.rand(self.profile.pixel_shape, generator=gen)
+            pixels = (base + slot / self.count).to(self.dtype)
+            if self.repeating:
+                self._pixels[key] = pixels
+                while len(self._pixels) > max(PIXEL_MEMO, 2 * self.count):
+                    self._pixels.popitem(last=False)
+        return pixels
 
     def payload_bytes(self) -> int:
+        """Tensor bytes of the largest request (with ``turns``, the last turn's)."""
+        return self._payload_of(self.count)
+
+    def _payload_of(self, count: int) -> int:
         per_image = self.dtype.itemsize
         for dim in self.profile.pixel_shape:
             per_image *= dim
         if self.profile.grid_thw:
             per_image += 3 * 8
-        return per_image * self.count
+        return per_image * count
 
     def request(self, index: int) -> EngineCoreRequest:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        base = torch.rand(self.profile.pixel_shape, generator=gen)
-        # One random draw per request, shifted per image: distinct bytes for
-        # every image at memory speed rather than at random-number speed.
-        pixels = [(base + image / self.count).to(self.dtype) for image in range(self.count)]
-        hashes = [
-            hashlib.sha256(f"{self.request_id(index)}/{i}".encode()).hexdigest() for i in range(self.count)
-        ]
-        offsets = [TEXT_TOKENS + i * self.profile.tokens_per_image for i in range(self.count)]
+        keys = self.image_keys(index)
+        if self.repeating:
+            pixels = [self._image(key) for key in keys]
+        else:  # one draw per request, as before keys: the same bytes, no memo
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+            base = torch.rand(self.profile.pixel_shape, generator=gen)
+            pixels = [(base + slot / self.count).to(self.dtype) for _, slot in keys]
+        hashes = [self.image_hash(key) for key in keys]
+        count = len(keys)
+        offsets = [TEXT_TOKENS + i * self.profile.tokens_per_image for i in range(count)]
         prompt = [1 + (index + i) % 1000 for i in range(TEXT_TOKENS)]
-        prompt += [IMAGE_TOKEN] * (self.count * self.profile.tokens_per_image)
+        prompt += [IMAGE_TOKEN] * (count * self.profile.tokens_per_image)
         request = EngineCoreRequest(
             request_id=self.request_id(index),
             prompt_token_ids=prompt,
@@ -134,7 +242,7 @@ class Images(Workload):
                     hashes[image],
                     VllmPlaceholderRange(offsets[image], self.profile.tokens_per_image),
                 )
-                for image in range(self.count)
+                for image in range(count)
             ]
         else:
             request.mm_inputs = MultiModalKwargs({"image": [self._item(p) for p in pixels]})

@@ -1,0 +1,804 @@
+"""The second hop: one engine core broadcasts each step to N worker processes (docs/fanout.md).
+
+A *transport* here is how one message reaches N readers (``KINDS``):
+
+* ``zmq-each`` — one PUSH socket per worker (ipc://), the same encoded frames
+  sent N times: what a naive core does. Every send hands the frames to the
+  kernel once more.
+* ``zmq-pub`` — one PUB socket, N SUB sockets: one send call; libzmq queues the
+  same message (refcounted, not copied) on every subscriber's pipe, and its
+  I/O thread still writes it into each subscriber's socket.
+* ``shm-ring`` — a single writer, N readers (vLLM's broadcast queue): a ring
+  of ``slots`` slots in shared memory, each with a ``written`` flag and one
+  read flag per reader in a flags region every worker maps read-write. The
+  header frame and small frames (under ``OOB_FROM``) go into the slot; larger
+  frames go *out of band* into an arena, a second shared region that the
+  core writes once (one memcpy, whatever N) and every worker maps read-only
+  and decodes in place. A slot (and its arena block) is written again only
+  after every reader set its read flag. Readers do not spin (two vCPUs cannot
+  afford N spinning readers beside the core): they wait on a one-byte PUB
+  wakeup, re-checking the flags every ``WAKE_POLL_S``. Flags are plain bytes
+  in shared memory; the writer stores the slot, then clears the read flags,
+  then sets ``written`` — on x86's total store order readers see them in that
+  order, as vLLM's queue also relies on.
+* ``torch-dist`` — ``torch.distributed`` over gloo, the core rank 0: a small
+  metadata broadcast (the frame sizes), then one ``broadcast`` per frame as a
+  uint8 tensor viewing the frame (vLLM's ``broadcast_tensor_dict`` sends
+  metadata then each tensor). gloo's root sends to every rank over TCP.
+
+Every transport carries, beside the backend's frames, an ``Envelope``: the
+step index and the checksum the worker must find in what it decoded.
+
+Processes (``Group``): the core is the calling process. It forks its N
+workers before it builds any message (so no worker inherits the payload),
+each worker sets glibc's heap to map large blocks afresh, opens its end,
+warms up its decode on a miniature message, resets its RSS high-water mark
+and says ready. Workers die with the core (``PR_SET_PDEATHSIG``) and leave
+no shared-memory name behind: the core unlinks every name as soon as all
+workers mapped it; a crash before that leaves names whose creator is gone,
+which ``shm.reclaim_orphans`` removes (the next case does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime
+import mmap
+import multiprocessing as mp
+import os
+import secrets
+import signal
+import socket
+import stat
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+import zmq
+
+from serbench import shm
+from serbench.heap import fresh_memory
+from serbench.isolation import end_trees
+from serbench.rss import peak_above, proportional, reset_peak
+
+KINDS = ("zmq-each", "zmq-pub", "shm-ring", "torch-dist")
+OOB_FROM = 64 * 1024  # shm-ring: frames this large leave the slot for the arena
+SLOTS = 4
+SLOT_BYTES = 1 << 20
+WAKE_POLL_S = 0.005
+READY_TIMEOUT_S = 120.0
+PR_SET_PDEATHSIG = 1
+
+clock = time.perf_counter  # CLOCK_MONOTONIC: one clock for every process of a host
+_context = mp.get_context("fork")
+
+
+class BroadcastError(RuntimeError):
+    """A worker died, hung or reported a wrong step; the message says which, in one line."""
+
+
+class Envelope(msgspec.Struct, array_like=True, omit_defaults=True):
+    """What travels beside a step's frames: the step, the checksum its decode must give, and the
+    transport's own bookkeeping (shm-ring: arena references; torch-dist: frame sizes)."""
+
+    step: int
+    checksum: int = 0
+    kind: str = "step"  # "step", "hello" (handshake), "stop"
+    refs: list[list[int]] = []
+    sizes: list[int] = []
+
+
+_encode_envelope = msgspec.msgpack.Encoder().encode
+_decode_envelope = msgspec.msgpack.Decoder(Envelope).decode
+_slot_decoder = msgspec.msgpack.Decoder(tuple[Envelope, list[bytes]])
+
+
+@dataclass(frozen=True)
+class Route:
+    """Everything a worker needs to open its end, fixed before the workers are forked."""
+
+    kind: str
+    workers: int
+    folder: str  # private ipc folder (sockets)
+    names: tuple[str, str] = ("", "")  # shm-ring: the flags and data regions' names
+    slots: int = SLOTS
+    slot_bytes: int = SLOT_BYTES
+    arena_bytes: int = 0
+    rendezvous: str = ""  # torch-dist: tcp://HOST:PORT of rank 0's store
+    timeout_s: float = 30.0  # per step: a worker silent for longer has hung
+
+    @property
+    def acks(self) -> str:
+        return f"ipc://{self.folder}/acks"
+
+    def endpoint(self, name: str) -> str:
+        return f"ipc://{self.folder}/{name}"
+
+    @property
+    def flags_bytes(self) -> int:
+        return self.slots * (1 + self.workers)
+
+    @property
+    def data_bytes(self) -> int:
+        return self.slots * self.slot_bytes + self.arena_bytes
+
+
+def region_name() -> str:
+    """A fresh serbench shared-memory name whose creator is this process (``shm.NAME``)."""
+    return f"{shm.PREFIX}{os.getpid()}-{secrets.token_hex(16)}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def make_route(kind: str, workers: int, folder: Path, arena_bytes: int = 0, timeout_s: float = 30.0) -> Route:
+    """A route for ``kind``; ValueError for a kind this module does not know."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown broadcast transport {kind!r}; transports: {', '.join(KINDS)}")
+    names = (region_name(), region_name()) if kind == "shm-ring" else ("", "")
+    rendezvous = f"tcp://127.0.0.1:{free_port()}" if kind == "torch-dist" else ""
+    arena = _aligned(arena_bytes) * 2 if kind == "shm-ring" else 0  # two steps' worth: no wait on reuse
+    return Route(
+        kind, workers, str(folder), names, arena_bytes=arena, rendezvous=rendezvous, timeout_s=timeout_s
+    )
+
+
+def unavailable(kind: str) -> str | None:
+    """Why ``kind`` cannot run here (None: it can)."""
+    if kind == "torch-dist" and not torch.distributed.is_available():
+        return "this torch has no torch.distributed"
+    if kind == "torch-dist" and not torch.distributed.is_gloo_available():
+        return "this torch has no gloo backend"
+    return None
+
+
+def _aligned(n: int) -> int:
+    return -(-n // shm.ALIGN) * shm.ALIGN
+
+
+Encode = Callable[[], Sequence[Any]]  # the step's encode, called once per publish
+
+
+def _nothing() -> list[Any]:
+    return []
+
+
+def _nbytes(frame: Any) -> int:
+    return memoryview(frame).nbytes
+
+
+# ---------------------------------------------------------------- the core's end
+
+
+class Sender:
+    """The core's end of a transport. ``publish`` sends one step to every worker and returns the
+    bytes the core copied doing so (into the kernel, or into shared memory)."""
+
+    def __init__(self, route: Route, ctx: zmq.Context) -> None:
+        self.route = route
+        self.ctx = ctx
+
+    def open(self) -> None:
+        """Called once the workers are forked (torch-dist's rendezvous needs them all)."""
+
+    def attached(self) -> None:
+        """Every worker has opened its end."""
+
+    def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
+        """Encode the step (``encode()``: once) and send it to every worker."""
+        raise NotImplementedError
+
+    def handshake(self, acks: Acks, alive: Callable[[], None]) -> None:
+        """Until every worker answered a ``hello``: once (a connection delivers what was sent before
+        it was made)."""
+        self.publish(Envelope(-1, kind="hello"), _nothing, alive)
+        acks.collect(-1, alive)
+
+    def stop(self, alive: Callable[[], None]) -> None:
+        self.publish(Envelope(-2, kind="stop"), _nothing, alive)
+        self.stopped = True
+
+    def close(self) -> None:
+        pass
+
+
+class ZmqEach(Sender):
+    """One PUSH per worker; the frames sent once per worker."""
+
+    def __init__(self, route: Route, ctx: zmq.Context) -> None:
+        super().__init__(route, ctx)
+        self.socks = []
+        for index in range(route.workers):
+            sock = ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(route.endpoint(f"each-{index}"))
+            self.socks.append(sock)
+
+    def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
+        frames = encode()
+        header = _encode_envelope(envelope)
+        for sock in self.socks:
+            sock.send_multipart([header, *frames], copy=False)
+        return len(self.socks) * (len(header) + sum(map(_nbytes, frames)))
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close(0)
+
+
+class ZmqPub(Sender):
+    """One PUB socket; every worker subscribes to everything."""
+
+    def __init__(self, route: Route, ctx: zmq.Context) -> None:
+        super().__init__(route, ctx)
+        self.sock = ctx.socket(zmq.PUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.bind(route.endpoint("pub"))
+
+    def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
+        frames = encode()
+        header = _encode_envelope(envelope)
+        self.sock.send_multipart([header, *frames], copy=False)
+        # One message, queued on every subscriber's pipe; libzmq writes it into each one's socket.
+        return self.route.workers * (len(header) + sum(map(_nbytes, frames)))
+
+    def handshake(self, acks: Acks, alive: Callable[[], None]) -> None:
+        """PUB drops what it sends before a subscription arrived: ``hello`` until all answered."""
+        deadline = time.monotonic() + self.route.timeout_s
+        while not acks.complete(-1):
+            if time.monotonic() > deadline:
+                raise BroadcastError(f"workers {acks.missing(-1)} never subscribed")
+            self.publish(Envelope(-1, kind="hello"), _nothing, alive)
+            acks.poll(-1, 0.02, alive)
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def _map(name: str, size: int, writable: bool, create: bool = False) -> mmap.mmap:
+    """A serbench segment mapped (created, mode 0600, when ``create``), every page faulted in."""
+    path = shm.SHM_DIR / name
+    flags = os.O_RDWR if writable else os.O_RDONLY
+    fd = os.open(path, flags | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+    try:
+        if create:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, size)
+        else:
+            info = os.fstat(fd)
+            if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077 or info.st_size != size:
+                raise shm.ShmError(
+                    f"shared memory {name!r} is not the private region of {size} bytes expected"
+                )
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED | mmap.MAP_POPULATE, prot)
+    except BaseException:
+        if create:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+
+
+class ShmRing(Sender):
+    """The writer of the ring (module docstring): slots for headers, an arena for large frames."""
+
+    def __init__(self, route: Route, ctx: zmq.Context) -> None:
+        super().__init__(route, ctx)
+        self.names = route.names
+        self.flags_map = _map(route.names[0], route.flags_bytes, True, create=True)
+        try:
+            self.data_map = _map(route.names[1], route.data_bytes, True, create=True)
+        except BaseException:
+            self.unlink()
+            raise
+        self.flags = np.ndarray((route.slots, 1 + route.workers), np.uint8, self.flags_map)
+        self.data = np.ndarray(route.data_bytes, np.uint8, self.data_map)
+        self.arena = shm.Ring(route.arena_bytes) if route.arena_bytes else None
+        self.blocks: list[int | None] = [None] * route.slots  # the arena block each slot references
+        self.next = 0
+        self.wake = ctx.socket(zmq.PUB)
+        self.wake.setsockopt(zmq.LINGER, 0)
+        self.wake.bind(route.endpoint("wake"))
+
+    def attached(self) -> None:
+        self.unlink()  # every worker maps both: the memory goes with the last mapping
+
+    def unlink(self) -> None:
+        for name in self.names:
+            (shm.SHM_DIR / name).unlink(missing_ok=True)
+
+    def _claim(self, slot: int, alive: Callable[[], None]) -> None:
+        """Wait until every reader has read what ``slot`` holds; give its arena block back."""
+        deadline = time.monotonic() + self.route.timeout_s
+        while self.flags[slot, 0] and not self.flags[slot, 1:].all():
+            alive()
+            if time.monotonic() > deadline:
+                unread = [i for i, done in enumerate(self.flags[slot, 1:]) if not done]
+                raise BroadcastError(f"worker(s) {unread} never read ring slot {slot}")
+            time.sleep(0.0002)
+        self.flags[slot, 0] = 0
+        if self.blocks[slot] is not None:
+            self.arena.release(self.blocks[slot])
+            self.blocks[slot] = None
+
+    def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
+        frames = encode()
+        slot = self.next % self.route.slots
+        self._claim(slot, alive)
+        copied, inline, refs = 0, [], []
+        large = [(i, memoryview(f).cast("B")) for i, f in enumerate(frames) if _nbytes(f) >= OOB_FROM]
+        if large:
+            if self.arena is None:
+                raise shm.ShmError("a large frame and no arena: the route was sized for another message")
+            block = self.arena.allocate(sum(_aligned(v.nbytes) for _, v in large))
+            if block is None:
+                raise shm.ShmError("the arena is full although every slot was read")
+            self.blocks[slot] = block.id
+            base = self.route.slots * self.route.slot_bytes
+            offset = block.offset
+            for index, view in large:
+                start = base + offset
+                np.copyto(self.data[start : start + view.nbytes], np.frombuffer(view, np.uint8))
+                refs.append([index, offset, view.nbytes])
+                offset += _aligned(view.nbytes)
+                copied += view.nbytes
+        placed = {index for index, _ in large}
+        inline = [memoryview(f).cast("B") for i, f in enumerate(frames) if i not in placed]
+        body = msgspec.msgpack.encode((msgspec.structs.replace(envelope, refs=refs), inline))
+        if len(body) + 8 > self.route.slot_bytes:
+            raise shm.ShmError(
+                f"a step's in-slot part ({len(body)} bytes) exceeds a ring slot ({self.route.slot_bytes})"
+            )
+        start = slot * self.route.slot_bytes
+        self.data[start : start + 8] = np.frombuffer(len(body).to_bytes(8, "little"), np.uint8)
+        self.data[start + 8 : start + 8 + len(body)] = np.frombuffer(body, np.uint8)
+        copied += len(body) + sum(
+            len(f) for f in inline
+        )  # small frames: into the body, the body into the slot
+        self.flags[slot, 1:] = 0
+        self.flags[slot, 0] = 1
+        self.next += 1
+        self.wake.send(b"")
+        return copied
+
+    def close(self) -> None:
+        self.unlink()
+        self.wake.close(0)
+        self.flags = self.data = None  # type: ignore[assignment]
+        for mapping in (self.flags_map, self.data_map):
+            with contextlib.suppress(BufferError):
+                mapping.close()
+
+
+def _init_gloo(route: Route, rank: int) -> None:
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.distributed.init_process_group(
+        "gloo",
+        init_method=route.rendezvous,
+        rank=rank,
+        world_size=route.workers + 1,
+        timeout=datetime.timedelta(seconds=route.timeout_s),
+    )
+
+
+def _as_tensor(frame: Any) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        return torch.frombuffer(memoryview(frame).cast("B"), dtype=torch.uint8)
+
+
+class TorchDist(Sender):
+    """Rank 0 of a gloo group: metadata, then every frame, each a ``broadcast``."""
+
+    def open(self) -> None:
+        _init_gloo(self.route, 0)
+        self.stopped = False
+
+    def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
+        frames = encode()
+        sizes = [_nbytes(f) for f in frames]
+        meta = _encode_envelope(msgspec.structs.replace(envelope, sizes=sizes))
+        torch.distributed.broadcast(torch.tensor([len(meta)], dtype=torch.int64), src=0)
+        torch.distributed.broadcast(_as_tensor(meta), src=0)
+        for frame, size in zip(frames, sizes, strict=True):
+            if size:
+                torch.distributed.broadcast(_as_tensor(frame), src=0)
+        return self.route.workers * (8 + len(meta) + sum(sizes))  # gloo's root sends to every rank
+
+    def close(self) -> None:
+        if getattr(
+            self, "stopped", False
+        ):  # with a peer gone, gloo's teardown may wait for it: the process ends
+            with contextlib.suppress(Exception):
+                torch.distributed.destroy_process_group()
+
+
+SENDERS: dict[str, type[Sender]] = {
+    "zmq-each": ZmqEach,
+    "zmq-pub": ZmqPub,
+    "shm-ring": ShmRing,
+    "torch-dist": TorchDist,
+}
+
+
+# ---------------------------------------------------------------- a worker's end
+
+
+class Receiver:
+    """A worker's end: ``receive`` one step (its envelope and frames), ``release`` it when done."""
+
+    def __init__(self, route: Route, ctx: zmq.Context, index: int) -> None:
+        self.route, self.ctx, self.index = route, ctx, index
+
+    def _wait(self, sock: zmq.Socket) -> None:
+        if not sock.poll(int(self.route.timeout_s * 1000), zmq.POLLIN):
+            raise BroadcastError(
+                f"worker {self.index}: nothing from the core within {self.route.timeout_s:g} s"
+            )
+
+    def receive(self) -> tuple[Envelope, list[Any]]:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ZmqReceiver(Receiver):
+    def __init__(self, route: Route, ctx: zmq.Context, index: int) -> None:
+        super().__init__(route, ctx, index)
+        if route.kind == "zmq-pub":
+            self.sock = ctx.socket(zmq.SUB)
+            self.sock.setsockopt(zmq.RCVHWM, 0)
+            self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+            self.sock.connect(route.endpoint("pub"))
+        else:
+            self.sock = ctx.socket(zmq.PULL)
+            self.sock.connect(route.endpoint(f"each-{index}"))
+        self.sock.setsockopt(zmq.LINGER, 0)
+
+    def receive(self) -> tuple[Envelope, list[Any]]:
+        self._wait(self.sock)
+        header, *frames = self.sock.recv_multipart(copy=False)
+        return _decode_envelope(memoryview(header)), frames
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+class RingReceiver(Receiver):
+    def __init__(self, route: Route, ctx: zmq.Context, index: int) -> None:
+        super().__init__(route, ctx, index)
+        self.flags_map = _map(route.names[0], route.flags_bytes, True)
+        self.data_map = _map(route.names[1], route.data_bytes, False)
+        self.flags = np.ndarray((route.slots, 1 + route.workers), np.uint8, self.flags_map)
+        self.data = memoryview(self.data_map)
+        self.arena = self.data[route.slots * route.slot_bytes :]
+        self.wake = ctx.socket(zmq.SUB)
+        self.wake.setsockopt(zmq.SUBSCRIBE, b"")
+        self.wake.setsockopt(zmq.LINGER, 0)
+        self.wake.connect(route.endpoint("wake"))
+        self.next = 0
+
+    def receive(self) -> tuple[Envelope, list[Any]]:
+        slot, me = self.next % self.route.slots, 1 + self.index
+        deadline = time.monotonic() + self.route.timeout_s
+        while not (self.flags[slot, 0] and not self.flags[slot, me]):
+            if time.monotonic() > deadline:
+                raise BroadcastError(
+                    f"worker {self.index}: nothing in the ring within {self.route.timeout_s:g} s"
+                )
+            if self.wake.poll(int(WAKE_POLL_S * 1000), zmq.POLLIN):
+                while self.wake.poll(0, zmq.POLLIN):
+                    self.wake.recv()
+        start = slot * self.route.slot_bytes
+        length = int.from_bytes(self.data[start : start + 8], "little")
+        envelope, inline = _slot_decoder.decode(self.data[start + 8 : start + 8 + length])
+        return envelope, shm.gather(self.arena, envelope.refs, inline)
+
+    def release(self) -> None:
+        self.flags[self.next % self.route.slots, 1 + self.index] = 1
+        self.next += 1
+
+    def close(self) -> None:
+        self.wake.close(0)
+
+
+class DistReceiver(Receiver):
+    def __init__(self, route: Route, ctx: zmq.Context, index: int) -> None:
+        super().__init__(route, ctx, index)
+        _init_gloo(route, index + 1)
+
+    def receive(self) -> tuple[Envelope, list[Any]]:
+        length = torch.empty(1, dtype=torch.int64)
+        torch.distributed.broadcast(length, src=0)
+        meta = torch.empty(int(length.item()), dtype=torch.uint8)
+        torch.distributed.broadcast(meta, src=0)
+        envelope = _decode_envelope(meta.numpy().data)
+        frames: list[Any] = []
+        for size in envelope.sizes:
+            frame = torch.empty(size, dtype=torch.uint8)
+            if size:
+                torch.distributed.broadcast(frame, src=0)
+            frames.append(frame.numpy().data)
+        return envelope, frames
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            torch.distributed.destroy_process_group()
+
+
+RECEIVERS: dict[str, type[Receiver]] = {
+    "zmq-each": ZmqReceiver,
+    "zmq-pub": ZmqReceiver,
+    "shm-ring": RingReceiver,
+    "torch-dist": DistReceiver,
+}
+
+
+# ---------------------------------------------------------------- acknowledgements
+
+
+class Ack(msgspec.Struct, array_like=True):
+    """A worker's answer to one step: when it held the decoded step, and what its check found."""
+
+    worker: int
+    step: int
+    held_at: float  # ``clock()`` right after decode
+    error: str = ""  # the step failed its check: why
+
+
+_decode_ack = msgspec.msgpack.Decoder(Ack).decode
+
+
+class Acks:
+    """The core's PULL socket that every worker's acknowledgements arrive on."""
+
+    def __init__(self, route: Route, ctx: zmq.Context) -> None:
+        self.route = route
+        self.sock = ctx.socket(zmq.PULL)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(route.acks)
+        self.got: dict[int, dict[int, Ack]] = {}
+
+    def missing(self, step: int) -> list[int]:
+        return [w for w in range(self.route.workers) if w not in self.got.get(step, {})]
+
+    def complete(self, step: int) -> bool:
+        return not self.missing(step)
+
+    def poll(self, step: int, timeout_s: float, alive: Callable[[], None]) -> None:
+        """Take what arrives within ``timeout_s``; BroadcastError for a worker that reported a
+        wrong step or died."""
+        alive()
+        if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            return
+        while self.sock.poll(0, zmq.POLLIN):
+            ack = _decode_ack(self.sock.recv())
+            if ack.error:
+                raise BroadcastError(f"worker {ack.worker}, step {ack.step}: {ack.error}")
+            self.got.setdefault(ack.step, {}).setdefault(ack.worker, ack)
+
+    def collect(self, step: int, alive: Callable[[], None]) -> list[Ack]:
+        """Every worker's ack of ``step``; BroadcastError when one is silent past the route's timeout."""
+        deadline = time.monotonic() + self.route.timeout_s
+        while not self.complete(step):
+            if time.monotonic() > deadline:
+                raise BroadcastError(
+                    f"worker(s) {self.missing(step)} did not acknowledge step {step} "
+                    f"within {self.route.timeout_s:g} s (hung)"
+                )
+            self.poll(step, 0.05, alive)
+        return [self.got[step][w] for w in range(self.route.workers)]
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a worker does with each step: ``open_decoder()`` (in the worker, after fork) gives a
+    function frames → decoded step; ``check(decoded, checksum)`` raises ValueError when the
+    step is not what was sent; ``warm()`` runs the decode path once before the baseline;
+    ``hook``, for tests only, sees each decoded step (``(worker, step, decoded)``)."""
+
+    open_decoder: Callable[[], Callable[[list[Any]], Any]]
+    check: Callable[[Any, int], None]
+    warm: Callable[[Callable[[list[Any]], Any]], None]
+    hold: int = 0  # the step at which a worker reads its PSS and USS while it holds it
+    hook: Callable[[int, int, Any], None] | None = None
+
+
+def _die_with_parent(parent: int) -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the core died before the line above: die now
+        os._exit(1)
+
+
+def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent: int) -> None:
+    """One worker: open its end, warm up, baseline, then receive → decode → check → ack until stop."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
+    try:
+        fresh_memory()
+        ctx = zmq.Context()
+        decode = work.open_decoder()
+        receiver = RECEIVERS[route.kind](route, ctx, index)
+        ack = ctx.socket(zmq.PUSH)
+        ack.setsockopt(zmq.LINGER, 1000)
+        ack.connect(route.acks)
+        work.warm(decode)
+        baseline = reset_peak()
+        conn.send(("ready", baseline))
+        conn.recv()  # go: every worker exists, so PSS shares are final
+        base_pss, base_uss = proportional()
+        held = (0, 0)
+        while True:
+            envelope, frames = receiver.receive()
+            if envelope.kind == "stop":
+                break
+            if envelope.kind == "hello":
+                ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, clock())))
+                receiver.release()
+                continue
+            decoded = decode(frames)
+            held_at = clock()
+            error = ""
+            try:
+                if work.hook is not None:
+                    work.hook(index, envelope.step, decoded)
+                work.check(decoded, envelope.checksum)
+            except ValueError as exc:
+                error = str(exc)[:300]
+            if envelope.step == work.hold:  # still holding it: what receiving it cost in memory
+                pss, uss = proportional()
+                held = (pss - base_pss, uss - base_uss)
+            ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, held_at, error)))
+            del decoded, frames
+            receiver.release()
+        conn.send(("done", peak_above(baseline), held))
+        receiver.close()
+        ack.close()
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"[:300]))
+    with contextlib.suppress(Exception):
+        wait([conn], 5)  # until the core has read the report, or has gone
+    os._exit(0)
+
+
+@dataclass
+class WorkerReport:
+    baseline_bytes: int
+    peak_bytes: int = 0  # RSS high-water mark above the baseline, over the whole run
+    pss_bytes: int = 0  # above its baseline, while holding the ``hold`` step
+    uss_bytes: int = 0
+    finished: bool = False
+
+
+def _exit_reason(proc: Any) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class Group:
+    """The core's view of its workers: their processes and pipes, reports, the transport ends."""
+
+    route: Route
+    procs: list[Any] = field(default_factory=list)
+    conns: list[Connection] = field(default_factory=list)
+    reports: list[WorkerReport] = field(default_factory=list)
+    sender: Sender | None = None
+    acks: Acks | None = None
+
+    def alive(self) -> None:
+        """BroadcastError naming the first worker that died or reported an error."""
+        for index, (proc, conn, report) in enumerate(zip(self.procs, self.conns, self.reports, strict=False)):
+            if report.finished:
+                continue
+            message: tuple = ("gone",)
+            if conn.poll(0):
+                with contextlib.suppress(EOFError, OSError):
+                    message = conn.recv()
+                if message[0] == "error":
+                    raise BroadcastError(f"worker {index}: {message[1]}")
+                if message[0] == "done":
+                    report.peak_bytes, (report.pss_bytes, report.uss_bytes) = message[1], message[2]
+                    report.finished = True
+                    continue
+            if not proc.is_alive():
+                proc.join(0.1)
+                raise BroadcastError(f"worker {index} died ({_exit_reason(proc)})")
+
+
+def start(route: Route, work: Work) -> Group:
+    """Fork the workers and open the core's end; return once every worker is ready (baseline
+    taken). The caller must ``finish`` the group, whatever happens."""
+    group = Group(route)
+    ctx = zmq.Context()
+    group.acks = Acks(route, ctx)
+    group.sender = SENDERS[route.kind](route, ctx)
+    parent = os.getpid()
+    for index in range(route.workers):
+        receiver, sender = _context.Pipe()
+        proc = _context.Process(target=_worker_main, args=(sender, route, index, work, parent), daemon=False)
+        proc.start()
+        sender.close()
+        group.procs.append(proc)
+        group.conns.append(receiver)
+    group.sender.open()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for index, conn in enumerate(group.conns):
+        if not wait([conn, group.procs[index].sentinel], max(0.0, deadline - time.monotonic())):
+            raise BroadcastError(f"worker {index} not ready within {READY_TIMEOUT_S:g} s")
+        try:
+            message = conn.recv()
+        except EOFError:
+            group.procs[index].join(1)
+            raise BroadcastError(
+                f"worker {index} died during setup ({_exit_reason(group.procs[index])})"
+            ) from None
+        if message[0] != "ready":
+            raise BroadcastError(f"worker {index}: {message[1]}")
+        group.reports.append(WorkerReport(message[1]))
+    group.sender.attached()
+    return group
+
+
+def go(group: Group) -> None:
+    """Release every worker at once (each reads its PSS baseline), then the handshake."""
+    for conn in group.conns:
+        conn.send("go")
+    group.sender.handshake(group.acks, group.alive)
+
+
+def finish(group: Group, clean: bool) -> list[WorkerReport]:
+    """Stop the workers (a ``stop`` step when ``clean``), collect their reports, end every process
+    and close the transport; the reports when every worker finished cleanly."""
+    try:
+        if clean and group.sender is not None:
+            group.sender.stop(group.alive)
+            deadline = time.monotonic() + group.route.timeout_s
+            while not all(report.finished for report in group.reports):
+                if time.monotonic() > deadline:
+                    raise BroadcastError("worker(s) did not report after stop")
+                group.alive()
+                time.sleep(0.005)
+    finally:
+        for conn in group.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        end_trees([p.pid for p in group.procs if p.pid is not None], grace_s=1.0)
+        for proc in group.procs:
+            proc.join(1)
+        if group.sender is not None:
+            group.sender.close()
+        if group.acks is not None:
+            group.acks.close()
+    return group.reports

@@ -1,0 +1,507 @@
+"""fanout: the second hop, one engine core broadcasting every step to N worker processes.
+
+The case's process is the engine core; it forks ``case.workers`` workers and
+broadcasts each step over ``case.transport`` (``serbench.broadcast``:
+zmq-each, zmq-pub, shm-ring, torch-dist). A step is what a core sends its
+tensor-parallel workers (``StepInput``, vLLM's ``SchedulerOutput`` cut to what
+has bytes): at prefill the newly scheduled request of the workload with its
+multimodal tensors, and for the running batch the last token ids, positions,
+the block table of each request and the tokens scheduled. Each round is one
+prefill step followed by ``--fanout-decode-steps`` decode steps (the running
+batch only). The batch is ``--fanout-batch`` requests (default 32) whose
+context is the workload's prompt plus the tokens generated so far, in blocks
+of ``BLOCK_SIZE`` = 16 tokens (vLLM's default KV block size on CUDA): a
+text-sonnet request in decode holds 35-45 block ids.
+
+Every worker decodes each step, stamps the moment it holds it, then checks
+it against the checksum the core computed before timing (tensors' dtype,
+shape and bytes and every other field): a step that does not match fails the
+case, so no timing stands on a step a worker did not verify. The messages
+are also round-tripped in-process (``conformance.verify``) before the first
+step. One untimed round warms everything up.
+
+Metrics (docs/fanout.md): ``fanout_s`` from the core's encode start to the
+last worker holding the verified prefill step (p50, ``fanout_p99_s``),
+``fanout_spread_s`` first → last worker, ``fanout_decode_s`` the same for a
+decode step; per prefill step the core's CPU time (every thread of it:
+ZeroMQ's and gloo's I/O threads send there) and the bytes it copied (what
+the encoder built rather than viewed, plus every byte the transport handed
+to a socket or wrote into shared memory); ``encode_calls`` per step (1: a
+core that re-serializes per worker reads N); each worker's peak RSS, PSS and
+USS above its baseline in payload copies (the worst worker), and the whole
+group's PSS (core + workers: a shared page counts once).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+from serbench import broadcast, conformance, shm, transport
+from serbench.metrics import measured
+from serbench.profiles import Profile
+from serbench.results import FanoutInfo, Results
+from serbench.rss import proportional
+from serbench.scenarios.base import Case, Dimension, Option, Outcome, Scenario, positive_int
+from serbench.scenarios.memory import miniature
+from serbench.serializers import get_serializer
+from serbench.stats import Measurement
+from serbench.views import MEDIAN, Figure, Table
+from serbench.workloads import Workload, get_workload
+from serbench.workloads.messages import EngineCoreRequest
+from serbench.workloads.tree import is_array, iter_leaves, map_leaves, payload_bytes, payload_checksum
+
+BLOCK_SIZE = 16  # tokens per KV block: vLLM's default on CUDA
+DEFAULT_BATCH = 32
+DEFAULT_DECODE_STEPS = 3
+DISTINCT_REQUESTS = 2  # prefill steps alternate between this many requests of the workload
+
+WORKERS = Dimension(
+    "workers",
+    "--workers",
+    positive_int,
+    (1, 2),
+    "fanout: worker processes the engine core broadcasts each step to (tensor-parallel ranks)",
+)
+BROADCAST = Dimension(
+    "transport",
+    "--transport",
+    str,
+    ("shm-ring",),
+    "fanout: how the core broadcasts (zmq-each: one send per worker; zmq-pub: PUB/SUB; "
+    "shm-ring: one write, N readers in shared memory; torch-dist: gloo broadcast)",
+    choices=broadcast.KINDS,
+)
+
+
+class StepInput(msgspec.Struct):
+    """One step as the core broadcasts it (vLLM's ``SchedulerOutput``, the fields with bytes)."""
+
+    step: int
+    new_requests: list[EngineCoreRequest]  # scheduled for the first time, multimodal tensors and all
+    new_block_ids: list[list[int]]
+    running_ids: list[str]
+    token_ids: list[int]  # the last token sampled for each running request
+    positions: list[int]
+    block_ids: list[list[int]]  # each running request's block table
+    num_scheduled_tokens: list[int]
+    finished_ids: list[str]
+
+
+def _skeleton(step: Any) -> bytes:
+    """Every field of a step but the arrays' bytes (dtype and shape instead), as msgpack."""
+    shape = map_leaves(step, lambda leaf: f"{leaf.dtype}{tuple(leaf.shape)}" if is_array(leaf) else leaf)
+    return msgspec.msgpack.encode(shape)
+
+
+def step_checksum(step: Any, payload_crc: int | None = None) -> int:
+    """CRC of every field of a step, its arrays' dtype, shape and bytes included."""
+    crc = payload_checksum(step) if payload_crc is None else payload_crc
+    return zlib.crc32(_skeleton(step), crc)
+
+
+def check_step(decoded: Any, checksum: int) -> None:
+    """ValueError unless ``decoded`` is the step whose checksum the core sent."""
+    if not isinstance(decoded, StepInput):
+        raise ValueError(f"decoded a {type(decoded).__name__}, not a step")
+    if step_checksum(decoded) != checksum:
+        raise ValueError(f"step {decoded.step} decoded differs from the one sent (checksum mismatch)")
+
+
+def _blocks(tokens: int, first: int) -> list[int]:
+    return list(range(first, first + -(-tokens // BLOCK_SIZE)))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The steps of a case, deterministic: ``rounds`` × (one prefill step, ``decode_steps``)."""
+
+    workload: Workload
+    batch: int
+    decode_steps: int
+    prompt_len: int
+
+    def running(self, step: int) -> dict[str, Any]:
+        """The running batch's part of ``step``: ids, last tokens, positions, block tables."""
+        ids, tokens, positions, tables = [], [], [], []
+        out = max(self.workload.output_len, 1)
+        for j in range(self.batch):
+            generated = (step + 7 * j) % out
+            position = self.prompt_len + generated
+            ids.append(f"running-{j}")
+            tokens.append(zlib.crc32(f"{j}#{step}".encode()) % 32_000)
+            positions.append(position)
+            tables.append(_blocks(position + 1, 1 + j * 4096))
+        return {
+            "running_ids": ids,
+            "token_ids": tokens,
+            "positions": positions,
+            "block_ids": tables,
+            "num_scheduled_tokens": [1] * self.batch,
+            "finished_ids": [],
+        }
+
+    def step(self, index: int, requests: list[EngineCoreRequest]) -> StepInput:
+        """Step ``index``: a prefill step (a new request) at the start of each round, else decode."""
+        per_round = 1 + self.decode_steps
+        if index % per_round:
+            return StepInput(index, [], [], **self.running(index))
+        request = requests[(index // per_round) % len(requests)]
+        new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]
+        return StepInput(index, [request], new_blocks, **self.running(index))
+
+    def prefill(self, index: int) -> bool:
+        return index % (1 + self.decode_steps) == 0
+
+
+def _storage(leaf: Any) -> tuple[int, int]:
+    """(address, bytes) of the memory an array views."""
+    if isinstance(leaf, torch.Tensor):
+        storage = leaf.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    base = leaf.base if isinstance(leaf.base, np.ndarray) else leaf
+    return base.__array_interface__["data"][0], base.nbytes
+
+
+def encoder_copied(frames: list[Any], message: Any) -> int:
+    """Bytes of ``frames`` the encoder built rather than viewed: a frame inside an array of
+    ``message`` is zero-copy, every other byte was written by the encode."""
+    spans = [_storage(leaf) for leaf in iter_leaves(message) if is_array(leaf)]
+    copied = 0
+    for frame in frames:
+        view = memoryview(frame).cast("B")
+        if not view.nbytes:
+            continue
+        address = np.frombuffer(view, np.uint8).__array_interface__["data"][0]
+        inside = any(start <= address and address + view.nbytes <= start + size for start, size in spans)
+        copied += 0 if inside else view.nbytes
+    return copied
+
+
+class Counted:
+    """A serializer's encode of one message, counting calls (``encode_calls``)."""
+
+    def __init__(self, serializer: Any, message: Any) -> None:
+        self.serializer, self.message = serializer, message
+        self.calls = 0
+        self.frames: list[Any] = []
+
+    def __call__(self) -> list[Any]:
+        self.calls += 1
+        self.frames = self.serializer.encode(self.message)
+        return self.frames
+
+
+@dataclass
+class StepReading:
+    step: int
+    to_last_s: float
+    spread_s: float
+    cpu_s: float
+    copied: int  # by the transport
+    encoded_copied: int  # by the encoder
+    encode_calls: int
+    wire_bytes: int
+
+
+def _settings(profile: Profile) -> tuple[int, int, int]:
+    options = profile.options
+    rounds = options.get("fanout_rounds") or profile.samples
+    return (
+        rounds,
+        options.get("fanout_batch") or DEFAULT_BATCH,
+        options.get("fanout_decode_steps", DEFAULT_DECODE_STEPS),
+    )
+
+
+def _work(backend: str, warmup: StepInput, hold: int, hook: Any = None) -> broadcast.Work:
+    def open_decoder() -> Any:
+        serializer = get_serializer(backend)
+        return lambda frames: serializer.decode(frames, StepInput)
+
+    def warm(decode: Any) -> None:
+        frames = [bytes(memoryview(f).cast("B")) for f in get_serializer(backend).encode(warmup)]
+        check_step(decode(frames), step_checksum(warmup))
+
+    return broadcast.Work(open_decoder, check_step, warm, hold, hook)
+
+
+# A test may set this (in the process that runs the case) to see every decoded step in every
+# worker: ``hook(worker, step, decoded)``; raising ValueError there is a wrong step, anything
+# else a crash. Never set by serbench itself.
+WORKER_HOOK = None
+
+
+def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broadcast.WorkerReport], dict]:
+    """Run the case's steps; the readings of the timed ones, the workers' reports and facts."""
+    rounds, batch, decode_steps = _settings(profile)
+    workload = get_workload(case.workload)
+    serializer = get_serializer(case.backend)
+    requests = [workload.request(i) for i in range(DISTINCT_REQUESTS)]
+    schedule = Schedule(workload, batch, decode_steps, len(requests[0].prompt_token_ids))
+    per_round = 1 + decode_steps
+    total = (1 + rounds) * per_round  # the first round warms up
+    verification = conformance.verify(
+        serializer,
+        [schedule.step(0, requests), schedule.step(per_round, requests), schedule.step(1, requests)],
+        "fanout-step",
+        (case.backend, case.workload, f"batch={batch}"),
+    )
+    crcs = {id(r): payload_checksum(r) for r in requests}
+    arena = max(shm.placed_bytes(serializer.encode(schedule.step(i * per_round, requests))) for i in range(2))
+    hold = rounds * per_round  # the last round's prefill step: workers read PSS while holding it
+    warmup = miniature(schedule.step(0, requests))
+    timeout_s = profile.options.get("fanout_timeout_s") or min(60.0, profile.case_timeout_s / 2)
+    readings: list[StepReading] = []
+    shm.reclaim_orphans()
+    with transport.ipc_dir() as folder:
+        route = broadcast.make_route(case.transport, case.workers, folder, arena, timeout_s)
+        group = None
+        clean = False
+        try:
+            group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK))
+            core_base = proportional()
+            broadcast.go(group)
+            core_held = (0, 0)
+            for index in range(total):
+                step = schedule.step(index, requests)
+                payload_crc = crcs[id(step.new_requests[0])] if step.new_requests else 0
+                envelope = broadcast.Envelope(index, step_checksum(step, payload_crc))
+                encode = Counted(serializer, step)
+                cpu0, start = time.process_time(), broadcast.clock()
+                copied = group.sender.publish(envelope, encode, group.alive)
+                acks = group.acks.collect(index, group.alive)
+                cpu = time.process_time() - cpu0
+                held = [a.held_at for a in acks]
+                if index == hold:
+                    pss, uss = proportional()
+                    core_held = (pss - core_base[0], uss - core_base[1])
+                if index >= per_round:
+                    readings.append(
+                        StepReading(
+                            index,
+                            max(held) - start,
+                            max(held) - min(held),
+                            cpu,
+                            copied,
+                            encoder_copied(encode.frames, step),
+                            encode.calls,
+                            sum(memoryview(f).nbytes for f in encode.frames),
+                        )
+                    )
+                del encode, step
+            clean = True
+        finally:
+            reports = broadcast.finish(group, clean) if group is not None else []
+    facts = {
+        "verification": verification,
+        "payload": payload_bytes(requests[0]),
+        "schedule": schedule,
+        "route": route,
+        "core_held": core_held,
+        "rounds": rounds,
+    }
+    return readings, reports, facts
+
+
+def _values(readings: list[StepReading], prefill: bool, schedule: Schedule) -> list[StepReading]:
+    return [r for r in readings if schedule.prefill(r.step) == prefill]
+
+
+def summarize(readings: list[StepReading], reports: list[broadcast.WorkerReport], facts: dict) -> dict:
+    schedule, payload = facts["schedule"], facts["payload"]
+    pre, dec = _values(readings, True, schedule), _values(readings, False, schedule)
+    metrics: dict[str, Measurement] = {
+        "fanout_s": measured("fanout_s", [r.to_last_s for r in pre]),
+        "fanout_p99_s": measured("fanout_p99_s", [float(np.percentile([r.to_last_s for r in pre], 99))]),
+        "fanout_spread_s": measured("fanout_spread_s", [r.spread_s for r in pre]),
+        "core_cpu_s": measured("core_cpu_s", [r.cpu_s for r in pre]),
+        "core_copied_bytes": measured("core_copied_bytes", [r.copied + r.encoded_copied for r in pre]),
+        "encode_calls": measured("encode_calls", [r.encode_calls for r in readings]),
+        "wire_bytes": measured("wire_bytes", [r.wire_bytes for r in pre]),
+    }
+    if dec:
+        metrics["fanout_decode_s"] = measured("fanout_decode_s", [r.to_last_s for r in dec])
+        metrics["decode_wire_bytes"] = measured("decode_wire_bytes", [r.wire_bytes for r in dec])
+    core_pss = facts["core_held"][0]
+    group_pss = core_pss + sum(w.pss_bytes for w in reports)
+    metrics["worker_pss_bytes"] = measured("worker_pss_bytes", [max(w.pss_bytes for w in reports)])
+    metrics["group_pss_bytes"] = measured("group_pss_bytes", [group_pss])
+    if payload:
+        worst = {
+            "worker_rss_copies": max(w.peak_bytes for w in reports),
+            "worker_pss_copies": max(w.pss_bytes for w in reports),
+            "worker_uss_copies": max(w.uss_bytes for w in reports),
+            "group_pss_copies": group_pss,
+        }
+        metrics.update({name: measured(name, [value / payload]) for name, value in worst.items()})
+    return metrics
+
+
+def cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def oversubscribed(workers: int, cpu_count: int) -> bool:
+    return workers + 1 > cpu_count
+
+
+class Fanout(Scenario):
+    name = "fanout"
+    default = False  # run only when named (``--scenarios fanout``): N processes per case
+    description = (
+        "the second hop: an engine core broadcasts every step (prefill with its tensors, then the "
+        "running batch) to N worker processes; time until the last worker holds the verified step, "
+        "the core's CPU and copies, encode calls, each worker's memory"
+    )
+    dimensions = (WORKERS, BROADCAST)
+    figures = (
+        Figure(
+            "workers",
+            "Time from the core's encode to the last worker holding the prefill step, against workers",
+            (
+                ("fanout_s", MEDIAN),
+                ("fanout_p99_s", MEDIAN),
+                ("core_cpu_s", MEDIAN),
+                ("core_copied_bytes", MEDIAN),
+            ),
+        ),
+        Figure("bars", "Encode calls per step (1: encoded once, whatever N)", (("encode_calls", MEDIAN),)),
+        Figure(
+            "bars",
+            "Each worker's memory above its baseline, in payload copies (the worst worker)",
+            (("worker_rss_copies", MEDIAN), ("worker_pss_copies", MEDIAN), ("worker_uss_copies", MEDIAN)),
+        ),
+    )
+    options = (
+        Option(
+            "--fanout-batch",
+            "fanout_batch",
+            positive_int,
+            f"fanout: running requests in every step's scheduler output (default {DEFAULT_BATCH})",
+            metavar="B",
+        ),
+        Option(
+            "--fanout-decode-steps",
+            "fanout_decode_steps",
+            int,
+            f"fanout: decode steps after each prefill step (default {DEFAULT_DECODE_STEPS})",
+            metavar="K",
+        ),
+        Option(
+            "--fanout-rounds",
+            "fanout_rounds",
+            positive_int,
+            "fanout: timed rounds (a prefill step, its decode steps) per case (default: profile's samples)",
+            metavar="R",
+        ),
+    )
+
+    def run(self, case: Case, profile: Profile) -> Outcome:
+        reason = broadcast.unavailable(case.transport or "")
+        if reason is not None:
+            raise broadcast.BroadcastError(f"unsupported: {case.transport}: {reason}")
+        readings, reports, facts = measure(case, profile)
+        count = cpus()
+        over = oversubscribed(case.workers or 1, count)
+        route, schedule = facts["route"], facts["schedule"]
+        info = FanoutInfo(
+            payload_bytes=facts["payload"],
+            verification=facts["verification"],
+            cpu_count=count,
+            oversubscribed=over,
+            warning=f"{case.workers} workers + the core on {count} CPUs: more processes than CPUs"
+            if over
+            else None,
+            rounds=facts["rounds"],
+            decode_steps=schedule.decode_steps,
+            batch=schedule.batch,
+            block_size=BLOCK_SIZE,
+            ring_bytes=route.data_bytes if route.kind == "shm-ring" else None,
+            worker_peak_bytes=[w.peak_bytes for w in reports],
+            worker_pss_bytes=[w.pss_bytes for w in reports],
+            worker_uss_bytes=[w.uss_bytes for w in reports],
+            core_pss_bytes=facts["core_held"][0],
+            encoder_copied_bytes=int(np.median([r.encoded_copied for r in readings])) if readings else 0,
+        )
+        return Outcome(summarize(readings, reports, facts), info)
+
+    def tables(self, data: Results) -> list[Table]:
+        return scaling_tables(data)
+
+
+def _cell(record: Any, name: str, scale: float = 1.0, digits: int = 3) -> str:
+    metric = record.metrics.get(name)
+    return "—" if metric is None else f"{metric.median / scale:.{digits}g}"
+
+
+def scaling_tables(data: Results) -> list[Table]:
+    """The copies/CPU table and which combination scales from the fewest workers to the most."""
+    records = [r for r in data.records if r.scenario == "fanout"]
+    ok = [r for r in records if r.ok and r.workers]
+    if not ok:
+        return []
+    rows = []
+    for r in sorted(ok, key=lambda r: (r.workload, r.backend, r.transport or "", r.workers)):
+        over = isinstance(r.info, FanoutInfo) and r.info.oversubscribed
+        rows.append(
+            [
+                f"{r.backend}@{r.transport}",
+                r.workload,
+                f"{r.workers}" + (" *" if over else ""),
+                _cell(r, "fanout_s", 1e-3),
+                _cell(r, "core_cpu_s", 1e-3),
+                _cell(r, "core_copied_bytes", 1e6),
+                _cell(r, "encode_calls"),
+                _cell(r, "worker_uss_copies"),
+                _cell(r, "worker_pss_copies"),
+            ]
+        )
+    note = "* more processes (workers + core) than CPUs: the workers share cores, the times are the machine's"
+    copies = Table(
+        "time to the last worker, the core's CPU and copies per prefill step",
+        ["backend@transport", "workload", "workers", "to last ms", "core CPU ms", "core copied MB", "encodes",
+         "worker USS copies", "worker PSS copies"],
+        rows,
+        note if any(r[2].endswith("*") for r in rows) else "",
+    )  # fmt: skip
+    return [copies, _scales(ok)]
+
+
+def _scales(records: list[Any]) -> Table:
+    """Per workload: each backend@transport's growth of time-to-last and of the core's copies from its
+    fewest workers to its most, the best first."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in records:
+        groups.setdefault((r.workload, f"{r.backend}@{r.transport}"), []).append(r)
+    rows = []
+    for (workload, line), group in groups.items():
+        low, high = min(group, key=lambda r: r.workers), max(group, key=lambda r: r.workers)
+        if low.workers == high.workers or "fanout_s" not in low.metrics or "fanout_s" not in high.metrics:
+            continue
+        time_growth = high.metrics["fanout_s"].median / low.metrics["fanout_s"].median
+        copies = [x.metrics.get("core_copied_bytes") for x in (low, high)]
+        copy_growth = (
+            copies[1].median / copies[0].median if all(copies) and copies[0].median else float("nan")
+        )
+        rows.append(
+            [workload, line, f"{low.workers} → {high.workers}", f"{time_growth:.2f}×", f"{copy_growth:.2f}×"]
+        )
+    rows.sort(key=lambda row: (row[0], float(row[3].rstrip("×"))))
+    best = {}
+    for row in rows:
+        best.setdefault(row[0], row[1])
+    note = "; ".join(f"{w}: {line} scales best" for w, line in best.items())
+    return Table(
+        "which combination scales (growth from the fewest workers to the most)",
+        ["workload", "backend@transport", "workers", "time to last", "core copies"],
+        rows,
+        note,
+    )

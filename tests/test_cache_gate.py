@@ -1,0 +1,70 @@
+"""vLLM #52040 as a gate test: a commit that re-encodes a cached tensor on every hit, though only
+its reference is sent, makes ``serbench gate`` exit 1 and name the case; the same gate over a
+commit without the fault passes (docs/cache.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from test_gate import clone_working_tree, git
+
+from serbench import cache, commands
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+from cache_faults import REENCODE_ON_HIT, inject
+
+# The memory scenario's frontend copies are machine-independent (exact, to 0.01 of the payload).
+# Half of the request measured is hits: the fault adds half a payload of frontend copies, while every
+# metric stays well above the few hundred kB of RSS noise that a request of hits only would be. The
+# one wall-clock metric is let go: two rounds on a shared 2-core machine are not what this judges.
+WORKLOAD = "images-8:repeat=0.5"
+GATE = [
+    "--scenarios", "memory", "--backends", "pickle", "--workloads", WORKLOAD, "--cache", "lru",
+    "--rounds", "2", "--metric-threshold", "encode_to_use_s=1000%",
+]  # fmt: skip
+CASE = f"memory pickle cache=lru × {WORKLOAD}"
+
+
+def _commit(clone: Path, message: str, fault: bool) -> None:
+    module = clone / "serbench" / "cache.py"
+    module.write_text(module.read_text() + (REENCODE_ON_HIT if fault else "\n"))
+    git(clone, "commit", "-qam", message)
+
+
+@pytest.mark.parametrize("fault", [True, False], ids=["re-encode-on-hit", "fault-free"])
+def test_the_gate_flags_a_re_encode_on_hit_and_names_the_case(monkeypatch, tmp_path, capsys, fault) -> None:
+    clone = tmp_path / "clone"
+    clone_working_tree(clone)
+    _commit(clone, "head", fault)
+    monkeypatch.chdir(clone)
+    code = commands.main(["gate", "--base", "HEAD~1", "--out", str(tmp_path / "out"), *GATE])
+    printed = capsys.readouterr().out
+    flagged = [line for line in printed.splitlines() if line.startswith("REGRESSION")]
+    if fault:
+        assert code == 1, printed
+        assert any("copies_frontend" in line or "frontend copies" in line for line in flagged), printed
+        assert CASE in printed
+    else:
+        assert code == 0, printed
+        assert not flagged
+
+
+def test_the_fault_copies_each_hit_in_process() -> None:
+    """The injection itself: on a hit the faulty cache keeps a serialized copy of the tensor."""
+    namespace = type(cache)("faulty_cache")
+    namespace.__dict__.update(
+        {k: v for k, v in cache.__dict__.items() if not k.startswith("__")},
+        FrontendCache=type("FrontendCache", (cache.FrontendCache,), {}),
+    )
+    inject(namespace)
+    from serbench.workloads import get_workload
+
+    w = get_workload("images-2:repeat=1,profile=llava")
+    front = namespace.FrontendCache("lru", 4 * w.payload_bytes())
+    known: dict[str, int] = {}
+    for i in range(2):
+        request = w.request(i)
+        front.prepare(request, cache.digests(request, known))
+    assert sum(len(b) for b in front.reencoded) == w.payload_bytes()
