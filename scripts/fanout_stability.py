@@ -15,26 +15,16 @@ load average around each run. Exit 1 when the worst exceeds ``--tolerance``
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from ipc_stability import run_once  # scripts/ is on the path of a script run from it
 
 from serbench.results import load
 from serbench.text import table
 
 METRICS = ("fanout_s", "fanout_decode_s", "core_cpu_s")
-
-
-def run_once(folder: Path, extra: list[str]) -> Path:
-    before, start = os.getloadavg(), time.perf_counter()
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "fanout", "--out", str(folder), *extra]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    wall, after = time.perf_counter() - start, os.getloadavg()
-    print(f"{folder}: {wall:.0f} s, load average {before[0]:.2f} before, {after[0]:.2f} after (1 min)")
-    return folder / "results.json"
 
 
 def medians(path: Path, max_workers: int) -> dict[tuple[str, str, str], float]:
@@ -58,7 +48,7 @@ def main() -> int:
         a, b = args.results
     else:
         folder = Path(tempfile.mkdtemp(prefix="serbench-fanout-stability-"))
-        a, b = run_once(folder / "a", args.extra), run_once(folder / "b", args.extra)
+        a, b = run_once(folder / "a", args.extra, "fanout"), run_once(folder / "b", args.extra, "fanout")
     first, second = medians(a, args.max_workers), medians(b, args.max_workers)
     rows = [
         (k, first[k], second[k], max(first[k], second[k]) / min(first[k], second[k]) - 1)

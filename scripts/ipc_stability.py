@@ -31,11 +31,11 @@ from serbench.text import table
 METRICS = ("ttft_s", "ingress_s")
 
 
-def run_once(folder: Path, extra: list[str]) -> Path:
-    """One ``serbench run --scenarios ipc`` into ``folder``; prints its wall time and the load
-    average around it."""
+def run_once(folder: Path, extra: list[str], scenario: str = "ipc") -> Path:
+    """One ``serbench run --scenarios SCENARIO`` into ``folder``; prints its wall time and the
+    load average around it."""
     before, start = os.getloadavg(), time.perf_counter()
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--out", str(folder), *extra]
+    command = [sys.executable, "-m", "serbench", "run", "--scenarios", scenario, "--out", str(folder), *extra]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     wall, after = time.perf_counter() - start, os.getloadavg()
     print(f"{folder}: {wall:.0f} s, load average {before[0]:.2f} before, {after[0]:.2f} after (1 min)")

@@ -408,11 +408,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """``data`` (model structs or JSON's builtins) as indented JSON, written with ``write_bytes_atomic``."""
-    write_bytes_atomic(path, encode(data))
-
-
 def encode(data: Any) -> bytes:
     """Any model struct as indented JSON; ValueError for a NaN or an infinity, which msgspec
     would write as null and a reader would then refuse."""
@@ -429,7 +424,8 @@ def _check_finite(value: Any) -> None:
 
 
 def save(path: Path, data: Results) -> None:
-    write_json_atomic(path, data)
+    """``data`` as the results file at ``path``, written atomically."""
+    write_bytes_atomic(path, encode(data))
 
 
 class ResultsFile:
