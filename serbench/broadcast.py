@@ -739,8 +739,18 @@ class Group:
 
 def start(route: Route, work: Work) -> Group:
     """Fork the workers and open the core's end; return once every worker is ready (baseline
-    taken). The caller must ``finish`` the group, whatever happens."""
+    taken). The caller must ``finish`` the group, whatever happens; a start that fails
+    finishes what it began itself (a worker that dies during setup leaves no segment)."""
     group = Group(route)
+    try:
+        return _started(group, work)
+    except BaseException:
+        finish(group, clean=False)
+        raise
+
+
+def _started(group: Group, work: Work) -> Group:
+    route = group.route
     ctx = zmq.Context()
     group.acks = Acks(route, ctx)
     group.sender = SENDERS[route.kind](route, ctx)
