@@ -39,7 +39,7 @@ from serbench.results import (
     ServingStat,
     SweepPoint,
 )
-from serbench.scenarios import SCENARIOS
+from serbench.scenarios import SCENARIOS, dimensions
 from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.units import UNITLESS, format_value, scale_for
 from serbench.views import Table
@@ -356,11 +356,14 @@ def reproduce_command(row: MetricComparison, base: Results, head: Results) -> st
     """A command that measures this case again locally: a gate of base against the working
     tree, or a plain run when there is no base commit or head is the same commit (a gate of
     a commit against itself says nothing about the change). ``--transport`` is named unless
-    the case runs over the default one (or links no processes)."""
+    the case runs over the default one (or links no processes); every other dimension the case
+    sets is named by its flag (``--workers 2``, ``--cache lru``)."""
     case = row.case
     selection = ["--scenarios", case.scenario, "--backends", case.backend, "--workloads", case.workload]
-    if case.transport not in (None, DEFAULT_TRANSPORT):
-        selection += ["--transport", case.transport]
+    flags = {field: d.flag for field, d in dimensions().items()}
+    for field, value in case.dimensions().items():
+        if (field, value) != ("transport", DEFAULT_TRANSPORT):
+            selection += [flags.get(field, f"--{field}"), str(value)]
     commit = base.environment.git_commit or ""
     if commit and commit != head.environment.git_commit:
         return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 from test_compare import doc
@@ -76,3 +78,17 @@ def test_reproduce_command_names_the_transport() -> None:
 def test_an_unknown_transport_is_a_usage_error(value: str, capsys: pytest.CaptureFixture, tmp_path) -> None:
     assert main(["run", "--scenarios", "nothing", "--transport", value, "--out", str(tmp_path)]) == 2
     assert "--transport" in capsys.readouterr().err
+
+
+def test_reproduce_command_names_every_dimension_the_case_sets() -> None:
+    """A cached case (or a fan-out one) is measured again as it was: its own flags, not the
+    default run's (the gate's reproduce line once dropped --cache)."""
+    case = Case("memory", "pickle", "images-8:repeat=0.5", transport="ipc", cache="lru")
+    base = doc([results.record(case, metrics={"copies": summarize([1.0], "ratio")})])
+    head = doc([results.record(case, metrics={"copies": summarize([2.0], "ratio")})], git_commit="b" * 40)
+    (row,) = [r for r in compare.compare(base, head).rows if r.metric == "copies"]
+    command = text.reproduce_command(row, base, head)
+    assert command.endswith("--workloads images-8:repeat=0.5 --cache lru") and "--transport" not in command
+    fanned = msgspec.structs.replace(case, scenario="fanout", transport="shm-ring", workers=2, cache=None)
+    row = dataclasses.replace(row, case=fanned)
+    assert text.reproduce_command(row, base, head).endswith("--transport shm-ring --workers 2")
