@@ -354,7 +354,8 @@ def _wait(proc: subprocess.Popen) -> int:
 
 
 def _dumped_instructions() -> int:
-    """The instruction total of this process's latest dump (the file is removed once read)."""
+    """The instruction total of this process's latest dump (renamed once read: ``window.`` before
+    its name, for ``_keep_windows``)."""
     out = _dumps
     parts = list(out.glob(f"callgrind.{os.getpid()}.*"))
     if not parts:
@@ -368,7 +369,7 @@ def _dumped_instructions() -> int:
         tail = os.pread(fd, TAIL_BYTES, max(0, os.fstat(fd).st_size - TAIL_BYTES))
     finally:
         os.close(fd)
-    latest.unlink()
+    latest.rename(out / f"window.{latest.name}")  # out of the next glob; ``_keep_windows`` names it
     at = tail.rfind(b"\ntotals:")
     if at < 0:
         raise RuntimeError(f"{latest} does not end with a totals line")
@@ -499,7 +500,64 @@ def per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], di
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
-    return _in_new_thread(lambda: _per_call(fns))
+    counts, counted = _in_new_thread(lambda: _per_call(fns))
+    _keep_windows(list(fns), counted["calls_per_window"])
+    return counts, counted
+
+
+PROFILE_PREFIX = "profile."  # ``profile.PID.NAME-CALLS.callgrind``: a window kept (``_keep_windows``)
+PROFILE_SUFFIX = ".callgrind"
+
+
+def _keep_windows(names: Sequence[str], windows: dict[str, int]) -> None:
+    """Name the dumps of this process's measured windows, once counting is over: each counted
+    function's two windows (N and 2N calls) become ``profile.PID.NAME-CALLS.callgrind`` in the
+    dump folder, for ``serbench.worker`` to keep in the run's output folder (per case,
+    ``keep_profiles``); the one-call estimates and the empty loop's windows are removed.
+
+    The dumps are told apart by their order, which ``_per_call``'s is: per function one
+    estimate, the empty loop's 2N and N the first time N is seen, then the function's 2N and
+    N. Anything else (a failed count) keeps nothing: the counts are what matter."""
+    pid = os.getpid()
+    dumps = sorted(_dumps.glob(f"window.callgrind.{pid}.*"), key=lambda p: int(p.suffix[1:]))
+    kept: dict[Path, str] = {}
+    order = iter(dumps)
+    seen: set[int] = set()
+    try:
+        for name in names:
+            calls = windows[name]
+            next(order)  # the estimate
+            if calls not in seen:
+                seen.add(calls)
+                next(order), next(order)  # the empty loop's
+            kept[next(order)] = f"{name}-{2 * calls}"
+            kept[next(order)] = f"{name}-{calls}"
+        if next(order, None) is not None:
+            kept = {}
+    except (StopIteration, KeyError):
+        kept = {}
+    for dump in dumps:
+        with contextlib.suppress(OSError):
+            if dump in kept:
+                dump.rename(dump.with_name(f"{PROFILE_PREFIX}{pid}.{kept[dump]}{PROFILE_SUFFIX}"))
+            else:
+                dump.unlink()
+
+
+def keep_profiles(dumps: Path, into: Path) -> list[Path]:
+    """Move the windows that ``_keep_windows`` named in ``dumps`` into the folder ``into`` as
+    ``NAME-CALLS.callgrind`` (callgrind's format: ``callgrind_annotate``, KCachegrind); the
+    files moved. Called between cases, so that every named window belongs to the case just
+    counted."""
+    moved = []
+    for path in sorted(dumps.glob(f"{PROFILE_PREFIX}*{PROFILE_SUFFIX}")):
+        into.mkdir(parents=True, exist_ok=True)
+        target = into / path.name[len(PROFILE_PREFIX) :].split(".", 1)[1]
+        shutil.move(path, target)
+        moved.append(target)
+    for path in dumps.glob("window.callgrind.*"):
+        path.unlink(missing_ok=True)
+    return moved
 
 
 def _glibc_arenas() -> int:

@@ -56,6 +56,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from serbench import protocol, runner
+from serbench.attribution import profile_folder
 from serbench.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -172,13 +173,23 @@ def count(
                     argv,
                     counting=protocol.Counting(str(dumps)),
                     ask_backends=True,
-                    progress=on_case is not None,
+                    progress=True,  # a case begins: the previous one's profiles are complete
                 )
             )
             client.reply(Ready, None, backends=lambda specs: {s: backends[s] for s in specs})
             client.send(Measure(str(out)))
-            progress = (lambda p: on_case(p.index, p.total, p.case)) if on_case else None
+            counting: list[Case] = []
+
+            def progress(p: Progress) -> None:
+                if counting:
+                    instructions.keep_profiles(dumps, profile_folder(out, counting.pop()))
+                counting.append(p.case)
+                if on_case:
+                    on_case(p.index, p.total, p.case)
+
             client.reply(Measured, None, progress=progress)
+            if counting:
+                instructions.keep_profiles(dumps, profile_folder(out, counting.pop()))
         except WorkerError as exc:
             failure.append(str(exc))
 

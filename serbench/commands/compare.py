@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serbench import export, results, text
+from serbench import attribution, export, results, text
 from serbench.commands.options import add_comparison_options, check_metric_names, check_writable, tolerances
 from serbench.compare import Comparison, compare
 from serbench.errors import EXIT_OK, EXIT_REGRESSION, ResultsError, UsageError
@@ -42,12 +42,18 @@ def _write(path: str, content: str, flag: str) -> None:
 
 
 def conclude(
-    args: argparse.Namespace, base: results.Results, head: results.Results, first_line: str | None = None
+    args: argparse.Namespace,
+    base: results.Results,
+    head: results.Results,
+    first_line: str | None = None,
+    profiles: tuple[Path, Path] | None = None,
 ) -> int:
     """Compare, print the table, write the Markdown and export files; the exit code.
 
     Shared by ``compare`` and ``gate``, which differ only in where the two
     documents come from (the gate says how it measured in ``first_line``).
+    ``profiles``: base's and head's counting-run folders, whose callgrind profiles name
+    the functions that grew in a flagged count row (``serbench.attribution``).
     """
     max_regression, overrides = tolerances(args)
     check_metric_names(overrides, (n for data in (base, head) for r in data.records for n in r.metrics))
@@ -57,8 +63,26 @@ def conclude(
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
     table = text.comparison_table(comparison, base, head, changes_only=args.changes_only)
     print(table if first_line is None else f"{first_line}\n{table}")
+    grew = attribution.explain(attribution.flagged_counts(comparison.rows), *profiles) if profiles else []
+    if grew:
+        print("\n".join(grew))
     if args.markdown:
-        _write(args.markdown, text.comparison_markdown(comparison, base, head, first_line), "--markdown")
+        summary = text.comparison_markdown(comparison, base, head, first_line)
+        if grew:
+            summary += (
+                "\n".join(
+                    [
+                        "",
+                        "Functions that grew (callgrind, self instructions per call):",
+                        "",
+                        "```",
+                        *grew,
+                        "```",
+                    ]
+                )
+                + "\n"
+            )
+        _write(args.markdown, summary, "--markdown")
     if args.export:
         try:
             export.write(head, args.export, args.export_format)
@@ -85,7 +109,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Check the options, load both files and conclude."""
     tolerances(args)  # a malformed option is named before a file is read
     check_outputs(args)
-    return conclude(args, results.load(args.base), results.load(args.head))
+    # A counting run's profiles/ is beside its results.json; named only where a side has one.
+    profiles = (Path(args.base).parent, Path(args.head).parent)
+    if not any((side / attribution.PROFILE_FOLDER).is_dir() for side in profiles):
+        profiles = None
+    return conclude(args, results.load(args.base), results.load(args.head), profiles=profiles)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

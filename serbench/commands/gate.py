@@ -65,7 +65,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     results.save(folder / "head.json", head)
     if not args.markdown:
         args.markdown = str(folder / "summary.md")
-    code = conclude(args, base, head, how)
+    profiles = (folder / "base-instructions", folder / "head-instructions") if counting else None
+    code = conclude(args, base, head, how, profiles)
     print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
     return code
 
