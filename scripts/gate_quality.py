@@ -137,7 +137,10 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
         number = trial.get("trial")  # absent in trials stored before it was part of the spec
         reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
         comparison = compare.compare(
-            reference, _only(head, _spec(trial["backend"], factor, slot, number)), max_regression
+            reference,
+            _only(head, _spec(trial["backend"], factor, slot, number)),
+            max_regression,
+            side_by_side=True,  # the gate's rounds: base and head measured in pairs
         )
         flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.4f}" for r in comparison.regressions]
     return flagged
@@ -159,7 +162,10 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
         number = trial.get("trial")
         reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
         rows = compare.compare(
-            reference, _only(head, _spec(trial["backend"], factor, slot, number)), max_regression
+            reference,
+            _only(head, _spec(trial["backend"], factor, slot, number)),
+            max_regression,
+            side_by_side=True,  # the gate's rounds: base and head measured in pairs
         ).rows
         sampled = [r for r in rows if not r.exact]
         scores[factor] = {

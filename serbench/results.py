@@ -22,12 +22,14 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import statistics
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from serbench.errors import ResultsError
 from serbench.specs import Spec, SpecError, format_spec, parse_spec
@@ -131,11 +133,22 @@ class ServingStat(msgspec.Struct):
     median_ms: float
     p99_ms: float
 
+    @classmethod
+    def of(cls, values: Sequence[float]) -> ServingStat:
+        """Mean, median and p99 of latencies in seconds."""
+        p99 = float(np.percentile(values, 99))
+        return cls(statistics.fmean(values) * 1e3, statistics.median(values) * 1e3, p99 * 1e3)
+
 
 class Serving(msgspec.Struct):
     ttft: ServingStat
     itl: ServingStat
     e2e: ServingStat
+
+    @classmethod
+    def of(cls, ttft: Sequence[float], itl: Sequence[float], e2e: Sequence[float]) -> Serving:
+        """The serving benchmark's summary of a load's latencies, in seconds."""
+        return cls(ServingStat.of(ttft), ServingStat.of(itl), ServingStat.of(e2e))
 
 
 class SweepPoint(msgspec.Struct):
@@ -534,8 +547,22 @@ def _merge_case(recs: list[Record]) -> Record:
     merged = {} if error else {n: _merge_measurements([r.metrics[n] for r in recs]) for n in names}
     duration = round(sum(r.duration_s for r in recs), 3)
     return msgspec.structs.replace(
-        recs[0], metrics=merged, error=error, duration_s=duration, rounds=len(recs)
+        recs[0],
+        metrics=merged,
+        info=_merged_info(recs[0].info, merged),
+        error=error,
+        duration_s=duration,
+        rounds=len(recs),
     )
+
+
+def _merged_info(info: Info | None, merged: dict[str, Measurement]) -> Info | None:
+    """The first round's info, its serving summary recomputed over every round's latencies
+    (so that it describes the same samples as the merged metrics)."""
+    if isinstance(info, IpcInfo) and all(n in merged for n in ("ttft_s", "itl_s", "e2e_s")):
+        serving = Serving.of(merged["ttft_s"].values, merged["itl_s"].values, merged["e2e_s"].values)
+        return msgspec.structs.replace(info, serving=serving)
+    return info
 
 
 def merge(docs: Sequence[Results]) -> Results:

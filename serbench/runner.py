@@ -14,6 +14,20 @@ before anything else of the run (``isolation.Zygote``), so none inherits what
 the runner did before it. Every case, failed or not, lands in the results
 file, which is saved after each one. ``work`` is the same loop on request, for
 the gate's workers.
+
+A scenario that declares itself ``interleaved`` (ipc, fanout) has its cases
+measured in rounds (``visits``): the cases that differ only in their backend
+form a group, and each of the profile's ``rounds`` visits every backend of the
+group in turn, the first of one round the last of the next (A B C, B C A, C A
+B), each visit a fresh child measuring ``Profile.share`` of the case's
+samples, as the gate alternates base and head. A slow spell of the machine
+then lands on every backend of a round instead of on whichever case was
+running, and round ``i`` of two backends is a pair (``compare.ratio_estimate``).
+A case's visits are merged into one record (``results.merge``: each round's
+sample count in ``Measurement.rounds``, the record's ``rounds``), written
+after every visit: a record in a file with ``complete: false`` may hold fewer
+rounds than the profile's. A visit that fails fails its case (``failed in 1
+of k rounds``) and ends that case's visits; the other backends go on.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +48,7 @@ from serbench import conformance, environment, protocol
 from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
-from serbench.results import Backend, Case, Conformance, ResultsFile, record
+from serbench.results import Backend, Case, Conformance, Record, Results, ResultsFile, merge, record
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import declared_safety, describe, get_serializer
 
@@ -140,6 +154,34 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@dataclass(frozen=True)
+class Visit:
+    """One child's measurement of a case: round ``round`` (from 0) of the ``rounds`` it is measured
+    in (1: the case whole, in one visit)."""
+
+    case: Case
+    round: int = 0
+    rounds: int = 1
+
+
+def visits(cases: list[Case], profile: Profile) -> list[Visit]:
+    """The order a run measures ``cases`` in: each case in one visit, in turn, except those its
+    scenario measures in rounds (``Scenario.rounds``): the cases that differ only in backend
+    are a group, measured where its first case stands, round by round, each round every
+    backend in turn, starting one later each round (A B C, B C A, C A B, A B C, ...)."""
+    groups: dict[tuple[Case, int], list[Case]] = {}  # (the case less its backend, rounds) → cases
+    for case in cases:
+        rounds = get_scenario(case.scenario).rounds(case, profile)
+        key = (case, 1) if rounds == 1 else (msgspec.structs.replace(case, backend=""), rounds)
+        groups.setdefault(key, []).append(case)
+    planned = []
+    for (_, rounds), members in groups.items():
+        for r in range(rounds):
+            turn = r % len(members)
+            planned.extend(Visit(case, r, rounds) for case in members[turn:] + members[:turn])
+    return planned
+
+
 class _Forks:
     """Where a run's cases are forked from, one zygote, and what its earlier cases verified.
 
@@ -160,33 +202,69 @@ class _Forks:
         return outcome
 
 
+def _visit(visit: Visit, profile: Profile, backend: Backend, forks: _Forks) -> Record:
+    """One visit's record: measured in a child (``Profile.split`` = the case's rounds), failed,
+    or unsupported; none timed for a backend that failed conformance."""
+    case = visit.case
+    start = time.perf_counter()
+    error = _conformance_error(backend)
+    outcome: Outcome | Unsupported = Outcome({})
+    if error is None:
+        try:
+            outcome = forks.run(case, replace(profile, split=visit.rounds))
+        except CaseFailed as exc:
+            error = str(exc)
+    duration = round(time.perf_counter() - start, 3)
+    if isinstance(outcome, Unsupported):
+        rec = record(case, error=f"unsupported: {outcome.reason}", unsupported=outcome.reason)
+    else:
+        rec = record(case, metrics=outcome.metrics, info=outcome.info, error=error)
+    return msgspec.structs.replace(rec, duration_s=duration)
+
+
 def _measure(
-    cases: list[Case],
+    planned: list[Visit],
     profile: Profile,
     backends: dict[str, Backend],
     results: ResultsFile,
     forks: _Forks,
     on_case: Callable[[int, int, Case], None] | None = None,
 ) -> None:
-    """Every case in its own child, recorded in ``results`` one by one; then finished."""
-    for index, case in enumerate(cases):
+    """Every visit in its own child, its case's record in ``results`` (saved) after each; then
+    finished. A case measured in rounds is one record, its visits so far merged
+    (``results.merge``); once a visit fails (or finds the case unsupported, or its backend
+    failed conformance) the case is visited no more."""
+    rounds: dict[Case, list[Record]] = {}
+    where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
+    ended: set[Case] = set()
+    for index, visit in enumerate(planned):
+        case = visit.case
+        if case in ended:
+            continue
         if on_case:
-            on_case(index, len(cases), case)
-        start = time.perf_counter()
-        error = _conformance_error(backends[case.backend])
-        outcome: Outcome | Unsupported = Outcome({})
-        if error is None:
-            try:
-                outcome = forks.run(case, profile)
-            except CaseFailed as exc:
-                error = str(exc)
-        duration = round(time.perf_counter() - start, 3)
-        if isinstance(outcome, Unsupported):
-            rec = record(case, error=f"unsupported: {outcome.reason}", unsupported=outcome.reason)
+            on_case(index, len(planned), case)
+        rec = _visit(visit, profile, backends[case.backend], forks)
+        if visit.rounds == 1:
+            results.add(rec)
+            continue
+        done = rounds.setdefault(case, [])
+        done.append(rec)
+        if not rec.ok:
+            ended.add(case)
+        # a first visit that measured nothing (failed, unsupported, not conformant) stays as it is
+        kept = rec if len(done) == 1 and not rec.ok else _merged(done)
+        if case in where:
+            results.results.records[where[case]] = kept
+            results.save()
         else:
-            rec = record(case, metrics=outcome.metrics, info=outcome.info, error=error)
-        results.add(msgspec.structs.replace(rec, duration_s=duration))
+            where[case] = len(results.results.records)
+            results.add(kept)
     results.finish()
+
+
+def _merged(recs: list[Record]) -> Record:
+    """A case's record from its visits so far: ``results.merge`` of one document per visit."""
+    return merge([Results(records=[rec]) for rec in recs]).records[0]
 
 
 def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:
@@ -218,7 +296,8 @@ def execute(
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.results.backends = backend_facts(sorted({c.backend for c in cases}))
         results.save()
-        _measure(cases, profile, results.results.backends, results, _Forks(zygote), on_case)
+        planned = visits(cases, profile)
+        _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case)
     return results
 
 
@@ -264,7 +343,7 @@ def work(
         while (request := channel.receive()) is not None:
             if not isinstance(request, protocol.Measure):
                 raise protocol.WorkerError(f"{type(request).__name__} out of turn")
-            chosen = [c for c in cases if request.case in (None, c)]
+            chosen = [Visit(c) for c in cases if request.case in (None, c)]  # whole: the gate has rounds
             results = ResultsFile(Path(request.out) / "results.json", env, profile.name, backends)
             _measure(chosen, profile, backends, results, forks, on_case if progress else None)
             channel.send(protocol.Measured(request.out))

@@ -61,9 +61,11 @@ def rec(
 def one(
     base_metrics: dict[str, Measurement], head_metrics: dict[str, Measurement], **kwargs: object
 ) -> dict[str, cmp.MetricComparison]:
-    """Compare one case; rows by metric name. Strict: these synthetic samples stand for
-    measurements whose run-to-run spread is in them (plain runs get ``unpaired_verdict``)."""
+    """Compare one case; rows by metric name. Strict and side by side: these synthetic samples
+    stand for measurements whose run-to-run spread is in them, their rounds (where they have
+    any) for a gate's pairs (plain runs get ``unpaired_verdict``)."""
     kwargs.setdefault("strict", True)
+    kwargs.setdefault("side_by_side", True)
     comparison = cmp.compare(doc([rec(base_metrics)]), doc([rec(head_metrics)]), **kwargs)
     return {row.metric: row for row in comparison.rows}
 
@@ -322,12 +324,14 @@ def test_plain_runs_give_indicative_verdicts_that_do_not_fail() -> None:
     assert [r.metric for r in comparison.indicative] == ["encode_s"]
 
 
-def test_merged_rounds_are_not_indicative() -> None:
+def test_rounds_measured_side_by_side_are_decisive_and_two_runs_rounds_are_not() -> None:
     rounds = [20, 20, 20]
     base = {"encode_s": metric(samples(1), rounds=rounds)}
     head = {"encode_s": metric(samples(2, 1.3), rounds=rounds)}
-    (row,) = cmp.compare(doc([rec(base)]), doc([rec(head)])).rows
-    assert row.verdict == cmp.REGRESSION
+    (row,) = cmp.compare(doc([rec(base)]), doc([rec(head)]), side_by_side=True).rows
+    assert row.verdict == cmp.REGRESSION and row.rounds == 3
+    (row,) = cmp.compare(doc([rec(base)]), doc([rec(head)])).rows  # two runs' interleaved rounds
+    assert row.verdict == cmp.SLOWER_INDICATIVE and row.rounds is None
 
 
 def test_a_derived_metric_does_not_count_twice() -> None:

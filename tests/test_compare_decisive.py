@@ -30,7 +30,8 @@ def paired(seed: int, factor: float = 1.0, spread: float = 0.01) -> Measurement:
 
 
 def compared(base: dict[str, Measurement], head: dict[str, Measurement], **kwargs) -> cmp.Comparison:
-    return cmp.compare(doc([rec(base)]), doc([rec(head)]), **kwargs)
+    """Base against head as the gate compares its sides: rounds measured side by side."""
+    return cmp.compare(doc([rec(base)]), doc([rec(head)]), side_by_side=True, **kwargs)
 
 
 # ---------------------------------------------------------------- the rule
@@ -141,7 +142,7 @@ def one_line(err: str) -> str:
 
 def test_inconclusive_rows_warn_in_one_line_and_exit_0(tmp_path, capsys) -> None:
     md = tmp_path / "summary.md"
-    assert commands.main(["compare", *noisy_files(tmp_path), "--markdown", str(md)]) == 0
+    assert commands.main(["compare", "--side-by-side", *noisy_files(tmp_path), "--markdown", str(md)]) == 0
     captured = capsys.readouterr()
     assert one_line(captured.err).startswith("serbench: warning: 1 inconclusive row(s)")
     assert "no regression in 1 comparison(s); 1 inconclusive" in captured.out
@@ -151,7 +152,7 @@ def test_inconclusive_rows_warn_in_one_line_and_exit_0(tmp_path, capsys) -> None
 
 
 def test_require_decisive_makes_an_inconclusive_row_exit_2(tmp_path, capsys) -> None:
-    assert commands.main(["compare", *noisy_files(tmp_path), "--require-decisive"]) == 2
+    assert commands.main(["compare", "--side-by-side", *noisy_files(tmp_path), "--require-decisive"]) == 2
     assert "1 inconclusive row(s) and --require-decisive" in one_line(capsys.readouterr().err)
 
 
@@ -159,7 +160,7 @@ def test_a_regression_exits_1_even_beside_inconclusive_rows(tmp_path) -> None:
     base = {"decode_s": paired(1, spread=0.25), "encode_s": paired(3)}
     head = {"decode_s": paired(2, spread=0.25), "encode_s": paired(4, 1.3)}
     files = [write(tmp_path / f"{n}.json", doc([rec(m)])) for n, m in (("b", base), ("h", head))]
-    assert commands.main(["compare", *files, "--require-decisive"]) == 1
+    assert commands.main(["compare", "--side-by-side", *files, "--require-decisive"]) == 1
 
 
 def test_no_case_in_common_exits_2(tmp_path, capsys) -> None:
@@ -207,8 +208,8 @@ def test_an_unknown_or_uncompared_metric_threshold_exits_2(tmp_path, capsys, ite
 def test_a_metric_of_the_files_that_this_serbench_does_not_know_may_be_thresholded(tmp_path) -> None:
     base = write(tmp_path / "base.json", doc([rec({"future_s": paired(1)})]))
     head = write(tmp_path / "head.json", doc([rec({"future_s": paired(2, 1.3)})]))
-    assert commands.main(["compare", base, head, "--metric-threshold", "future_s=50%"]) == 0
-    assert commands.main(["compare", base, head]) == 1
+    assert commands.main(["compare", "--side-by-side", base, head, "--metric-threshold", "future_s=50%"]) == 0
+    assert commands.main(["compare", "--side-by-side", base, head]) == 1
 
 
 @pytest.mark.parametrize("command", ["run", "report"])

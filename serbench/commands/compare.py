@@ -47,6 +47,7 @@ def conclude(
     head: results.Results,
     first_line: str | None = None,
     profiles: tuple[Path, Path] | None = None,
+    side_by_side: bool = False,
 ) -> int:
     """Compare, print the table, write the Markdown and export files; the exit code.
 
@@ -54,10 +55,12 @@ def conclude(
     documents come from (the gate says how it measured in ``first_line``).
     ``profiles``: base's and head's counting-run folders, whose callgrind profiles name
     the functions that grew in a flagged count row (``serbench.attribution``).
+    ``side_by_side``: round i of base and of head were measured together (the gate), so the
+    rounds pair and sampled verdicts are decisive (``compare.compare``).
     """
     max_regression, overrides = tolerances(args)
     check_metric_names(overrides, (n for data in (base, head) for r in data.records for n in r.metrics))
-    comparison = compare(base, head, max_regression, overrides, strict=args.strict)
+    comparison = compare(base, head, max_regression, overrides, strict=args.strict, side_by_side=side_by_side)
     if comparison.environment_differences and not args.force:
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
@@ -113,7 +116,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     profiles = (Path(args.base).parent, Path(args.head).parent)
     if not any((side / attribution.PROFILE_FOLDER).is_dir() for side in profiles):
         profiles = None
-    return conclude(args, results.load(args.base), results.load(args.head), profiles=profiles)
+    base, head = results.load(args.base), results.load(args.head)
+    return conclude(args, base, head, profiles=profiles, side_by_side=args.side_by_side)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -122,15 +126,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="compare two results files; exit 1 on a regression",
         description="Ratio head/base with a bootstrap CI for every case and metric in both files. "
-        "Two plain runs (one process a side, as `serbench run` makes them) give indicative verdicts "
-        "only: they are shown and do not fail unless --strict; `serbench gate` measures both sides "
-        "in interleaved pairs and gives real verdicts. A row that could not have seen a slowdown of "
-        "its tolerance is 'inconclusive'. "
+        "Two separate runs (as `serbench run` makes them) give indicative verdicts only: they are "
+        "shown and do not fail unless --strict; `serbench gate` measures both sides in interleaved "
+        "pairs and gives real verdicts (--side-by-side reads its base.json and head.json so again). "
+        "A row that could not have seen a slowdown of its tolerance is 'inconclusive'. "
         "Exit 0: no regression; 1: regression; 2: could not decide (unusable or unwritable files, "
         "unknown names, incomparable environments, no case in common, and with --require-decisive "
         "any inconclusive row).",
     )
     parser.add_argument("base", help="results.json of the base revision")
     parser.add_argument("head", help="results.json of the revision under test")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="the two files are a gate's base.json and head.json: round i of each was measured "
+        "beside the other, so the rounds pair and verdicts are decisive",
+    )
     add_comparison_options(parser)
     parser.set_defaults(func=cmd_compare)

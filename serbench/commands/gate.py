@@ -66,7 +66,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if not args.markdown:
         args.markdown = str(folder / "summary.md")
     profiles = (folder / "base-instructions", folder / "head-instructions") if counting else None
-    code = conclude(args, base, head, how, profiles)
+    code = conclude(args, base, head, how, profiles, side_by_side=True)
     print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
     return code
 

@@ -102,6 +102,9 @@ class Scenario:
     options: ClassVar[tuple[Option, ...]] = ()
     dimensions: ClassVar[tuple[Dimension, ...]] = ()  # what it varies beyond backend and workload
     figures: ClassVar[tuple[Figure, ...]] = ()  # its report section's figures (``serbench.views``)
+    # Its cases of a run are measured in interleaved rounds (``serbench.runner``): every backend of
+    # a group in turn, each visit ``Profile.share`` of the samples, so between-backend ratios pair.
+    interleaved: ClassVar[bool] = False
 
     def cases(
         self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
@@ -117,6 +120,12 @@ class Scenario:
             Case(self.name, b, w, **dict(zip(fields, combo, strict=True)))
             for b, *combo, w in product(backends, *values, workloads)
         ]
+
+    def rounds(self, case: Case, profile: Profile) -> int:
+        """How many interleaved visits measure ``case``: the profile's rounds for an interleaved
+        scenario, else 1 (one process measures it whole). A scenario narrows it to the cases whose
+        samples mean the same whichever visit takes them."""
+        return profile.rounds if self.interleaved else 1
 
     def tables(self, data: Results) -> list[Table]:
         """Tables only this scenario can compute from its records in ``data`` (shown after the

@@ -213,7 +213,7 @@ class StepReading:
 
 def _settings(profile: Profile) -> tuple[int, int, int]:
     options = profile.options
-    rounds = options.get("fanout_rounds") or profile.samples
+    rounds = profile.share(options.get("fanout_rounds") or profile.samples)  # an interleaved visit's share
     return (
         rounds,
         options.get("fanout_batch") or DEFAULT_BATCH,
@@ -362,6 +362,7 @@ class Fanout(Scenario):
         "the core's CPU and copies, encode calls, each worker's memory"
     )
     dimensions = (WORKERS, BROADCAST)
+    interleaved = True
     figures = (
         Figure(
             "workers",

@@ -185,6 +185,12 @@ def settings_for(
     for key in ("step", "ttft_slo"):
         if opts.get(f"ipc_{key}_ms") is not None:
             values[f"{key}_s"] = opts[f"ipc_{key}_ms"] / 1e3
+    # One of the case's interleaved visits (``Ipc.rounds``; split 1 otherwise) takes its share of each count.
+    for key in ("num_prompts", "floor", "max_prompts"):
+        if values.get(key) is not None:
+            values[key] = profile.share(values[key])
+    if values.get("budget_s") is not None:
+        values["budget_s"] /= profile.split
     return Settings(**values, staging=device.staging(profile))
 
 
@@ -464,6 +470,7 @@ class Ipc(Scenario):
         caching.FIGURE,
     )
     dimensions = (TRANSPORT, caching.CACHE)
+    interleaved = True
     options: ClassVar[tuple[Option, ...]] = (
         Option("--num-prompts", "ipc_num_prompts", positive_int, "requests per case (default by profile)"),
         Option(
@@ -502,6 +509,16 @@ class Ipc(Scenario):
     ) -> list[Case]:
         """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
         return caching.with_cache(super().cases(backends, workloads, chosen))
+
+    def rounds(self, case: Case, profile: Profile) -> int:
+        """Interleaved visits only where requests go one at a time (the payload default): each is
+        measured alone, so which visit sends it does not change what it measures. An open-loop load
+        (text at its rate, a rate given, a sweep), a cached case (its hit ratio follows the whole
+        sequence of requests) and the way back (one batch streamed) are measured whole."""
+        workload = get_workload(case.workload)
+        cfg = settings_for(profile, workload, case.link, caching.mode(case))
+        alone = workload.kind == "request" and cfg.max_concurrency == 1 and len(cfg.rates) == 1
+        return super().rounds(case, profile) if alone and cfg.cache == "none" else 1
 
     def tables(self, data: Results) -> list[Table]:
         """The output path's verdict: per backend row and workload family, the largest measured

@@ -28,7 +28,6 @@ request moved to the engine, and TTFT and ingress split by hit and miss.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ import numpy as np
 from serbench import cache, metrics
 from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
-from serbench.results import Serving, ServingStat, Sweep, SweepPoint
+from serbench.results import Serving, Sweep, SweepPoint
 from serbench.serializers import Serializer
 from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.workloads import Workload, output_token
@@ -304,15 +303,6 @@ def _lost(tracked: dict[str, Tracked]) -> str:
     )
 
 
-def serving_summary(values: Sequence[float]) -> ServingStat:
-    """Mean, median and p99 in milliseconds, as the serving benchmark prints them."""
-    return ServingStat(
-        mean_ms=statistics.fmean(values) * 1e3,
-        median_ms=statistics.median(values) * 1e3,
-        p99_ms=float(np.percentile(values, 99)) * 1e3,
-    )
-
-
 @dataclass
 class LoadSummary:
     """A finished load as ``load_metrics`` reads it: its metrics, and what ``results.IpcInfo``
@@ -360,8 +350,7 @@ def load_metrics(
             measured["to_device_s"] = metrics.measured("to_device_s", staged)
     if any(t.lookups for t in states):
         measured.update(cache_metrics(states, same_clock))
-    serving = Serving(ttft=serving_summary(ttft), itl=serving_summary(itl), e2e=serving_summary(e2e))
-    return LoadSummary(measured, serving, duration, tokens)
+    return LoadSummary(measured, Serving.of(ttft, itl, e2e), duration, tokens)
 
 
 def cache_metrics(states: Sequence[Tracked], same_clock: bool) -> dict[str, Measurement]:

@@ -1,0 +1,214 @@
+"""Interleaved rounds: an interleaved scenario's cases are measured round by round, every backend of
+a group in turn, and each case's visits merged into one record (``serbench.runner``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from serbench import metrics, protocol, results
+from serbench.profiles import PROFILES, Profile
+from serbench.results import Backend, Case
+from serbench.runner import Plan, Visit, execute, visits, work
+from serbench.scenarios import SCENARIOS, Outcome, Scenario
+from serbench.scenarios.ipc import settings_for
+from serbench.workloads import get_workload
+
+QUICK3 = dataclasses.replace(PROFILES["quick"], rounds=3)
+BACKENDS = ["pickle", "msgspec-frombuffer", "flat-mmk"]
+
+
+def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> None:
+    plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-2"], ["ipc"])
+    planned = visits(plan.cases(), QUICK3)
+    a, b, c = BACKENDS
+
+    def group(workload: str) -> list[Visit]:
+        order = [[a, b, c], [b, c, a], [c, a, b]]
+        return [
+            Visit(Case("ipc", backend, workload, transport="ipc"), r, 3)
+            for r, backends in enumerate(order)
+            for backend in backends
+        ]
+
+    def whole(backend: str) -> Visit:
+        return Visit(Case("ipc", backend, "text-sonnet", transport="ipc"))
+
+    assert planned == [whole(a), *group("images-1"), *group("images-2"), whole(b), whole(c)]
+
+
+def test_without_rounds_and_in_other_scenarios_each_case_is_one_visit() -> None:
+    plan = Plan(BACKENDS[:2], ["images-1"], ["micro", "ipc", "memory"])
+    one_round = dataclasses.replace(QUICK3, rounds=1)
+    assert visits(plan.cases(), one_round) == [Visit(case) for case in plan.cases()]
+    interleaved = [v for v in visits(plan.cases(), QUICK3) if v.rounds > 1]
+    assert {v.case.scenario for v in interleaved} == {"ipc"}
+
+
+def test_a_visit_measures_its_share_of_the_requests() -> None:
+    whole = settings_for(QUICK3, get_workload("images-4"))
+    visit = settings_for(dataclasses.replace(QUICK3, split=3), get_workload("images-4"))
+    assert (visit.num_prompts, visit.max_prompts, visit.floor) == (2, 4, 4)
+    assert visit.budget_s == pytest.approx(whole.budget_s / 3)
+    assert settings_for(QUICK3, get_workload("text-sonnet")).num_prompts == 50
+
+
+class Counting(Scenario):
+    """A scenario of the test: two samples a visit, counted per backend in ``folder``; the
+    backend ``failing`` raises in its visit ``fail_at`` (from 0)."""
+
+    name = "counting"
+    description = "counts its visits"
+    interleaved = True
+    folder: Path
+    failing = "msgspec-frombuffer"
+    fail_at = 1
+
+    def run(self, case: Case, profile: Profile) -> Outcome:
+        tally = self.folder / case.backend
+        visit = len(tally.read_text()) if tally.exists() else 0
+        tally.write_text("v" * (visit + 1))
+        if case.backend == self.failing and visit == self.fail_at:
+            raise RuntimeError(f"visit {visit} fails on purpose")
+        return Outcome({"wire_bytes": metrics.measured("wire_bytes", [100.0 + visit, 200.0 + visit])})
+
+
+@pytest.fixture
+def counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counting:
+    """The ``counting`` scenario registered while a test runs (the zygote forks after)."""
+    scenario = Counting()
+    scenario.folder = tmp_path / "visits"
+    scenario.folder.mkdir()
+    monkeypatch.setitem(SCENARIOS, "counting", scenario)
+    return scenario
+
+
+def _trusted(specs: list[str]) -> dict[str, Backend]:
+    """Backend facts without the conformance suite: the visits are what is under test."""
+    return {spec: Backend(name=spec, safe=True) for spec in specs}
+
+
+def _execute(plan: Plan, path: Path, on_case=None) -> results.ResultsFile:
+    return execute(plan, QUICK3, path, ["run"], on_case, backend_facts=_trusted)
+
+
+def test_visits_merge_into_one_record_and_a_failing_round_fails_only_its_case(
+    tmp_path: Path, counting: Counting
+) -> None:
+    path = tmp_path / "results.json"
+    seen: list[list[tuple[str, int | None]]] = []
+
+    def on_case(index: int, total: int, case: Case) -> None:
+        data = results.load(path)
+        assert data.complete is False
+        seen.append([(r.backend, r.rounds) for r in data.records])
+
+    run = _execute(Plan(BACKENDS, ["images-1"], ["counting"]), path, on_case)
+    by_backend = {r.backend: r for r in results.load(path).records}
+    assert results.load(path).complete is True
+    assert [r.backend for r in run.results.records] == BACKENDS  # one record per case, in plan order
+    for backend in ("pickle", "flat-mmk"):
+        rec = by_backend[backend]
+        assert rec.error is None and rec.rounds == 3
+        measured = rec.metrics["wire_bytes"]
+        assert measured.rounds == [2, 2, 2]
+        assert measured.values == [100.0, 200.0, 101.0, 201.0, 102.0, 202.0]
+    failed = by_backend["msgspec-frombuffer"]
+    assert failed.error.startswith("failed in 1 of 2 rounds")
+    assert "visit 1 fails on purpose" in failed.error
+    assert failed.rounds == 2 and failed.metrics == {}
+    # the failed case is visited no more; the others ran all three rounds
+    tallies = {p.name: len(p.read_text()) for p in counting.folder.iterdir()}
+    assert tallies == {"pickle": 3, "msgspec-frombuffer": 2, "flat-mmk": 3}
+    # the file after each visit: the visited cases' records, their rounds so far
+    assert seen[:4] == [
+        [],
+        [("pickle", 1)],
+        [("pickle", 1), ("msgspec-frombuffer", 1)],
+        [("pickle", 1), ("msgspec-frombuffer", 1), ("flat-mmk", 1)],
+    ]
+    assert seen[-1] == [("pickle", 2), ("msgspec-frombuffer", 2), ("flat-mmk", 3)]
+
+
+def test_a_case_failing_its_first_visit_keeps_that_visits_error(tmp_path: Path, counting: Counting) -> None:
+    counting.fail_at = 0
+    run = _execute(Plan(BACKENDS[:2], ["images-1"], ["counting"]), tmp_path / "results.json")
+    failed = run.results.by_case()[Case("counting", "msgspec-frombuffer", "images-1")]
+    assert "visit 0 fails on purpose" in failed.error and not failed.error.startswith("failed in")
+    assert failed.rounds is None
+    assert len((counting.folder / "msgspec-frombuffer").read_text()) == 1
+    assert run.results.by_case()[Case("counting", "pickle", "images-1")].rounds == 3
+
+
+def test_an_interrupted_run_keeps_the_rounds_so_far_and_stays_incomplete(
+    tmp_path: Path, counting: Counting
+) -> None:
+    path = tmp_path / "results.json"
+    counting.failing = ""
+
+    def interrupt_at_the_fifth_visit(index: int, total: int, case: Case) -> None:
+        if index == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _execute(Plan(BACKENDS, ["images-1"], ["counting"]), path, interrupt_at_the_fifth_visit)
+    data = results.load(path)
+    assert data.complete is False
+    # visits so far: pickle, msgspec-frombuffer, flat-mmk; then round 2 began with msgspec-frombuffer
+    assert {r.backend: r.rounds for r in data.records} == {
+        "pickle": 1,
+        "msgspec-frombuffer": 2,
+        "flat-mmk": 1,
+    }
+    twice = data.by_case()[Case("counting", "msgspec-frombuffer", "images-1")]
+    assert twice.metrics["wire_bytes"].rounds == [2, 2]
+
+
+class _Client:
+    """The gate's end of a worker's channel, scripted: ``answers`` in turn, then closed."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers, self.sent = answers, []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+    def receive(self) -> object:
+        return self.answers.pop(0) if self.answers else None
+
+
+def test_the_gates_worker_measures_each_case_whole(tmp_path: Path, counting: Counting) -> None:
+    counting.failing = ""
+    case = Case("counting", "pickle", "images-1")
+    facts = protocol.Backends(_trusted(BACKENDS[:2]))
+    client = _Client([facts, protocol.Measure(str(tmp_path / "a"), case)])
+    work(Plan(BACKENDS[:2], ["images-1"], ["counting"]), QUICK3, ["run"], client, ask_backends=True)
+    (rec,) = results.load(tmp_path / "a" / "results.json").records
+    assert rec.case == case and rec.rounds is None  # one visit: the gate pairs its own rounds
+    assert rec.metrics["wire_bytes"].values == [100.0, 200.0]
+    assert isinstance(client.sent[-1], protocol.Measured)
+
+
+def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark_does() -> None:
+    def visit(ttft: list[float]) -> results.Record:
+        measured = {n: metrics.measured(n, ttft) for n in ("ttft_s", "itl_s", "e2e_s")}
+        info = results.IpcInfo(
+            payload_bytes=1,
+            serving=results.Serving.of(ttft, ttft, ttft),
+            duration_s=1.0,
+            output_tokens=1,
+            settings={},
+            local_engine=True,
+            ttft_over_floor=1.0,
+        )
+        return results.record(Case("ipc", "pickle", "images-4", transport="ipc"), metrics=measured, info=info)
+
+    first, second = [0.010, 0.012, 0.011], [0.030, 0.031, 0.029]
+    merged = results.merge(
+        [results.Results(records=[visit(first)]), results.Results(records=[visit(second)])]
+    )
+    (rec,) = merged.records
+    assert rec.info.serving == results.Serving.of(first + second, first + second, first + second)
+    assert rec.info.serving.ttft.median_ms == pytest.approx(20.5)  # both rounds, not the first alone
