@@ -52,7 +52,6 @@ import signal
 import socket
 import stat
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -61,13 +60,15 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
 import zmq
 
-from serbench import shm
+from serbench import lazy, shm
 from serbench.heap import fresh_memory
 from serbench.isolation import end_trees
 from serbench.rss import peak_above, proportional, reset_peak
+from serbench.serializers.base import quiet_readonly_views
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 KINDS = ("zmq-each", "zmq-pub", "shm-ring", "torch-dist")
 OOB_FROM = 64 * 1024  # shm-ring: frames this large leave the slot for the arena
@@ -395,9 +396,9 @@ def _init_gloo(route: Route, rank: int) -> None:
 
 
 def _as_tensor(frame: Any) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        return torch.frombuffer(memoryview(frame).cast("B"), dtype=torch.uint8)
+    """A frame as the uint8 tensor gloo sends: a view of the frame, read-only as a rule (torch's
+    warning about that: ``quiet_readonly_views``, called by ``TorchDist.open``)."""
+    return torch.frombuffer(memoryview(frame).cast("B"), dtype=torch.uint8)
 
 
 class TorchDist(Sender):
@@ -405,6 +406,7 @@ class TorchDist(Sender):
 
     def open(self) -> None:
         _init_gloo(self.route, 0)
+        quiet_readonly_views()  # ``_as_tensor`` views frames whatever the backend
         self.stopped = False
 
     def publish(self, envelope: Envelope, encode: Encode, alive: Callable[[], None]) -> int:
@@ -640,7 +642,6 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
     try:
         fresh_memory()
         ctx = zmq.Context()

@@ -42,11 +42,12 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
 
-from serbench import shm
+from serbench import lazy, shm
 from serbench.workloads.messages import EngineCoreRequest, MultiModalKwargs, MultiModalKwargsItem
 from serbench.workloads.tree import array_bytes, is_array
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 MODES = ("none", "lru", "shm")
 PREFIX = "\x00serbench-cache:"

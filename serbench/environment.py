@@ -15,11 +15,12 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
-import torch
 
-from serbench import system
+from serbench import lazy, system
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.results import Accelerator, Device, Environment
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench", "vllm")
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")

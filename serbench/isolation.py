@@ -22,7 +22,6 @@ import shutil
 import signal
 import tempfile
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
@@ -30,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 
+from serbench import lazy
 from serbench.errors import Terminated
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 _context = mp.get_context("fork")
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
@@ -54,8 +55,6 @@ def _outcome(fn: Callable[..., Any], args: tuple) -> tuple[str, Any]:
     signal.signal(signal.SIGTERM, _unwind)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)  # blocked by the parent around fork
     faulthandler.disable()  # a crash is recorded as the case's error, not dumped on the terminal
-    # Decoded tensors view read-only received frames by design (zero-copy).
-    warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
     torch.set_num_threads(1)  # one core per side: the frontend and engine share two
     try:
         return ("ok", fn(*args))

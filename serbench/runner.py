@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import torch  # noqa: F401  imported here, before any fork: no case or conformance child pays for it
 
 from serbench import conformance, environment, protocol
 from serbench.errors import Terminated

@@ -51,6 +51,7 @@ from serbench.isolation import kill_tree
 IPC_PREFIX = "serbench-ipc-"
 KINDS = ("ipc", "tcp", "shm")  # how a local frontend and engine are linked
 DEFAULT_KIND = "ipc"
+DEFAULT_BIND = "tcp://127.0.0.1:5555"  # where `serbench engine` listens unless told: loopback only
 PING = b""  # the empty message: its round trip is the transport's own floor
 LOOPBACK_NAMES = {"localhost"}
 

@@ -26,7 +26,7 @@ from serbench import commands, errors, transport
 from serbench.commands import options
 from serbench.engine.client import EngineLink
 from serbench.engine.protocol import Control, EngineError
-from serbench.engine.server import DEFAULT_BIND, Engine, open_session
+from serbench.engine.server import Engine, open_session
 from serbench.isolation import CaseFailed, kill_tree, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import load as load_results
@@ -35,6 +35,7 @@ from serbench.scenarios.ipc import Settings, measure
 from serbench.serializers import get_serializer
 from serbench.serializers.tensors import UNCARRIED_DTYPES
 from serbench.text import serving_report
+from serbench.transport import DEFAULT_BIND
 from serbench.workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"

@@ -40,6 +40,7 @@ def test_the_six_builtins_with_their_safety() -> None:
         "msgspec-frombuffer",
         "flat-mmk",
     ]
+    assert [get_serializer(n).name for n in BUILTINS] == list(BUILTINS)  # the registry's key is its name
     assert {n for n in BUILTINS if is_safe(get_serializer(n))} == {
         "numpy-intermediate",
         "msgspec-frombuffer",

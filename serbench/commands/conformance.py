@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-from serbench import conformance
 from serbench.commands.options import split_specs
 from serbench.errors import EXIT_CHECK_FAILED, EXIT_OK
 from serbench.serializers import declared_safety, get_serializer, safety_text
@@ -20,6 +19,10 @@ from serbench.text import table
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Check each backend; a summary row each, then every failure; exit 0 or 1."""
+    # Here, not at the top: the suite's specimens are tensors (torch), which every other command's
+    # parser must not pay for.
+    from serbench import conformance
+
     specs = [spec for item in args.specs for spec in split_specs(item)]
     backends = {spec: get_serializer(spec) for spec in specs}  # a bad spec fails before any check
     rows, failures = [], []

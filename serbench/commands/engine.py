@@ -9,12 +9,16 @@ import sys
 import zmq
 
 from serbench import transport
-from serbench.engine.server import DEFAULT_BIND, serve_forever
 from serbench.errors import UsageError
+from serbench.transport import DEFAULT_BIND
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
     """Bind, serve, exit 0 on SIGINT/SIGTERM."""
+    # Here, not at the top: the engine decodes with the backends (torch), which every other
+    # command's parser must not pay for.
+    from serbench.engine.server import serve_forever
+
     logging.basicConfig(level=logging.INFO, format="serbench engine: %(message)s", stream=sys.stderr)
     try:
         transport.tcp_addresses(args.bind)

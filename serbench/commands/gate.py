@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from serbench import gate, instructions, metrics, results, runner
+from serbench import instructions, metrics, results
 from serbench.commands import options
 from serbench.commands.compare import check_outputs, conclude
 from serbench.commands.options import (
@@ -18,7 +19,9 @@ from serbench.commands.options import (
 )
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
 from serbench.profiles import PROFILES, Profile
-from serbench.runner import Plan
+
+if TYPE_CHECKING:
+    from serbench.runner import Plan
 
 # The default matrix: quick enough for every pull request, wide enough to
 # cover in-band pickling, zero-copy msgpack and flattened multimodal kwargs,
@@ -42,6 +45,10 @@ def say(message: str) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Measure base and working tree interleaved, compare; exit 0, 1 (regression) or 2."""
+    # Here, not at the top: measuring imports the runner and with it torch, which every other
+    # command's parser must not pay for.
+    from serbench import gate, runner
+
     _, overrides = tolerances(args)  # a malformed tolerance fails before minutes of measuring
     check_metric_names(overrides)
     check_outputs(args)

@@ -7,17 +7,19 @@ import argparse
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serbench.compare import DEFAULT_BASELINE, parse_tolerance
 from serbench.errors import UsageError
 from serbench.export import FORMATS
 from serbench.metrics import METRICS, metric
 from serbench.profiles import PROFILES, Profile
-from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, Dimension, dimensions
 from serbench.serializers import BUILTINS
 from serbench.workloads import default_workloads, expand
+
+if TYPE_CHECKING:
+    from serbench.runner import Plan
 
 
 def split_specs(text: str) -> list[str]:
@@ -85,6 +87,10 @@ def plan(args: argparse.Namespace) -> Plan:
     ``--scenarios`` (each the default when not given) and every dimension's values. Names
     are not looked up here (``worker.checked`` does); a malformed dimension value is a
     UsageError, before anything else."""
+    # Here, not at the top: the runner imports torch, which the parsers that share these options
+    # (every command's --help, compare, report) must not pay for.
+    from serbench.runner import Plan
+
     chosen = chosen_dimensions(args)
     return Plan(
         backends=split_specs(args.backends) if args.backends else list(BUILTINS),

@@ -87,7 +87,6 @@ from serbench.workloads.messages import EngineCoreRequest
 
 log = logging.getLogger("serbench.engine")
 
-DEFAULT_BIND = "tcp://127.0.0.1:5555"
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
 PR_SET_PDEATHSIG = 1

@@ -40,12 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 import zmq
 
-from serbench import transport
+from serbench import lazy, transport
 from serbench.engine.protocol import parse_control
 from serbench.workloads.tree import is_array, map_leaves
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 clock = time.perf_counter
 

@@ -42,9 +42,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
 
-from serbench import broadcast, conformance, shm, transport
+from serbench import broadcast, conformance, lazy, shm, transport
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
@@ -57,6 +56,8 @@ from serbench.views import MEDIAN, Figure, Table
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
 from serbench.workloads.tree import is_array, iter_leaves, map_leaves, payload_bytes, payload_checksum
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 BLOCK_SIZE = 16  # tokens per KV block: vLLM's default on CUDA
 DEFAULT_BATCH = 32

@@ -68,10 +68,9 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
 import zmq
 
-from serbench import cache, conformance, shm, transport
+from serbench import cache, conformance, lazy, shm, transport
 from serbench.engine.protocol import frames_checksum, integrity_fault
 from serbench.engine.staging import Stager, Staging, recv_pinned
 from serbench.isolation import run_isolated
@@ -82,12 +81,13 @@ from serbench.rss import Reading, Side, measure, proportional, status_bytes
 from serbench.scenarios import caching, device
 from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.serializers import get_serializer
-from serbench.serializers.msgpack_backend import MsgpackSerializer
 from serbench.specs import Spec, format_spec, parse_spec
 from serbench.stats import Measurement
 from serbench.views import MEDIAN, Figure
 from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, map_leaves, payload_bytes, payload_checksum
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 MINIATURE_LAST_DIM = 256  # elements kept along an array's last dim (and 2 along the others)
 RECV_TIMEOUT_S = 60.0
@@ -115,6 +115,10 @@ def repetitions(profile: Profile) -> Repetitions:
 
 def zero_copy_off(spec: str) -> str | None:
     """The ``threshold=inf`` variant of a msgpack backend spec that leaves threshold at its default."""
+    # Here, not at the top: the backend's module loads torch, which the command line's parsers
+    # (the scenario's declarations) must not pay for.
+    from serbench.serializers.msgpack_backend import MsgpackSerializer
+
     parsed = parse_spec(spec)
     if "threshold" in parsed.options or not isinstance(get_serializer(parsed), MsgpackSerializer):
         return None

@@ -22,15 +22,10 @@ from serbench.serializers.base import (
     declared_safety,
     describe,
     is_safe,
+    quiet_readonly_views,
     safety_text,
     unsupported_cases,
 )
-from serbench.serializers.cloudpickle_backend import CloudPickleSerializer
-from serbench.serializers.flat_mmk import FlatMMKSerializer
-from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from serbench.serializers.numpy_intermediate import NumpyIntermediateSerializer
-from serbench.serializers.pickle_backend import PickleSerializer
-from serbench.serializers.pickle_oob import PickleOOBSerializer
 from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 
 __all__ = [
@@ -48,16 +43,16 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "serbench.serializers"
 
-BUILTINS: dict[str, Callable[..., Serializer]] = {
-    cls.name: cls
-    for cls in (
-        PickleSerializer,
-        PickleOOBSerializer,
-        CloudPickleSerializer,
-        NumpyIntermediateSerializer,
-        MsgspecFrombufferSerializer,
-        FlatMMKSerializer,
-    )
+# The built-in backends by name: the module and class that build each. A module is imported when
+# a backend of it is built, not with the registry: most need torch, which naming backends (the
+# command line, compare, the report) must not pay.
+BUILTINS: dict[str, str] = {
+    "pickle": "serbench.serializers.pickle_backend:PickleSerializer",
+    "pickle-oob": "serbench.serializers.pickle_oob:PickleOOBSerializer",
+    "cloudpickle": "serbench.serializers.cloudpickle_backend:CloudPickleSerializer",
+    "numpy-intermediate": "serbench.serializers.numpy_intermediate:NumpyIntermediateSerializer",
+    "msgspec-frombuffer": "serbench.serializers.msgspec_frombuffer:MsgspecFrombufferSerializer",
+    "flat-mmk": "serbench.serializers.flat_mmk:FlatMMKSerializer",
 }
 
 
@@ -72,7 +67,8 @@ def available_serializers() -> list[str]:
 
 def _factory(spec: Spec) -> Callable[..., Serializer]:
     if spec.name in BUILTINS:
-        return BUILTINS[spec.name]
+        module_name, _, attr = BUILTINS[spec.name].partition(":")
+        return getattr(importlib.import_module(module_name), attr)
     plugin = _plugins().get(spec.name)
     if plugin is not None:
         return plugin.load()
@@ -111,4 +107,5 @@ def get_serializer(spec: str | Spec) -> Serializer:
     for attr in ("name", "encode", "decode"):
         if not hasattr(serializer, attr):
             raise SpecError(f"{format_spec(parsed)!r} built an object without {attr!r}")
+    quiet_readonly_views()  # its decoder's tensors may view read-only frames
     return serializer

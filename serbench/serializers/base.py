@@ -13,8 +13,15 @@ buffers, possibly views of the message's own memory) and back. Besides
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from serbench import lazy
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 Buffer = Any  # anything with the buffer protocol: bytes, bytearray, memoryview, zmq.Frame
 
@@ -28,6 +35,25 @@ def parse_threshold(value: int | float | str) -> float:
     if not threshold >= 0:
         raise ValueError(f"threshold must be a byte count >= 0 or 'inf', got {value!r}")
     return threshold
+
+
+def quiet_readonly_views() -> None:
+    """Let torch give, unheard, its warning that a tensor viewing a read-only buffer could be
+    written through; called by ``get_serializer``, and by any process that views frames otherwise.
+
+    Decoded tensors view the received frames, read-only by design (zero-copy), and nothing
+    writes through them; a writable buffer would cost the copy the decoders exist to avoid.
+    ``torch.frombuffer`` and ``torch.from_numpy`` each give that warning once per process (a
+    C++ warn-once flag, which forked children inherit), so giving both here, under a filter
+    for that one message, keeps them off the terminal with no ``catch_warnings`` on the timed
+    decode path (one costs more than ``torch.frombuffer`` itself) and no filter left
+    installed for the rest of the process.
+    """
+    readonly = bytes(1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
+        torch.frombuffer(readonly, dtype=torch.uint8)
+        torch.from_numpy(np.frombuffer(readonly, np.uint8))
 
 
 class DecodeError(ValueError):

@@ -12,9 +12,6 @@ from importlib.metadata import entry_points
 
 from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from serbench.workloads.base import Running, Workload, output_token
-from serbench.workloads.images import IMAGE_COUNTS, Images
-from serbench.workloads.outputs import BATCHES, Outputs
-from serbench.workloads.sizes import SIZES, TensorSize
 from serbench.workloads.text import TextSonnet
 
 __all__ = [
@@ -28,6 +25,17 @@ __all__ = [
 ]
 
 
+# The counts built in by name. images-N: the default matrix, both ends (payload costs are linear
+# between, docs/workloads.md); outputs-B: the output sweep; tensor-N: the size sweep, one byte either
+# side of the backends' 256 B inline threshold and of pyzmq's 64 KiB copy threshold.
+IMAGE_COUNTS = (4, 32)
+BATCHES = (1, 64, 256, 1024)
+SIZES = (64, 255, 256, 4 << 10, (64 << 10) - 1, 64 << 10, 1 << 20, 4 << 20, 64 << 20)
+
+# The factories import their workload's module when one is built, not with the registry: images,
+# outputs and tensors are made with torch, which naming workloads (the command line) must not pay.
+
+
 def _images(count: int) -> Callable[..., Workload]:
     def factory(
         profile: str = "gemma",
@@ -37,6 +45,8 @@ def _images(count: int) -> Callable[..., Workload]:
         turns: str = "1",
         repeat: str = "0",
     ) -> Workload:
+        from serbench.workloads.images import Images  # torch: see above
+
         return Images(count, profile, dtype, seed, layout, turns, repeat)
 
     return factory
@@ -44,6 +54,8 @@ def _images(count: int) -> Callable[..., Workload]:
 
 def _outputs(batch: int) -> Callable[..., Workload]:
     def factory(logprobs: str = "0", layout: str = "nested", seed: str = "0", steps: str = "40") -> Workload:
+        from serbench.workloads.outputs import Outputs  # torch: see above
+
         return Outputs(batch, logprobs, layout, seed, steps)
 
     return factory
@@ -51,6 +63,8 @@ def _outputs(batch: int) -> Callable[..., Workload]:
 
 def _tensor(size: int) -> Callable[..., Workload]:
     def factory(seed: str = "0") -> Workload:
+        from serbench.workloads.sizes import TensorSize  # torch: see above
+
         return TensorSize(size, seed)
 
     return factory

@@ -64,7 +64,6 @@ from serbench.workloads.messages import (
     VllmPlaceholderRange,
 )
 
-IMAGE_COUNTS = (4, 32)  # the default matrix: both ends; payload costs are linear between (docs/workloads.md)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LAYOUTS = ("compact", "vllm")
 TEXT_TOKENS = 64

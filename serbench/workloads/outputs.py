@@ -40,7 +40,6 @@ from serbench.workloads.messages import (
     SamplingParams,
 )
 
-BATCHES = (1, 64, 256, 1024)
 LAYOUTS = ("nested", "flat")
 PROMPT_TOKENS = 16
 STEPS = 40  # tokens per request in the ipc output path: the steps the engine streams

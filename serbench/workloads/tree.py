@@ -13,7 +13,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
+
+from serbench import lazy
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 
 def is_array(obj: object) -> bool:

@@ -1,13 +1,13 @@
 # mypkg/myser.py
 import pickle
 
-from serbench.serializers import BUILTINS
+from serbench.serializers import get_serializer
 
 
 class MySerializer:
     name = "mine"
     # What torch's own pickler cannot carry (float8, uint16+, ...), as the built-in pickle declares it.
-    unsupported = BUILTINS["pickle"].unsupported
+    unsupported = get_serializer("pickle").unsupported
 
     def encode(self, obj):
         return [pickle.dumps(obj, protocol=5)]
