@@ -60,7 +60,8 @@ from statistics import NormalDist
 import numpy as np
 
 from serbench.metrics import compared, metric
-from serbench.results import COMPARABLE, Case, Record, Results
+from serbench.results import COMPARABLE, Case, Results
+from serbench.specs import SpecError, parse_spec
 from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, Measurement, relative_spread
 
 REGRESSION = "regression"
@@ -540,6 +541,103 @@ def noise(data: Results) -> float | None:
     return statistics.median(values) if values else None
 
 
+# ---------------------------------------------------------------- ratios across workloads, and ties
+
+# Two values without an interval (one reading a side: memory's quick profile) of a metric
+# that declares no tolerance of its own are not told apart within this: the resolution
+# memory's copies are compared at (a hundredth of the payload).
+NO_INTERVAL_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A ratio head/base over ``n`` workloads — the geometric mean of one ratio per workload —
+    and its 95 % interval (None without one)."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    n: int
+
+    def tied(self, tolerance: float) -> bool:
+        """Not told apart from 1: the interval holds 1, or, without an interval, the ratio is
+        within ``tolerance`` of it."""
+        if self.low is None or self.high is None:
+            return abs(math.log(self.ratio)) <= math.log1p(tolerance)
+        return self.low <= 1 <= self.high
+
+
+def tie_tolerance(name: str) -> float:
+    """How far apart two values of ``name`` without an interval may be and still tie: a count's
+    own ``Metric.tolerance``, else ``NO_INTERVAL_TOLERANCE``."""
+    facts = metric(name)
+    return facts.tolerance if facts.counted else NO_INTERVAL_TOLERANCE
+
+
+def geometric_ratio(pairs: Sequence[tuple[Measurement, Measurement]]) -> Estimate | None:
+    """The geometric mean of head/base over ``pairs`` (base, head), one pair per workload, with
+    an interval; None when no pair has a ratio (a zero base).
+
+    Each workload's ratio and interval are ``ratio_estimate``'s (rounds paired where both
+    sides have the same rounds, unpaired otherwise). The workloads were measured apart, so
+    their log intervals add in quadrature: each side of the mean's interval is the root sum
+    of squares of that side's log half-widths over the number of workloads. No interval when
+    any workload has none.
+    """
+    estimates = [ratio_estimate(base, head) for base, head in pairs]
+    found = [(r, low, high) for r, low, high in estimates if r is not None and r > 0]
+    if not found:
+        return None
+    n = len(found)
+    center = statistics.fmean(math.log(r) for r, _, _ in found)
+    if any(low is None or high is None or low <= 0 for _, low, high in found):
+        return Estimate(math.exp(center), None, None, n)
+    below = math.sqrt(sum(math.log(r / low) ** 2 for r, low, _ in found)) / n
+    above = math.sqrt(sum(math.log(high / r) ** 2 for r, _, high in found)) / n
+    return Estimate(math.exp(center), math.exp(center - below), math.exp(center + above), n)
+
+
+def is_variant(row: Case) -> bool:
+    """A backend spec with options (``threshold=inf``, memory's zero-copy-off variants): a
+    setting of a backend rather than a backend to choose, ranked apart and never chosen."""
+    try:
+        return bool(parse_spec(row.backend).options)
+    except SpecError:
+        return False
+
+
+def is_memory(name: str) -> bool:
+    """A metric of memory (bytes, or copies of the payload), read as × the baseline, lower is
+    better, rather than as a speed-up."""
+    facts = metric(name)
+    return facts.unit in ("bytes", "ratio") and not facts.higher_is_better
+
+
+def has_payload(data: Results, scenario: str, workload: str) -> bool:
+    """Whether the workload carries tensors (``Info.payload_bytes`` not 0): a memory metric of one
+    without (text) is the process's own noise, not the backend's copies."""
+    sizes = {r.info.payload_bytes for r in data.of(scenario) if r.workload == workload and r.info}
+    return sizes != {0}
+
+
+def measurements(data: Results, scenario: str, name: str) -> dict[Case, dict[str, Measurement]]:
+    """Per row (``row_of``), per workload, the metric's measurement in the scenario's cases that
+    ran (a zero or negative median left out: it has no ratio)."""
+    out: dict[Case, dict[str, Measurement]] = {}
+    for rec in data.of(scenario):
+        measured = rec.metrics.get(name)
+        if measured is not None and measured.median > 0:
+            out.setdefault(row_of(rec), {})[rec.workload] = measured
+    return out
+
+
+def better(name: str, estimate: Estimate) -> bool:
+    """Whether head is better than base by ``estimate`` (head/base) and told apart from it."""
+    if estimate.tied(tie_tolerance(name)):
+        return False
+    return estimate.ratio > 1 if metric(name).higher_is_better else estimate.ratio < 1
+
+
 # ---------------------------------------------------------------- a ranking within one run
 
 DEFAULT_BASELINE = "pickle"
@@ -547,18 +645,25 @@ DEFAULT_BASELINE = "pickle"
 
 @dataclass(frozen=True)
 class Ranked:
-    """One row's speed-up against the baseline in one scenario's headline metric.
+    """One row against the baseline in one scenario's headline metric.
 
     ``row`` is the backend with its dimensions (``row_of``: a backend over
-    shm ranks apart from it over ipc), for ``Results.row_label``; ``speedups``
-    maps a workload to baseline / backend (of the medians; for a
-    higher-is-better metric backend / baseline), so above 1 is better;
-    ``geomean`` is their geometric mean over the ``n`` workloads both measured.
+    shm ranks apart from it over ipc), for ``Results.row_label``. ``factors``
+    maps a workload to the row's factor against the baseline: for a speed, the
+    speed-up (baseline / row of a time, row / baseline of a rate; above 1 is
+    better); for memory (``is_memory``), × the baseline's (below 1 is better).
+    ``geomean`` is their geometric mean with its interval over the workloads in
+    the mean (``Estimate.n``; memory leaves out workloads without a payload).
+    ``rank`` is shared by rows not told apart (``tied``), numbered as in sport
+    (1, 1, 3); ``variant`` rows (``is_variant``) are ranked in a group of their own.
     """
 
     row: Case
-    speedups: dict[str, float]
-    geomean: float | None
+    factors: dict[str, float]
+    geomean: Estimate | None
+    rank: int = 0
+    tied: bool = False
+    variant: bool = False
 
     @property
     def backend(self) -> str:
@@ -567,7 +672,13 @@ class Ranked:
 
     @property
     def n(self) -> int:
-        return len(self.speedups)
+        """Workloads in the geometric mean."""
+        return 0 if self.geomean is None else self.geomean.n
+
+    @property
+    def place(self) -> str:
+        """The rank as a table shows it: ``1``, ``2=`` for a tie, ``v1`` in the variants' group."""
+        return f"{'v' if self.variant else ''}{self.rank}{'=' if self.tied else ''}"
 
 
 def headline_metric(data: Results, scenario: str) -> str | None:
@@ -576,31 +687,61 @@ def headline_metric(data: Results, scenario: str) -> str | None:
     return next((n for n in present if metric(n).headline), None)
 
 
-def _median(rec: Record, name: str) -> float | None:
-    measured = rec.metrics.get(name)
-    return None if measured is None else measured.median
+def _factor_pair(name: str, row: Measurement, base: Measurement) -> tuple[Measurement, Measurement]:
+    """(base, head) for ``ratio_estimate`` so that head/base is the row's factor (``Ranked``)."""
+    speed_of_time = not is_memory(name) and not metric(name).higher_is_better
+    return (row, base) if speed_of_time else (base, row)
+
+
+def _ranks(
+    name: str, rows: list[Ranked], measured: dict[Case, dict[str, Measurement]], in_mean: set[str]
+) -> list[Ranked]:
+    """``rows`` (best first) with ranks: a row not told apart from the leader of the rank before
+    it (``Estimate.tied`` on their geometric ratio over the workloads of the mean both have)
+    shares its rank; any other opens a rank of its own, at its position."""
+    out: list[Ranked] = []
+    lead = -1  # index in ``out`` of the current rank's first row
+    for position, row in enumerate(rows, 1):
+        if lead >= 0 and row.geomean is not None:
+            first = measured[out[lead].row]
+            common = [w for w in measured[row.row] if w in first and w in in_mean]
+            apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common])
+            if apart is not None and apart.tied(tie_tolerance(name)):
+                out[lead] = replace(out[lead], tied=True)
+                out.append(replace(row, rank=out[lead].rank, tied=True))
+                continue
+        lead = len(out)
+        out.append(replace(row, rank=position))
+    return out
 
 
 def ranking(data: Results, scenario: str, baseline: str = DEFAULT_BASELINE) -> list[Ranked]:
-    """Rows (``row_of``) best first by the geometric mean of their speed-ups over the baseline
-    across workloads, in the scenario's headline metric; [] without the baseline or metric.
+    """Rows (``row_of``) best first by the geometric mean of their factor against the baseline
+    across workloads, in the scenario's headline metric, ties sharing a rank (``Ranked``);
+    variants after the backends, ranked among themselves; [] without the baseline or metric.
     The baseline is a row as ``Case.row`` writes it: a spec over the default transport
     (``pickle``), or over another (``pickle@shm``)."""
     name = headline_metric(data, scenario)
     if name is None:
         return []
-    medians: dict[Case, dict[str, float]] = {}
-    for rec in data.of(scenario):
-        median = _median(rec, name)
-        if median is not None and median > 0:
-            medians.setdefault(row_of(rec), {})[rec.workload] = median
-    base = next((per_workload for row, per_workload in medians.items() if row.row == baseline), None)
+    measured = measurements(data, scenario, name)
+    base = next((per_workload for row, per_workload in measured.items() if row.row == baseline), None)
     if not base:
         return []
-    flip = metric(name).higher_is_better
+    memory = is_memory(name)
+    in_mean = {w for w in base if not memory or has_payload(data, scenario, w)}
     rows = []
-    for row, per_workload in medians.items():
-        speedups = {w: (v / base[w] if flip else base[w] / v) for w, v in per_workload.items() if w in base}
-        geomean = math.exp(statistics.fmean(map(math.log, speedups.values()))) if speedups else None
-        rows.append(Ranked(row, speedups, geomean))
-    return sorted(rows, key=lambda r: -(r.geomean or 0))
+    for row, per_workload in measured.items():
+        pairs = {w: _factor_pair(name, m, base[w]) for w, m in per_workload.items() if w in base}
+        factors = {w: head.median / base_m.median for w, (base_m, head) in pairs.items()}
+        geomean = geometric_ratio([pair for w, pair in pairs.items() if w in in_mean])
+        rows.append(Ranked(row, factors, geomean, variant=is_variant(row)))
+
+    def order(r: Ranked) -> tuple[bool, bool, float]:
+        if r.geomean is None:
+            return r.variant, True, 0.0
+        return r.variant, False, r.geomean.ratio if memory else -r.geomean.ratio
+
+    rows.sort(key=order)
+    groups = [[r for r in rows if r.variant == variant] for variant in (False, True)]
+    return [ranked for group in groups for ranked in _ranks(name, group, measured, in_mean)]

@@ -127,7 +127,6 @@ METRICS: dict[str, Metric] = {
             "engine peak RSS above baseline",
             summary=True,
             log_axis=False,
-            headline=True,
         ),
         Metric(
             "peak_rss_frontend_bytes",
@@ -143,6 +142,7 @@ METRICS: dict[str, Metric] = {
             resolution=0.01,
             summary=True,
             log_axis=False,
+            headline=True,  # payload-relative: comparable across workload sizes, unlike bytes
         ),
         Metric(
             "copies_frontend",

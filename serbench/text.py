@@ -7,11 +7,9 @@ and from ``serbench.compare``; what a metric is called and how it scales comes f
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import shlex
+import textwrap
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,11 +21,19 @@ from serbench.compare import (
     Comparison,
     MetricComparison,
     case_order,
-    headline_metric,
     noise,
     ranking,
     row_of,
     what_would_decide,
+)
+from serbench.decision import (
+    chosen_text,
+    decisions,
+    interval_text,
+    ranking_notes,
+    ranking_title,
+    unsafe_text,
+    why,
 )
 from serbench.metrics import METRICS, metric
 from serbench.results import (
@@ -125,8 +131,9 @@ def summary_tables(data: Results) -> list[Table]:
 
 
 def ranking_tables(data: Results, baseline: str = DEFAULT_BASELINE) -> list[Table]:
-    """Per scenario with a headline metric, the backends ranked by the geometric mean of their
-    speed-up over ``baseline`` across workloads (``compare.ranking``); n = workloads in the mean."""
+    """Per scenario with a headline metric, the rows ranked by the geometric mean of their factor
+    against ``baseline`` across workloads (``compare.ranking``): ties share a rank, variants
+    come after; n = workloads in the mean."""
     out = []
     for scenario in data.scenarios():
         ranked = ranking(data, scenario, baseline)
@@ -135,22 +142,71 @@ def ranking_tables(data: Results, baseline: str = DEFAULT_BASELINE) -> list[Tabl
         workloads = list(dict.fromkeys(r.workload for r in data.records if r.scenario == scenario))
         rows = [
             [
-                str(i),
+                r.place,
                 data.row_label(r.row),
-                *(f"{r.speedups[w]:.3g}" if w in r.speedups else "" for w in workloads),
-                f"{r.geomean:.3g}" if r.geomean else "",
+                *(f"{r.factors[w]:.3g}" if w in r.factors else "" for w in workloads),
+                "" if r.geomean is None else f"{r.geomean.ratio:.3g}",
+                "" if r.geomean is None else interval_text(r.geomean),
                 str(r.n),
             ]
-            for i, r in enumerate(ranked, 1)
+            for r in ranked
         ]
-        label = metric(headline_metric(data, scenario) or "").label
-        title = f"{scenario}: ranking by {label}, speed-up (×) against {baseline}, higher is better"
-        out.append(Table(title, ["rank", "backend", *workloads, "geomean", "n"], rows))
+        title = ranking_title(data, scenario, baseline)
+        notes = "\n".join(ranking_notes(data, scenario, ranked))
+        out.append(Table(title, ["rank", "backend", *workloads, "geomean", "95% CI", "n"], rows, notes))
     return out
 
 
+DECISION_WIDTH = 100
+_INDENT = " " * 10
+
+
+def _packed(parts: Sequence[str], first: str = _INDENT, separator: str = "; ") -> list[str]:
+    """``parts`` joined by ``separator`` in lines of at most ``DECISION_WIDTH`` columns, under
+    ``first`` then ``_INDENT``; a part is split (at its spaces, a backend's name never at its
+    hyphens) only when it is too long for a line of its own. [] for no parts."""
+    if not parts:
+        return []
+    pieces = [part + separator for part in parts[:-1]] + [parts[-1]]
+    lines, line = [], first
+    for piece in pieces:
+        if line.strip() and len(line + piece.rstrip()) > DECISION_WIDTH:
+            lines.append(line.rstrip())
+            line = _INDENT
+        line += piece
+    lines.append(line.rstrip())
+    wrap = {"width": DECISION_WIDTH, "subsequent_indent": _INDENT, "break_on_hyphens": False}
+    too_long = (textwrap.wrap(text, **wrap) if len(text) > DECISION_WIDTH else [text] for text in lines)
+    return [out for wrapped in too_long for out in wrapped]
+
+
+def decision_block(data: Results) -> str:
+    """The decision of a run (``decision.decisions``) in lines of at most ``DECISION_WIDTH``
+    columns: per shape, per scenario, the safe backends to use and one line of why; "" when
+    the run has nothing to decide."""
+    found = decisions(data)
+    if not found:
+        return ""
+    lines = [
+        "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
+        "  ×r [low, high]: median ratio to the first one named with its 95% interval",
+        "  tied: the interval holds 1; unsafe backends are never chosen",
+    ]
+    shape = None
+    for d in found:
+        if d.shape != shape:
+            shape = d.shape
+            workloads = ", ".join(dict.fromkeys(w for x in found if x.shape == shape for w in x.workloads))
+            lines.append(f"{shape} ({workloads})")
+        lines += _packed([chosen_text(d, data)], f"  {d.where:<7} ")
+        lines += _packed(why(d, data))
+        if d.unsafe:
+            lines += _packed([f"faster but unsafe: {unsafe_text(d, data)}"])
+    return "\n".join(lines)
+
+
 def render(data: Results, baseline: str = DEFAULT_BASELINE) -> str:
-    """The summary tables, the rankings against ``baseline``, then the failed cases."""
+    """The summary tables, the rankings against ``baseline``, the failed cases, then the decision."""
     out = [
         f"{t.title}\n{table(t.headers, t.rows)}" + (f"\n{t.note}" if t.note else "")
         for t in summary_tables(data) + ranking_tables(data, baseline)
@@ -158,6 +214,9 @@ def render(data: Results, baseline: str = DEFAULT_BASELINE) -> str:
     failed = [r for r in data.records if not r.ok]
     if failed:
         out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in failed))
+    block = decision_block(data)
+    if block:
+        out.append(block)
     return "\n\n".join(out)
 
 
@@ -167,37 +226,13 @@ def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
     return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
 
 
-SUMMARY_FORMATS = ("md", "csv", "json")
-
-
-def export_summary(data: Results, fmt: str, baseline: str = DEFAULT_BASELINE) -> str:
-    """The summary and ranking tables as Markdown, CSV (a ``table`` column first) or JSON."""
-    tables = summary_tables(data) + ranking_tables(data, baseline)
-    if fmt == "md":
-        return "\n".join(
-            line
-            for t in tables
-            for line in (
-                f"### {t.title}",
-                "",
-                *_markdown(t.headers, t.rows),
-                *([t.note] if t.note else []),
-                "",
-            )
-        )
-    if fmt == "json":
-        return json.dumps(
-            [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in tables],
-            indent=1,
-        )
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        for t in tables:
-            writer.writerow(["table", *t.headers])
-            writer.writerows([t.title, *row] for row in t.rows)
-        return buffer.getvalue()
-    raise ValueError(f"format {fmt!r}: one of {', '.join(SUMMARY_FORMATS)}")
+def markdown_summary(data: Results, baseline: str = DEFAULT_BASELINE) -> str:
+    """The summary and ranking tables as Markdown (for a pull request or a wiki page)."""
+    return "\n".join(
+        line
+        for t in summary_tables(data) + ranking_tables(data, baseline)
+        for line in (f"### {t.title}", "", *_markdown(t.headers, t.rows), *([t.note] if t.note else []), "")
+    )
 
 
 SERVING_PARTS = (("ttft", "TTFT", "ttft_s"), ("itl", "ITL", "itl_s"), ("e2e", "E2E", "e2e_s"))

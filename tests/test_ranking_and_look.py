@@ -3,13 +3,8 @@ the system check and where a run records it (synthetic documents; no timings).""
 
 from __future__ import annotations
 
-import colorsys
-import csv
-import io
-import json
 import math
 
-import matplotlib.colors
 import pytest
 from test_compare import doc, metric, rec, samples
 
@@ -34,27 +29,85 @@ def ranked_doc() -> Results:
     return data
 
 
-def test_ranking_is_speedup_over_the_baseline_with_its_geometric_mean() -> None:
+def test_ranking_is_speedup_over_the_baseline_with_its_geometric_mean_and_interval() -> None:
     ranked = compare.ranking(ranked_doc(), "micro", "pickle")
     assert [r.backend for r in ranked] == ["fast", "pickle", "slow"]
+    assert [r.place for r in ranked] == ["1", "2", "3"]  # told apart: no tie
     fast = ranked[0]
-    assert fast.speedups == pytest.approx({"w1": 4.0, "w2": 2.0})
-    assert fast.geomean == pytest.approx(math.sqrt(8.0))
-    assert (ranked[2].n, ranked[2].geomean) == (1, pytest.approx(0.5))  # one workload measured
+    assert fast.factors == pytest.approx({"w1": 4.0, "w2": 2.0}, rel=0.02)
+    assert fast.geomean.ratio == pytest.approx(math.sqrt(8.0), rel=0.02)
+    assert fast.geomean.low < fast.geomean.ratio < fast.geomean.high
+    assert (ranked[2].n, ranked[2].geomean.ratio) == (1, pytest.approx(0.5, rel=0.02))  # one workload
     assert compare.ranking(ranked_doc(), "micro", "absent") == []
 
 
-def test_summary_tables_export_as_markdown_csv_and_json(capsys, tmp_path) -> None:
+def test_rows_within_noise_share_a_rank() -> None:
+    factors = {"pickle": 1.0, "a": 0.5, "b": 0.501, "c": 0.8, "d": 0.801}
+    data = doc(
+        [rec({"roundtrip_s": metric(samples(seed, f))}, b) for seed, (b, f) in enumerate(factors.items())]
+    )
+    ranked = compare.ranking(data, "micro", "pickle")
+    assert [(r.backend, r.place) for r in ranked] == [
+        ("a", "1="), ("b", "1="), ("c", "3="), ("d", "3="), ("pickle", "5"),
+    ]  # fmt: skip
+    table = next(t for t in text.ranking_tables(data) if t.title.startswith("micro"))
+    assert [row[0] for row in table.rows] == ["1=", "1=", "3=", "3=", "5"]
+    assert table.headers[-3:] == ["geomean", "95% CI", "n"] and table.rows[0][-2].startswith("[")
+
+
+def memory_doc() -> Results:
+    """Engine payload copies of pickle, a zero-copy backend, its threshold=inf variant, on text
+    (no payload, where the zero-copy backend happens to look worse) and two image workloads."""
+    peaks = {
+        "pickle": (4e5, 1.2e8, 9.2e8),
+        "zero": (5e5, 3.9e7, 3.1e8),
+        "zero:threshold=inf": (5e5, 7.7e7, 6.2e8),
+    }
+    records = []
+    for backend, values in peaks.items():
+        for workload, peak in zip(("text-sonnet", "images-4", "images-32"), values, strict=True):
+            info = results.MemoryInfo(
+                payload_bytes=0 if workload == "text-sonnet" else int(peak / 3),
+                repetitions=1,
+                staging=None,
+                baseline_bytes={},
+                uss_above_baseline_bytes={},
+                phases={},
+                timeline={},
+            )
+            case = results.Case("memory", backend, workload, "ipc")
+            measured = {"copies": metric([peak / 1e8], "ratio")}
+            records.append(results.record(case, metrics=measured, info=info))
+    return doc(records)
+
+
+def test_the_memory_ranking_speaks_of_memory_leaves_text_out_and_ranks_variants_apart() -> None:
+    data = memory_doc()
+    ranked = compare.ranking(data, "memory", "pickle")
+    assert [(r.backend, r.place) for r in ranked] == [
+        ("zero", "1"),
+        ("pickle", "2"),
+        ("zero:threshold=inf", "v1"),
+    ]
+    zero = ranked[0]
+    assert zero.factors["text-sonnet"] == pytest.approx(1.25)  # shown ...
+    assert zero.n == 2 and zero.geomean.ratio == pytest.approx(math.sqrt(3.9e7 / 1.2e8 * 3.1e8 / 9.2e8))
+    (table,) = text.ranking_tables(data)
+    assert (
+        table.title
+        == "memory: ranking by engine copies (extra peak / payload), × peak memory vs pickle, lower is better"
+    )
+    assert "speed-up" not in table.title and "text-sonnet: no tensor payload, left out" in table.note
+    assert "vN: variants" in table.note
+
+
+def test_summary_tables_export_as_markdown(capsys, tmp_path) -> None:
+    """Markdown for a pull request; the numbers a program reads are export's (test_exports)."""
     data = ranked_doc()
-    md = text.export_summary(data, "md", "fast")
-    assert "### micro: ranking by encode + decode, speed-up (×) against fast" in md
+    md = text.markdown_summary(data, "fast")
+    assert "### micro: ranking by encode + decode, speed-up (×) against fast, higher is better" in md
     assert "| slow (safety undeclared) |" in md and "| pickle (unsafe) |" in md
-    rows = list(csv.reader(io.StringIO(text.export_summary(data, "csv"))))
-    ranking = [r for r in rows if r[0].startswith("micro: ranking")]
-    assert [r[2] for r in ranking] == ["fast", "pickle", "slow"]
-    assert float(ranking[0][-2]) == pytest.approx(math.sqrt(8.0), rel=0.01)  # geomean, a plain number
-    tables = json.loads(text.export_summary(data, "json"))
-    assert {"title", "headers", "rows"} == set(tables[0])
+    assert "| 2 | pickle | 0.25 | 0.5 | 0.354 | [0.35, 0.36] | 2 |" in md
     path = tmp_path / "results.json"
     results.save(path, data)
     assert commands.main(["report", str(path), "--format", "md", "--baseline", "fast"]) == 0
@@ -67,19 +120,12 @@ def test_report_page_ranks_and_marks_undeclared_safety() -> None:
     assert ">undeclared</span>" in page
 
 
-def _hue(hex_colour: str) -> tuple[float, float, float]:
-    return colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(hex_colour))
-
-
-def test_a_backend_keeps_its_colour_in_every_report_and_variants_share_its_hue() -> None:
+def test_a_backend_keeps_its_colour_in_every_report_and_variants_share_it() -> None:
     alone = plots.palette(["flat-mmk"])["flat-mmk"]
     crowded = plots.palette(["mine", "pickle", "cloudpickle", "flat-mmk", "x.y:z"])
     assert crowded["flat-mmk"] == alone
     assert len(set(crowded.values())) == len(crowded)
-    variant = plots.backend_colour("flat-mmk:threshold=inf")
-    assert variant != alone
-    (h1, l1, _), (h2, l2, _) = _hue(alone), _hue(variant)
-    assert h1 == pytest.approx(h2, abs=0.02) and l2 > l1  # same hue, lighter
+    assert plots.backend_colour("flat-mmk:threshold=inf") == alone  # line_style dashes / hatches it
     assert plots.backend_colour("mypkg.myser:factory") == plots.backend_colour("mypkg.myser:factory")
 
 

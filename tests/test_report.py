@@ -27,6 +27,7 @@ import pytest
 from PIL import Image
 
 from serbench import commands, compare, environment, report, results
+from serbench.metrics import metric
 from serbench.report import plots, run_page
 from serbench.report.page import TIMES, Look, line
 from serbench.results import (
@@ -451,8 +452,9 @@ def test_a_schema_1_file_reports_as_its_schema_2_resave_does(tmp_path):
     for rec in raw:  # every case of the file as schema 1 named it: scenario|spec@transport|workload
         case = "|".join((rec["scenario"], rec["backend"], rec["workload"]))
         assert case in {c for c, _ in shown}, case
-        for name in rec["metrics"]:
-            assert (case, name) in shown, (case, name)
+        for name in rec["metrics"]:  # a statistic of another's samples (ttft_p99_s) in that one's table
+            shown_as = metric(name).statistic_of or name
+            assert (case, shown_as) in shown, (case, name)
     assert {"pickle@shm", "msgspec-frombuffer@shm", "msgspec-frombuffer:threshold=inf@shm"} <= _row_labels(
         new
     )
@@ -524,3 +526,129 @@ def test_a_rate_sweep_is_drawn_with_a_line_per_transport():
     assert "Against offered load (--rate sweep)" in ipc
     assert re.search(r'<img src="data:image/png;base64,[^"]+" alt="Against offered load', ipc)
     assert {"pickle", "pickle@shm", "msgspec-frombuffer"} <= _row_labels(ipc)
+
+
+# ---------------------------------------------------------------- figures as matplotlib draws them
+
+# The memory matrix of a default run: the variants are the zero-copy backends with threshold=inf.
+ZERO_COPY = ("pickle-oob", "numpy-intermediate", "msgspec-frombuffer", "flat-mmk")
+VARIANTS = tuple(f"{b}:threshold=inf" for b in ZERO_COPY[1:])
+COPIES = {"pickle": 3.0, "cloudpickle": 3.0, **dict.fromkeys(ZERO_COPY, 1.0), **dict.fromkeys(VARIANTS, 2.0)}
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The ``matplotlib.figure.Figure`` of every plot drawn, kept instead of rendered to PNG."""
+    figures: list = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    return figures
+
+
+def _data_lines(ax) -> list:
+    """An axes' lines through data points (not error bar caps, not marks)."""
+    return [ln for ln in ax.get_lines() if ln.get_linestyle() != "None" and len(ln.get_xdata()) > 1]
+
+
+def test_coinciding_memory_lines_each_get_a_style_and_a_place_of_their_own(drawn):
+    """The default run's copies: pickle exactly under cloudpickle, the four zero-copy backends
+    at one copy, three variants at two. Every line has its own colour, marker, dashes or fill,
+    and its own x at a workload (dodged, within a fraction of an octave of the true x), so
+    none hides another; the legend names all nine."""
+    records = [
+        results.record(
+            Case("memory", spec, f"images-{n}", "ipc"), metrics={"copies": summarize([copies] * 5, "ratio")}
+        )
+        for spec, copies in COPIES.items()
+        for n in (4, 32)
+    ]
+    look = Look.of(Results(records=records))
+    cells = {(line(r), r.workload): r.metrics["copies"] for r in records}
+    plots.against([plots.Panel("copies", "ratio", "median", cells)], look.styles(look.lines(records)))
+    (fig,) = drawn
+    lines = _data_lines(fig.axes[0])
+    assert len(lines) == len(COPIES)
+    looks = {(ln.get_color(), ln.get_marker(), ln.get_linestyle(), ln.get_markerfacecolor()) for ln in lines}
+    assert len(looks) == len(COPIES)
+    for i, true_x in enumerate((4, 32)):
+        xs = [ln.get_xdata()[i] for ln in lines]
+        assert len(set(xs)) == len(COPIES)
+        assert all(abs(np.log2(x / true_x)) < 0.5 for x in xs)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(COPIES)
+
+
+def test_a_variant_keeps_its_backends_colour_and_differs_in_dashes_hatch_and_fill():
+    base, variant = (plots.line_style(Case("memory", s, "images-4"), s) for s in ("flat-mmk", VARIANTS[-1]))
+    assert variant.colour == base.colour == plots.backend_colour("flat-mmk")
+    assert (base.dash, base.hatch, base.hollow) == ("-", "", False)
+    assert variant.dash != "-" and variant.hatch and variant.hollow
+    assert variant.marker == base.marker != plots.line_style(Case("memory", "pickle", "x"), "").marker
+    look = Look.of(
+        Results(records=[results.record(Case("memory", s, "images-4")) for s in ("flat-mmk", VARIANTS[-1])])
+    )
+    assert "repeating-linear-gradient" in look.backend(VARIANTS[-1])  # the swatch striped like the hatch
+    assert "repeating-linear-gradient" not in look.backend("flat-mmk")
+
+
+def test_a_narrow_linear_axis_starts_at_zero_so_noise_looks_like_noise(drawn):
+    """ITL medians at 5.30-5.50 ms: a linear axis from zero, in ms, with few ticks."""
+    rng = np.random.default_rng(5)
+    cells = {
+        (line(spec), f"images-{n}"): summarize(rng.normal(5.4e-3, 0.05e-3, 50), "s")
+        for spec in ("pickle", "flat-mmk")
+        for n in (4, 32)
+    }
+    look = Look.of(
+        Results(records=[results.record(Case("ipc", s, "images-4")) for s in ("pickle", "flat-mmk")])
+    )
+    plots.against([plots.Panel("ITL", "s", "median", cells)], look.styles([line("pickle"), line("flat-mmk")]))
+    ax = drawn[0].axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    assert ax.get_ylim()[1] > 5.5
+    assert ax.get_ylabel().endswith("(ms)")
+    assert len(ax.yaxis.get_major_locator()()) <= plots.TICKS + 1
+
+
+def test_each_cdf_axes_has_the_unit_of_its_own_workload(drawn):
+    """Text TTFT in ms beside 32 images' in s (not 0.008 s), with few enough ticks to read."""
+    rng = np.random.default_rng(8)
+    cells = {
+        (line("pickle"), "text-sonnet"): summarize(rng.normal(0.010, 0.002, 50), "s"),
+        (line("pickle"), "images-32"): summarize(rng.normal(1.4, 0.05, 6), "s"),
+    }
+    look = Look.of(Results(records=[results.record(Case("ipc", "pickle", "text-sonnet"))]))
+    plots.cdf(
+        plots.Panel("TTFT", "s", "median", cells), look.styles([line("pickle")]), ["text-sonnet", "images-32"]
+    )
+    text, images = drawn[0].axes[:2]
+    assert text.get_xlabel() == "TTFT (ms)" and images.get_xlabel() == "TTFT (s)"
+    assert 5 < max(_data_lines(text)[0].get_xdata()) < 50  # plotted in ms
+    for ax in (text, images):
+        assert len(ax.xaxis.get_major_locator()()) <= plots.TICKS + 1
+
+
+SAME_FILE = "base and head are the same file: every difference is noise"
+
+
+def test_a_comparison_of_one_file_with_itself_says_so_at_the_top(built, compared, tmp_path):
+    folder = built[0]
+    base = folder / "results.json"
+    twice = str(folder / ".." / folder.name / "results.json")  # the same file, spelt otherwise
+    assert commands.main(["report", str(base), twice, "--out", str(tmp_path / "same")]) == 0
+    page = (tmp_path / "same" / "index.html").read_text()
+    assert SAME_FILE in page and page.index(SAME_FILE) < page.index("<section")
+    copied = tmp_path / "copy.json"
+    copied.write_bytes(base.read_bytes())
+    twin = report.render_comparison(results.load(base), results.load(copied), (str(base), str(copied)))
+    assert "base and head hold the same results (identical contents): every difference is noise" in twin
+    different = (compared[0] / "index.html").read_text()
+    assert "every difference is noise" not in different
+
+
+def test_ttft_p99_is_tabled_once() -> None:
+    """ttft_p99_s is the p99 of ttft_s's samples: the TTFT figures' p99 table says it, once, and
+    it does not come back under "Other metrics"."""
+    data = results.load(SCHEMA_1)
+    assert sum("ttft_p99_s" in r.metrics for r in data.records) > 0  # the fixture has it to show
+    page = run_page.render(data, str(SCHEMA_1))
+    assert page.count("<caption>TTFT: p99") == 1
+    assert "TTFT p99: " not in page

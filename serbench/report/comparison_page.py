@@ -9,7 +9,9 @@ figures draw a line per ``page.line`` (a backend over shm apart from it over ipc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from serbench import compare
 from serbench.metrics import metric
@@ -101,7 +103,7 @@ def _comparison_scenario(
     scenario: str, rows: Sequence[compare.MetricComparison], workloads: list[str], look: Look
 ) -> str:
     """The ratio figure and every row of one scenario, ordered like the run (workload, line)."""
-    lines = list(look.colours)
+    lines = list(look.drawn)
     rows = sorted(rows, key=lambda r: (workloads.index(r.case.workload), lines.index(line(r.case)), r.metric))
     png = _ratio_figure(scenario, rows, look)
     title = f"{scenario}: head / base per case (1 = unchanged; {TIMES} regression, + improvement)"
@@ -152,6 +154,28 @@ def verdict_section(result: compare.Comparison, max_regression: float, look: Loo
     return section("verdict", "Verdict", summary + warning + marked + lists)
 
 
+def _same_file(sources: tuple[str, str]) -> bool:
+    """Whether both sources name one file (a path spelt twice, a link to it)."""
+    if not all(sources):
+        return False
+    try:
+        return os.path.samefile(*sources)
+    except OSError:  # a source that is not (or no longer) a file: compare what the names say
+        return Path(sources[0]).resolve() == Path(sources[1]).resolve()
+
+
+def same_results(base: Results, head: Results, sources: tuple[str, str]) -> str:
+    """A banner at the top when base and head are one file or hold the same results: then every
+    difference on the page is the measurement's noise, not a change; nothing otherwise."""
+    if _same_file(sources):
+        what = "base and head are the same file"
+    elif base == head:
+        what = "base and head hold the same results (identical contents)"
+    else:
+        return ""
+    return f"<p class='banner moderate'>{e(what)}: every difference is noise.</p>"
+
+
 def render_comparison(
     base: Results, head: Results, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
 ) -> str:
@@ -162,6 +186,7 @@ def render_comparison(
     scenarios = unique(r.case.scenario for r in result.rows)
     workloads = unique(r.workload for d in (base, head) for r in d.records)
     sections = [
+        same_results(base, head, sources),
         incomplete(base, "The base run") + incomplete(head, "The head run"),
         verdict_section(result, max_regression, look),
         environment_section(runs),

@@ -72,12 +72,12 @@ def lines_of(records: Iterable[Record]) -> list[Case]:
 
 @dataclass(frozen=True)
 class Look:
-    """What every section shares: each line's colour (``plots.line_colour``) and label
-    (``Results.row_label``), in legend order, and which backend specs are unsafe (declared
-    so) or undeclared (no claim made; treated as unsafe)."""
+    """What every section shares: each line's ``plots.Style`` (``plots.line_style``: colour,
+    marker, dashes and hatch for a variant) with its label (``Results.row_label``), in legend
+    order, and which backend specs are unsafe (declared so) or undeclared (no claim made;
+    treated as unsafe)."""
 
-    colours: dict[Case, str]
-    labels: dict[Case, str]
+    drawn: dict[Case, Style]
     unsafe: frozenset[str] = frozenset()
     undeclared: frozenset[str] = frozenset()
 
@@ -89,48 +89,57 @@ class Look:
         found = unique(
             [*(line(r) for d in docs for r in d.records), *(line(b) for d in docs for b in d.backends)]
         )
-        labels = {}
+        drawn = {}
         for case in found:  # named by the last document that declares its backend
             declaring = [d for d in docs if case.backend in d.backends] or docs[-1:]
-            labels[case] = declaring[-1].row_label(case)
+            drawn[case] = plots.line_style(case, declaring[-1].row_label(case))
         declared = {spec: b.safe for d in docs for spec, b in d.backends.items()}
         return cls(
-            {case: plots.line_colour(case) for case in found},
-            labels,
+            drawn,
             frozenset(spec for spec, safe in declared.items() if safe is False),
             frozenset(spec for spec, safe in declared.items() if safe is None),
         )
 
+    @property
+    def labels(self) -> dict[Case, str]:
+        return {case: style.label for case, style in self.drawn.items()}
+
     def lines(self, records: Iterable[Record]) -> list[Case]:
         """The lines of ``records`` in legend order."""
         present = set(lines_of(records))
-        return [case for case in self.colours if case in present]
+        return [case for case in self.drawn if case in present]
 
     def styles(self, lines: Iterable[Case]) -> dict[Case, Style]:
         """``lines`` as a figure draws them (``plots.Style``), in the given order."""
-        # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
-        from serbench.report.plots import Style
-
-        return {case: Style(self.colour(case), self.label(case)) for case in lines}
+        return {case: self.drawn[line(case)] for case in lines}
 
     def colour(self, case: Case) -> str:
-        return self.colours.get(line(case), "#999")
+        style = self.drawn.get(line(case))
+        return style.colour if style else "#999"
 
     def label(self, case: Case) -> str:
         key = line(case)
-        return self.labels.get(key, key.row)
+        style = self.drawn.get(key)
+        return style.label if style else key.row
+
+    def swatch(self, case: Case | str) -> str:
+        """A line's colour as a small square; striped for a variant, as its bars are hatched."""
+        colour, style = self.colour(case), self.drawn.get(line(case))
+        fill = colour
+        if style and style.hollow:
+            fill = f"repeating-linear-gradient(135deg,{colour} 0 2px,#fff 2px 3.5px)"
+        return f'<span class="swatch" style="background:{fill}"></span>'
 
     def backend(self, case: Case | str) -> str:
-        """A line's label (or a backend spec's) with its colour swatch and, if its backend is or
-        may be unsafe, a mark."""
+        """A line's label (or a backend spec's) with its swatch and, if its backend is or may be
+        unsafe, a mark."""
         key = line(case)
-        swatch = f'<span class="swatch" style="background:{self.colour(key)}"></span>'
         mark = ""
         if key.backend in self.unsafe:
             mark = ' <span class="badge bad" title="executes code from its input">unsafe</span>'
         elif key.backend in self.undeclared:
             mark = ' <span class="badge bad" title="declares no safety: treated as unsafe">undeclared</span>'
-        return f"<span class='backend'>{swatch}{e(self.label(key))}{mark}</span>"
+        return f"<span class='backend'>{self.swatch(key)}{e(self.label(key))}{mark}</span>"
 
 
 # ---------------------------------------------------------------- metric cells

@@ -2,21 +2,31 @@
 
 Figures are built on ``matplotlib.figure.Figure`` directly (the Agg canvas,
 no pyplot and no global backend switch), so the report can run inside any
-process. Every figure gives a backend the colour ``palette`` assigned it, so
-a reader can follow one backend down the page; every axis carries its unit,
-scaled to something readable (ms, MB ...) from the data it shows.
+process. Every figure draws a line with the ``Style`` ``line_style`` gave it:
+a backend keeps one hue and one marker in every report, so a reader can follow
+it down the page, and a variant of it (``:threshold=inf``) or a run along
+another dimension (``@shm``) is told apart by line style, hatch and hollow
+markers rather than by a lighter shade. Every axis carries its unit, scaled to
+something readable (ms, MB ...) from the data it shows; a linear value axis
+starts at zero, so noise looks like noise.
 
 A figure draws *lines*: whatever the caller groups its cases by (the report:
 a ``results.Case`` without scenario and workload, so every dimension of a case
-gets its own line), each with its ``Style`` (colour and legend label).
-Figures read the typed model: ``stats.Measurement`` and ``results.Sweep``.
+gets its own line). Figures read the typed model: ``stats.Measurement`` and
+``results.Sweep``.
+
+Layout is fixed margins in inches (``_figure``), not matplotlib's constrained
+layout: that one lays a figure out by drawing it once more, which was most of
+the report's time.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
+import textwrap
 import zlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,12 +35,13 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from serbench.results import Case, Sweep, SweepPoint
 from serbench.serializers import BUILTINS
-from serbench.specs import Spec, SpecError, format_spec, parse_spec
+from serbench.specs import Spec, SpecError, parse_spec
 from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.units import UNITLESS, scale_for
 
@@ -39,16 +50,28 @@ DPI = 100
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
+TICKS = 5  # at most this many labelled ticks on a linear axis: labels that never run together
+NICE_STEPS = (1, 2, 2.5, 5, 10)  # tick steps: 0, 1, 2, 3 rather than 0, 0.8, 1.6, 2.4
 
 Cell = tuple[Hashable, str]  # (line, workload): one slot of a figure
 
 
 @dataclass(frozen=True)
 class Style:
-    """How a figure draws one line (a backend and the dimensions it ran with): colour, legend label."""
+    """How a figure draws one line (a backend and the dimensions it ran with): colour, legend
+    label, marker, line style, bar hatch, and hollow markers (a variant's)."""
 
     colour: str
     label: str
+    marker: str = "o"
+    dash: str = "-"
+    hatch: str = ""
+    hollow: bool = False
+
+    def line_kwargs(self) -> dict[str, object]:
+        """What ``Axes.plot`` and ``Axes.errorbar`` take to draw this line."""
+        face = "white" if self.hollow else self.colour
+        return {"color": self.colour, "marker": self.marker, "linestyle": self.dash, "markerfacecolor": face}
 
 
 Lines = Mapping[Hashable, Style]  # a figure's lines in legend order
@@ -103,29 +126,34 @@ def stat_value(metric: Measurement, stat: str) -> float:
     return float(np.percentile(metric.values, 99))
 
 
+def _parsed(spec: str) -> Spec:
+    try:
+        return parse_spec(spec)
+    except SpecError:
+        return Spec(spec, {})
+
+
+def _builtin_or_hashed(name: str, builtin: Sequence, other: Sequence):
+    """A built-in backend's entry of ``builtin`` (registry order); any other name's, hashed into ``other``."""
+    builtins = list(BUILTINS)
+    if name in builtins:
+        return builtin[builtins.index(name)]
+    return other[zlib.crc32(name.encode()) % len(other)]
+
+
 def backend_colour(spec: str) -> str:
-    """A backend's colour (hex), from its spec alone: the same in every report.
+    """A backend's colour (hex), from its name alone: the same in every report.
 
     The built-ins keep tab10's first six colours in registry order; any other
     name hashes to one of tab20's remaining colours. A variant (a spec with
-    options, e.g. ``msgspec-frombuffer:threshold=inf``) is its backend's hue,
-    lightened by an amount its options fix.
+    options, e.g. ``msgspec-frombuffer:threshold=inf``) keeps its backend's
+    colour: ``line_style`` tells it apart by line style and hatch, since
+    lightened shades of one hue are hard to tell apart.
     """
     tab20 = matplotlib.colormaps["tab20"].colors
-    try:
-        parsed = parse_spec(spec)
-    except SpecError:
-        parsed = Spec(spec, {})
-    builtins = list(BUILTINS)
-    if parsed.name in builtins:
-        rgb = tab20[2 * builtins.index(parsed.name)]  # tab20's even entries are tab10's colours
-    else:
-        free = [c for i, c in enumerate(tab20) if i % 2 or i >= 2 * len(builtins)]
-        rgb = free[zlib.crc32(parsed.name.encode()) % len(free)]
-    if parsed.options:
-        shade = 0.35 + 0.15 * (zlib.crc32(format_spec(parsed).encode()) % 3)
-        rgb = tuple(c + (1 - c) * shade for c in rgb)
-    return matplotlib.colors.to_hex(rgb)
+    tab10 = tab20[::2][: len(BUILTINS)]  # tab20's even entries are tab10's colours
+    free = [c for i, c in enumerate(tab20) if i % 2 or i >= 2 * len(BUILTINS)]
+    return matplotlib.colors.to_hex(_builtin_or_hashed(_parsed(spec).name, tab10, free))
 
 
 def palette(backends: Sequence[str]) -> dict[str, str]:
@@ -146,6 +174,24 @@ def line_colour(case: Case) -> str:
     return matplotlib.colors.to_hex(tuple(c * (1 - shade) for c in matplotlib.colors.to_rgb(colour)))
 
 
+BUILTIN_MARKERS = ("o", "s", "^", "D", "v", "P")  # one per built-in backend, registry order
+OTHER_MARKERS = ("X", "*", "<", ">", "h", "p", "d")
+# (variant, other dimensions) → line style and bar hatch
+VARIATIONS = {(False, False): ("-", ""), (True, False): ("--", "//"), (False, True): (":", ".."),
+              (True, True): ("-.", "//..")}  # fmt: skip
+
+
+def line_style(case: Case, label: str) -> Style:
+    """How every figure draws a case's line, from the case alone (the same in every report):
+    its ``line_colour``, a marker per backend name, and for a variant (options in its spec)
+    dashes, a hatch and hollow markers; a dimension off its default (``@shm``) dots."""
+    spec = _parsed(case.backend)
+    variant, dimensions = bool(spec.options), case.row != case.backend
+    dash, hatch = VARIATIONS[variant, dimensions]
+    marker = _builtin_or_hashed(spec.name, BUILTIN_MARKERS, OTHER_MARKERS)
+    return Style(line_colour(case), label, marker, dash, hatch, hollow=variant)
+
+
 @dataclass(frozen=True)
 class Panel:
     """One metric statistic across cases: what one axes of a figure shows."""
@@ -157,19 +203,53 @@ class Panel:
     failed: frozenset[Cell] = field(default_factory=frozenset)
     log: bool = True
 
-    def scale(self) -> tuple[float, str]:
-        values = [stat_value(m, self.stat) for m in self.cells.values()]
+    def scale(self, workload: str | None = None) -> tuple[float, str]:
+        """The display factor and unit of the panel's values, or of one workload's only (an axes
+        of its own: the text workload's ms beside the images' seconds)."""
+        values = [stat_value(m, self.stat) for (_, w), m in self.cells.items() if workload in (None, w)]
         return scale_for(self.unit, max(values, default=0.0))
 
-    def axis_label(self) -> str:
-        _, unit = self.scale()
+    def axis_label(self, workload: str | None = None) -> str:
+        _, unit = self.scale(workload)
         stat = "" if self.stat == "median" else f" {self.stat}"
         return f"{self.label}{stat}" + ("" if unit in UNITLESS else f" ({unit})")
 
 
-def _figure(rows: int, cols: int, row_height: float) -> tuple[Figure, list]:
-    fig = Figure(figsize=(WIDTH_IN, 0.6 + row_height * rows), layout="constrained")
-    return fig, list(fig.subplots(rows, cols, squeeze=False).ravel())
+# Fixed margins, inches: enough for tick labels and a label of two lines beside or below an axes.
+LEFT_IN, RIGHT_IN = 1.0, 0.25
+COLUMN_GAP_IN = 1.0  # between axes side by side: the right one's tick labels and y label
+ROW_GAP_IN = 0.62  # below each axes: its tick labels and x label
+TITLE_IN = 0.3  # above each axes with a title
+LEGEND_ROW_IN = 0.25
+LABEL_CHAR_IN = 0.08  # one character of a 10 pt label
+
+
+def _figure(
+    rows: int, cols: int, row_height: float, lines: Lines, *, titled: bool = False, bars: bool = False
+) -> tuple[Figure, list]:
+    """A figure of ``rows`` x ``cols`` axes under a legend of ``lines``; ``row_height`` inches per
+    row, its labels (and title, when ``titled``) included. The margins are fixed here, since
+    constrained layout costs a second drawing of every figure."""
+    labels = [s.label for s in lines.values()]
+    columns = legend_columns(labels)
+    legend_in = LEGEND_ROW_IN * math.ceil(len(labels) / columns) + 0.1 if labels else 0.1
+    title_in = TITLE_IN if titled else 0.0
+    height = legend_in + rows * row_height
+    axes_h = row_height - ROW_GAP_IN - title_in
+    axes_w = (WIDTH_IN - LEFT_IN - RIGHT_IN - (cols - 1) * COLUMN_GAP_IN) / cols
+    fig = Figure(figsize=(WIDTH_IN, height))
+    grid = {
+        "left": LEFT_IN / WIDTH_IN,
+        "right": 1 - RIGHT_IN / WIDTH_IN,
+        "top": 1 - (legend_in + title_in) / height,
+        "bottom": ROW_GAP_IN / height,
+        "wspace": COLUMN_GAP_IN / axes_w,
+        "hspace": (ROW_GAP_IN + title_in) / axes_h,
+    }
+    axes = list(fig.subplots(rows, cols, squeeze=False, gridspec_kw=grid).ravel())
+    if labels:
+        _backend_legend(fig, lines, columns, bars)
+    return fig, axes
 
 
 def _png(fig: Figure) -> bytes:
@@ -189,13 +269,22 @@ def legend_columns(labels: Sequence[str], width_in: float = WIDTH_IN) -> int:
     return max(1, min(len(labels), int(width_in // entry)))
 
 
-def _backend_legend(fig: Figure, lines: Lines) -> None:
-    handles = [
-        Line2D([], [], color=s.colour, marker="s", linestyle="", markersize=10) for s in lines.values()
-    ]
-    labels = [s.label for s in lines.values()]
-    columns = legend_columns(labels, fig.get_figwidth())
-    fig.legend(handles, labels, loc="outside upper center", ncols=columns, frameon=False)
+def _backend_legend(fig: Figure, lines: Lines, columns: int, bars: bool) -> None:
+    """The lines' legend across the top: a hatched patch per line over bars, else a stretch of
+    line with its marker, so a variant's dashes show in the legend too."""
+    styles = list(lines.values())
+    if bars:
+        handles = [Patch(facecolor=s.colour, hatch=s.hatch, edgecolor="white", linewidth=0) for s in styles]
+    else:
+        handles = [Line2D([], [], markersize=7, **s.line_kwargs()) for s in styles]
+    fig.legend(handles, [s.label for s in styles], loc="upper center", ncols=columns, frameon=False,
+               handlelength=2.5, borderaxespad=0.3)  # fmt: skip
+
+
+def _ylabel(ax, text: str) -> None:
+    """``text`` as the y label, wrapped to the axes' height (long labels ran into the next axes)."""
+    height_in = ax.get_position().height * ax.figure.get_figheight()
+    ax.set_ylabel(textwrap.fill(text, max(12, int(height_in / LABEL_CHAR_IN))))
 
 
 def _plain(value: float, _pos=None) -> str:
@@ -209,19 +298,29 @@ def _two_and_five(value: float, _pos=None) -> str:
 
 
 def log_axis(ax, values: Sequence[float], axis: str = "y") -> None:
-    """Log scale with plain numbers (0.01, 2, 500), minor labels only when the data span < 2 decades."""
+    """Log scale with plain numbers (0.01, 2, 500). Over less than 3x (a ratio from 0.8 to 1.25)
+    every minor tick is labelled; within two decades, minor ticks at 2 and 5 times a power of ten are;
+    wider, those stay unlabelled. (Minor ticks at 2..9 on every log axis were a third of the
+    report's drawing time: each tick is a handful of artists.)"""
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(_plain))
-    narrow = max(values) < 100 * min(values)
-    target.set_minor_formatter(FuncFormatter(_two_and_five) if narrow else NullFormatter())
+    span = max(values) / min(values)
+    target.set_minor_locator(LogLocator(subs="auto" if span < 3 else (2.0, 5.0)))
+    labels = FuncFormatter(_plain) if span < 3 else FuncFormatter(_two_and_five) if span < 100 else None
+    target.set_minor_formatter(labels or NullFormatter())
 
 
-def _use_log(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None:
-    """A log axis where the values span at least a decade; a narrower span (ITL p99 at
-    5.1-5.6 ms) may hold no labelled log tick at all, so it stays linear."""
+def _value_axis(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None:
+    """A log axis where the values span at least a decade. A narrower span (ITL at 5.3-5.5 ms)
+    stays linear, with at most ``TICKS`` labels, and a linear y axis starts at zero: on an axis
+    from 5.30 to 5.50 ms, 0.1 ms of noise looked like crossing trends."""
     if panel.log and values and min(values) > 0 and max(values) >= 10 * min(values):
         log_axis(ax, values, axis)
+        return
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_locator(MaxNLocator(TICKS, steps=NICE_STEPS))
+    if axis == "y" and values:
+        ax.set_ylim(0, max(values) * 1.08 or 1)  # room above the highest point: none sits on the frame
 
 
 def _error(metric: Measurement, stat: str, factor: float) -> tuple[float, float]:
@@ -233,11 +332,12 @@ def _error(metric: Measurement, stat: str, factor: float) -> tuple[float, float]
 
 
 def _bar_panel(ax, panel: Panel, lines: Lines, workloads: Sequence[str]) -> None:
+    """Every bar of the panel in one ``bar`` call and every whisker in one ``errorbar`` call (a
+    call per line cost a tenth of the report's time)."""
     factor, _ = panel.scale()
     width = 0.8 / len(lines)
-    heights = []
+    xs, ys, errs, styles, failed = [], [], [], [], []
     for i, (line, style) in enumerate(lines.items()):
-        xs, ys, errs = [], [], []
         for j, workload in enumerate(workloads):
             x = j - 0.4 + width * (i + 0.5)
             metric = panel.cells.get((line, workload))
@@ -245,21 +345,21 @@ def _bar_panel(ax, panel: Panel, lines: Lines, workloads: Sequence[str]) -> None
                 xs.append(x)
                 ys.append(stat_value(metric, panel.stat) / factor)
                 errs.append(_error(metric, panel.stat, factor))
+                styles.append(style)
             elif (line, workload) in panel.failed:
-                ax.plot(
-                    x,
-                    0.02,
-                    "x",
-                    color=FAILED_COLOUR,
-                    transform=blended_transform_factory(ax.transData, ax.transAxes),
-                )
-        if xs:
-            yerr = np.array(errs).T if np.any(errs) else None
-            ax.bar(xs, ys, width, color=style.colour, yerr=yerr, capsize=2, ecolor="#333")
-        heights += ys
-    _use_log(ax, panel, heights)
+                failed.append(x)
+    if xs:
+        ax.bar(xs, ys, width, color=[s.colour for s in styles], hatch=[s.hatch for s in styles],
+               edgecolor="white", linewidth=0)  # fmt: skip
+    if np.any(errs):
+        ax.errorbar(xs, ys, yerr=np.array(errs).T, fmt="none", ecolor="#333", capsize=2)
+    if failed:
+        ax.plot(failed, [0.02] * len(failed), "x", color=FAILED_COLOUR,
+                transform=blended_transform_factory(ax.transData, ax.transAxes))  # fmt: skip
+    _value_axis(ax, panel, [y + high for y, (_, high) in zip(ys, errs, strict=True)])  # whiskers inside
     ax.set_xticks(range(len(workloads)), workloads)
-    ax.set_ylabel(panel.axis_label())
+    ax.set_xlim(-0.5, len(workloads) - 0.5)  # every workload's slot, even one with no bar
+    _ylabel(ax, panel.axis_label())
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -268,26 +368,25 @@ def bars(panels: Sequence[Panel], lines: Lines, workloads: Sequence[str]) -> byt
 
     A red cross at the foot of an empty slot marks a case that failed.
     """
-    fig, axes = _figure(len(panels), 1, 2.9)
+    fig, axes = _figure(len(panels), 1, 2.9, lines, bars=True)
     for ax, panel in zip(axes, panels, strict=True):
         _bar_panel(ax, panel, lines, workloads)
     axes[-1].set_xlabel("workload")
-    _backend_legend(fig, lines)
     return _png(fig)
 
 
 def cdf(panel: Panel, lines: Lines, workloads: Sequence[str]) -> bytes:
     """Empirical CDF of a metric's raw samples, one axes per workload, a line per backend line.
 
-    Each axes' title says n (samples per backend); a backend with fewer than
-    ``MIN_DISTRIBUTION`` samples gets its points only, no line, since they are
-    not a distribution.
+    Each axes' title says n (samples per backend) and its x axis has its own unit (text's
+    TTFT in ms beside 32 images' in s); a backend with fewer than ``MIN_DISTRIBUTION``
+    samples gets its points only, no line, since they are not a distribution.
     """
     rows = math.ceil(len(workloads) / 4)
     cols = math.ceil(len(workloads) / rows)  # 4 workloads: one row of 4; 5: two rows of 3
-    fig, axes = _figure(rows, cols, 2.8)
-    factor, _ = panel.scale()
+    fig, axes = _figure(rows, cols, 3.1, lines, titled=True)
     for ax, workload in zip(axes, workloads, strict=False):
+        factor, _ = panel.scale(workload)
         samples, counts = [], []
         for line, style in lines.items():
             metric = panel.cells.get((line, workload))
@@ -295,20 +394,19 @@ def cdf(panel: Panel, lines: Lines, workloads: Sequence[str]) -> bytes:
                 continue
             xs = np.sort(np.asarray(metric.values, dtype=float)) / factor
             ys = np.arange(1, len(xs) + 1) / len(xs)
+            drawn = style.line_kwargs()
             if len(xs) < MIN_DISTRIBUTION:
-                ax.plot(xs, ys, "o", color=style.colour)
+                ax.plot(xs, ys, **{**drawn, "linestyle": ""})
             else:
-                marker = "o" if len(xs) < FEW_SAMPLES else ""
-                ax.step(xs, ys, where="post", color=style.colour, marker=marker)
+                ax.step(xs, ys, where="post", **drawn, markevery=1 if len(xs) < FEW_SAMPLES else [])
             samples += [xs[0], xs[-1]]
             counts.append(len(xs))
-        _use_log(ax, panel, samples, axis="x")
+        _value_axis(ax, panel, samples, axis="x")
         title = workload + (f", {_count_range(counts)}" if counts else "")
-        ax.set(title=title, xlabel=panel.axis_label(), ylabel="cumulative fraction", ylim=(0, 1.02))
+        ax.set(title=title, xlabel=panel.axis_label(workload), ylabel="cumulative fraction", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
     for ax in axes[len(workloads) :]:
         ax.set_visible(False)
-    _backend_legend(fig, lines)
     return _png(fig)
 
 
@@ -335,47 +433,50 @@ SWEEP_PANELS = (
 
 
 def _sweep_latency(
-    ax, points: Sequence[SweepPoint], name: str, factor: float, xs: list[float], colour: str
+    ax, points: Sequence[SweepPoint], name: str, factor: float, xs: list[float], style: Style
 ) -> None:
-    """Median (solid) and, from 5 samples on, p99 (dashed) of one metric against offered load."""
+    """Median (solid, the line's markers) and, from 5 samples on, p99 (dashed) of one metric
+    against offered load: here dashes mean p99, not a variant."""
     pairs = zip(xs, points, strict=True)
     found = [(x, p.metrics[name].values) for x, p in pairs if name in p.metrics]
     if not found:
         return
     x = [x for x, _ in found]
-    ax.plot(x, [float(np.median(v)) * factor for _, v in found], "o-", color=colour)
+    solid = {**style.line_kwargs(), "linestyle": "-"}
+    ax.plot(x, [float(np.median(v)) * factor for _, v in found], **solid)
     tail = [(x, float(np.percentile(v, 99)) * factor) for x, v in found if len(v) >= MIN_DISTRIBUTION]
     if tail:
-        ax.plot([x for x, _ in tail], [y for _, y in tail], "--", color=colour)
+        ax.plot([x for x, _ in tail], [y for _, y in tail], "--", color=style.colour)
 
 
-def _sweep_rates(ax, points: Sequence[SweepPoint], xs: list[float], colour: str) -> None:
+def _sweep_rates(ax, points: Sequence[SweepPoint], xs: list[float], style: Style) -> None:
     """Admitted rate (solid) and goodput (dashed) against offered load."""
     admitted = [(x, p.admitted_per_s) for x, p in zip(xs, points, strict=True) if p.admitted_per_s]
-    ax.plot([x for x, _ in admitted], [a for _, a in admitted], "o-", color=colour)
-    ax.plot(xs, [p.goodput_per_s for p in points], "--", color=colour)
+    ax.plot([x for x, _ in admitted], [a for _, a in admitted], **{**style.line_kwargs(), "linestyle": "-"})
+    ax.plot(xs, [p.goodput_per_s for p in points], "--", color=style.colour)
 
 
 def rate_sweep(sweeps: dict[Cell, Sweep], lines: Lines, workloads: Sequence[str]) -> bytes:
     """Against offered load (requests/s, log x; ``inf`` = everything at once), as vLLM's serving
     benchmark plots it: per workload (a row each) TTFT, ingress and throughput (admitted and
     goodput), a line per backend line; a vertical mark where one saturated."""
-    fig, axes = _figure(len(workloads), len(SWEEP_PANELS), 3.0)
+    drawn = {line: style for line, style in lines.items() if any((line, w) in sweeps for w in workloads)}
+    fig, axes = _figure(len(workloads), len(SWEEP_PANELS), 3.3, drawn, titled=True)
     for row, workload in enumerate(workloads):
         row_axes = axes[row * len(SWEEP_PANELS) : (row + 1) * len(SWEEP_PANELS)]
         for line, style in lines.items():
             sweep = sweeps.get((line, workload))
             if sweep is None:
                 continue
-            points, colour = sweep.points, style.colour
+            points = sweep.points
             xs, labels = _rate_positions([p.rate for p in points])
             for ax, (name, _, factor) in zip(row_axes, SWEEP_PANELS, strict=True):
                 if name == "goodput_per_s":
-                    _sweep_rates(ax, points, xs, colour)
+                    _sweep_rates(ax, points, xs, style)
                 else:
-                    _sweep_latency(ax, points, name, factor, xs, colour)
+                    _sweep_latency(ax, points, name, factor, xs, style)
                 if sweep.saturated_at is not None:
-                    ax.axvline(float(sweep.saturated_at), color=colour, alpha=0.4, linestyle=":")
+                    ax.axvline(float(sweep.saturated_at), color=style.colour, alpha=0.4, linestyle=":")
                 ax.set_xscale("log")
                 ax.set_xticks(xs, labels)
                 ax.minorticks_off()
@@ -387,18 +488,31 @@ def rate_sweep(sweeps: dict[Cell, Sweep], lines: Lines, workloads: Sequence[str]
             else:
                 ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-    drawn = {line: style for line, style in lines.items() if any((line, w) in sweeps for w in workloads)}
-    _backend_legend(fig, drawn)
     return _png(fig)
 
 
+DODGE = 0.25  # the lines at one x spread over this fraction of the gap to the next x (log)
+DODGE_MAX = 0.4  # and over at most this much of the log axis' base (0.4 octave on a log2 axis)
+
+
+def dodges(xs: Sequence[float], count: int, base: float) -> list[float]:
+    """Factors that move ``count`` lines sideways on a log axis of ``base``, one per line, centred
+    on 1: lines that coincide (four zero-copy backends at one copy) stay visible side by side."""
+    logs = sorted({math.log(x, base) for x in xs if x > 0})
+    gap = min((b - a for a, b in itertools.pairwise(logs)), default=1.0)
+    step = min(DODGE * gap, DODGE_MAX) / max(1, count - 1)
+    return [base ** (step * (i - (count - 1) / 2)) for i in range(count)]
+
+
 def _line_panel(ax, panel: Panel, lines: Lines, x_axis: XAxis) -> list[str]:
-    """Plot ``panel`` against ``x_axis``; returns the workload families drawn."""
+    """Plot ``panel`` against ``x_axis``, each line dodged a little sideways (``dodges``; the
+    ticks mark the true x); returns the workload families drawn."""
     factor, unit = panel.scale()
     cells = {cell: m for cell, m in panel.cells.items() if x_axis.value(cell[1]) is not None}
     families = sorted({x_axis.family(w) for _, w in cells})
+    shifts = dodges([x_axis.value(w) for _, w in cells], len(lines), x_axis.base)
     xs_seen, ys = set(), []
-    for line, style in lines.items():
+    for (line, style), shift in zip(lines.items(), shifts, strict=True):
         for k, fam in enumerate(families):
             points = sorted(
                 (
@@ -413,10 +527,15 @@ def _line_panel(ax, panel: Panel, lines: Lines, x_axis: XAxis) -> list[str]:
             x = [n for n, _ in points]
             y = [stat_value(m, panel.stat) / factor for _, m in points]
             err = np.array([_error(m, panel.stat, factor) for _, m in points]).T
-            dash = LINESTYLES[k % len(LINESTYLES)]
-            ax.errorbar(x, y, yerr=err, color=style.colour, linestyle=dash, marker="o", capsize=3)
+            drawn = style.line_kwargs()
+            if len(families) > 1:  # dashes tell the families apart here
+                drawn["linestyle"] = LINESTYLES[k % len(LINESTYLES)]
+            if np.any(err):
+                ax.errorbar([n * shift for n in x], y, yerr=err, capsize=3, **drawn)
+            else:  # a p99, or too few samples: no interval to draw, and errorbar is costly
+                ax.plot([n * shift for n in x], y, **drawn)
             xs_seen.update(x)
-            ys += y
+            ys += [v + high for v, high in zip(y, err[1], strict=True)] if np.any(err) else y
     positive = sorted(x for x in xs_seen if x > 0)
     ax.set_xscale("log", base=x_axis.base)
     if x_axis.base == 2:
@@ -432,10 +551,9 @@ def _line_panel(ax, panel: Panel, lines: Lines, x_axis: XAxis) -> list[str]:
                     xycoords=("axes fraction", "data"), va="bottom", fontsize="x-small",
                     color=FAILED_COLOUR)  # fmt: skip
         ys.append(x_axis.budget / factor)
-    _use_log(ax, panel, ys)
-    if not panel.log:
-        ax.set_ylim(bottom=0)
-    ax.set(xlabel=x_axis.label, ylabel=panel.axis_label())
+    _value_axis(ax, panel, ys)
+    ax.set_xlabel(x_axis.label)
+    _ylabel(ax, panel.axis_label())
     ax.grid(alpha=0.3)
     return families
 
@@ -443,7 +561,7 @@ def _line_panel(ax, panel: Panel, lines: Lines, x_axis: XAxis) -> list[str]:
 def against(panels: Sequence[Panel], lines: Lines, x_axis: XAxis = IMAGES) -> bytes:
     """Each panel as lines against ``x_axis`` (log x), a line per backend line and workload family."""
     cols = min(2, len(panels))
-    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
+    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6, lines)
     families: set[str] = set()
     for ax, panel in zip(axes, panels, strict=False):
         families.update(_line_panel(ax, panel, lines, x_axis))
@@ -455,7 +573,6 @@ def against(panels: Sequence[Panel], lines: Lines, x_axis: XAxis = IMAGES) -> by
             for k in range(len(families))
         ]
         axes[0].legend(styles, sorted(families), fontsize="small")
-    _backend_legend(fig, lines)
     return _png(fig)
 
 
@@ -463,7 +580,7 @@ def against_values(panels: Sequence[Panel], lines: Lines, xs: Mapping[Cell, floa
     """Each panel against a value per cell (``xs``: a measured hit ratio), linear x; a line per
     backend line through its cells in order of x. Cells without an x are left out."""
     cols = min(2, len(panels))
-    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6)
+    fig, axes = _figure(math.ceil(len(panels) / cols), cols, 3.6, lines)
     for ax, panel in zip(axes, panels, strict=False):
         factor, _ = panel.scale()
         ys = []
@@ -474,16 +591,14 @@ def against_values(panels: Sequence[Panel], lines: Lines, xs: Mapping[Cell, floa
             )
             if points:
                 y = [stat_value(m, panel.stat) / factor for _, m in points]
-                ax.plot([x for x, _ in points], y, color=style.colour, marker="o")
+                ax.plot([x for x, _ in points], y, **style.line_kwargs())
                 ys += y
-        _use_log(ax, panel, ys)
-        if not panel.log:
-            ax.set_ylim(bottom=0)
-        ax.set(xlabel=x_label, ylabel=panel.axis_label(), xlim=(-0.05, 1.05))
+        _value_axis(ax, panel, ys)
+        ax.set(xlabel=x_label, xlim=(-0.05, 1.05))
+        _ylabel(ax, panel.axis_label())
         ax.grid(alpha=0.3)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
-    _backend_legend(fig, lines)
     return _png(fig)
 
 
@@ -493,26 +608,29 @@ def timelines(
     """RSS above baseline against time, one axes per side, a line per backend line.
 
     ``runs``: line → a timeline (``MemoryInfo.timeline``) ``{"t_s": [...], side: [bytes, ...],
-    ...}``; a None sample (unreadable) is a gap.
+    ...}``; a None sample (unreadable) is a gap. Each line's markers start at its own offset,
+    so lines that run together (pickle and cloudpickle) still show both.
     """
     sides = list(dict.fromkeys(key for t in runs.values() for key in t if key != "t_s"))
-    fig, axes = _figure(1, len(sides), 3.4)
+    drawn = {line: style for line, style in lines.items() if line in runs}
+    fig, axes = _figure(1, len(sides), 3.7, drawn, titled=True)
     peak = max(
         (v for t in runs.values() for side in sides for v in t.get(side) or () if v is not None), default=0
     )
     factor, unit = scale_for("bytes", peak)
     for ax, side in zip(axes, sides, strict=True):
-        for line, style in lines.items():
-            timeline = runs.get(line)
-            if timeline and side in timeline:
+        for i, (line, style) in enumerate(drawn.items()):
+            timeline = runs[line]
+            if side in timeline:
                 t_ms = np.asarray(timeline["t_s"], dtype=float) * 1e3
-                ax.plot(t_ms, np.asarray(timeline[side], dtype=float) / factor, color=style.colour)
+                step = max(1, len(t_ms) // 6)
+                ax.plot(t_ms, np.asarray(timeline[side], dtype=float) / factor, **style.line_kwargs(),
+                        markevery=(i * step // len(drawn), step))  # fmt: skip
         ax.set(
             title=f"{side}, {workload}", xlabel="time since start (ms)", ylabel=f"RSS above baseline ({unit})"
         )
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    _backend_legend(fig, {line: style for line, style in lines.items() if line in runs})
     return _png(fig)
 
 
@@ -540,13 +658,17 @@ def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], lines: Lines, wor
         low, high = (p.low, p.high) if p.low and p.high else (p.ratio, p.ratio)
         extent += [low, high]
         marker, size = VERDICT_MARKERS.get(p.verdict, ("o", 6))
+        style = lines[p.line]
+        face = "white" if style.hollow and marker == "o" else style.colour
         ax.errorbar(j - 0.4 + width * (i + 0.5), p.ratio, yerr=[[p.ratio - low], [high - p.ratio]],
-                    color=lines[p.line].colour, marker=marker, markersize=size, markeredgecolor="black",
-                    markeredgewidth=0.8 if marker != "o" else 0, capsize=2)  # fmt: skip
+                    color=style.colour, marker=marker, markersize=size, markerfacecolor=face,
+                    markeredgecolor="black" if marker != "o" else style.colour,
+                    markeredgewidth=0.8 if marker != "o" else 1, capsize=2)  # fmt: skip
     ax.axhline(1.0, color="#333", linewidth=0.8)
     log_axis(ax, extent)
     ax.set_ylim(min(extent) / 1.1, max(extent) * 1.1)
     ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_xlim(-0.5, len(workloads) - 0.5)  # every workload's slot, even one with no point
     ax.set(title=title, ylabel="head / base")
     ax.grid(axis="y", alpha=0.3, which="both")
 
@@ -554,10 +676,10 @@ def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], lines: Lines, wor
 def ratios(panels: dict[str, Sequence[RatioPoint]], lines: Lines, workloads: Sequence[str]) -> bytes:
     """Per metric (one axes each, stacked): head/base per case with its interval; log y, 1 = unchanged.
 
-    Regressions are drawn as a large cross, improvements as a large plus.
+    Regressions are drawn as a large cross, improvements as a large plus; the legend's patches
+    give the lines' colours (markers here are verdicts).
     """
-    fig, axes = _figure(len(panels), 1, 2.4)
+    fig, axes = _figure(len(panels), 1, 2.7, lines, titled=True, bars=True)
     for ax, (title, points) in zip(axes, panels.items(), strict=True):
         _ratio_panel(ax, title, points, lines, list(workloads))
-    _backend_legend(fig, lines)
     return _png(fig)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from serbench import compare, system
+from serbench import compare, decision, system
 from serbench.metrics import metric
 from serbench.report.page import (
     DASH,
@@ -49,7 +49,7 @@ from serbench.results import Accelerator, Case, FanoutInfo, IpcInfo, MemoryInfo,
 from serbench.scenarios import SCENARIOS
 from serbench.stats import MIN_DISTRIBUTION
 from serbench.units import format_value
-from serbench.views import Column, Figure
+from serbench.views import P99, Column, Figure
 
 # Half-width of a median's CI over the median: at most this is "quiet", at most the second "moderate".
 NOISE_LEVELS = ((0.02, "quiet"), (0.10, "moderate"))
@@ -143,7 +143,7 @@ def _workers(columns: Sequence[Column], records: Sequence[Record]) -> bytes:
 
     ok = [r for r in _ok(records) if r.workers]
     keyed = {id(r): msgspec.structs.replace(line(r), workers=None) for r in ok}
-    lines = {k: plots.Style(plots.line_colour(k), k.row) for k in unique(keyed.values())}
+    lines = {k: plots.line_style(k, k.row) for k in unique(keyed.values())}
     panels = []
     for name, stat in columns:
         cells = {
@@ -227,7 +227,7 @@ def scenario_section(scenario: str, data: Results, look: Look) -> str:
     records = [r for r in data.records if r.scenario == scenario]
     present = _metric_names(records)
     parts = [f"<p>{e(SCENARIOS[scenario].description)}</p>" if scenario in SCENARIOS else ""]
-    shown: set[str] = set()
+    tabled: set[Column] = set()  # a (metric, statistic) gets one table, under its first figure
     for spec in _specs(scenario, records):
         columns = [c for c in spec.columns if c[0] in present]
         png = _draw(spec, columns, records, look) if columns else None
@@ -235,9 +235,12 @@ def scenario_section(scenario: str, data: Results, look: Look) -> str:
             continue
         parts += [f"<h3>{e(spec.title)}</h3>", figure(png, spec.title)]
         if spec.table:
-            shown.update(name for name, _ in columns)
-            parts += [metric_table(records, name, stat, look) for name, stat in columns]
-    rest = [name for name in present if name not in shown]
+            fresh = [c for c in columns if c not in tabled]
+            parts += [metric_table(records, name, stat, look) for name, stat in fresh]
+            tabled.update(columns)
+    shown = {name for name, _ in tabled}
+    # a statistic of a metric whose p99 is tabled (ttft_p99_s of ttft_s) would be that table again
+    rest = [name for name in present if name not in shown and (metric(name).statistic_of, P99) not in tabled]
     if rest:
         parts += ["<h3>Other metrics</h3>", *(metric_table(records, name, MEDIAN, look) for name in rest)]
     parts.append(_tables_html(scenario, data))
@@ -440,9 +443,16 @@ def _workloads(data: Results, scenario: str) -> list[str]:
     return unique(r.workload for r in data.records if r.scenario == scenario)
 
 
+def _geomean_cell(r: compare.Ranked) -> str:
+    if r.geomean is None:
+        return "<td></td>"
+    return f"<td><b>{r.geomean.ratio:.3g}×</b> {decision.interval_text(r.geomean)}</td>"
+
+
 def ranking_section(data: Results, baseline: str, look: Look) -> str:
-    """Per scenario, backends ranked by the geometric mean of their speed-up over ``baseline``
-    across workloads in its headline metric (``compare.ranking``), n workloads each."""
+    """Per scenario, rows ranked by the geometric mean (with its interval) of their factor
+    against ``baseline`` across workloads in its headline metric (``compare.ranking``): ties
+    share a rank, variants come after; memory reads × the baseline, lower is better."""
     blocks = []
     for scenario in _scenarios(data):
         ranked = compare.ranking(data, scenario, baseline)
@@ -450,23 +460,59 @@ def ranking_section(data: Results, baseline: str, look: Look) -> str:
             continue
         workloads = _workloads(data, scenario)
         rows = [
-            f"<tr><td>{i}</td><td>{look.backend(r.row)}</td>"
-            + "".join(f"<td>{r.speedups[w]:.3g}×</td>" if w in r.speedups else "<td></td>" for w in workloads)
-            + f"<td><b>{r.geomean:.3g}×</b></td><td>{r.n}</td></tr>"
-            for i, r in enumerate(ranked, 1)
+            f"<tr><td>{e(r.place)}</td><td>{look.backend(r.row)}</td>"
+            + "".join(f"<td>{r.factors[w]:.3g}×</td>" if w in r.factors else "<td></td>" for w in workloads)
+            + (
+                f"<td><b>{r.geomean.ratio:.3g}×</b> {decision.interval_text(r.geomean)}</td>"
+                if r.geomean
+                else "<td></td>"
+            )
+            + f"<td>{r.n}</td></tr>"
+            for r in ranked
         ]
-        label = metric(compare.headline_metric(data, scenario) or "").label
-        headers = ["rank", "backend", *(e(w) for w in workloads), "geometric mean", "n workloads"]
-        blocks.append(f"<h3>{e(scenario)}: {e(label)}</h3>{table(headers, rows)}")
+        headers = ["rank", "backend", *(e(w) for w in workloads), "geometric mean [95% CI]", "n workloads"]
+        notes = " ".join(decision.ranking_notes(data, scenario, ranked))
+        title = decision.ranking_title(data, scenario, baseline)
+        blocks.append(f"<h3>{e(title)}</h3>{table(headers, rows, '', notes)}")
     if not blocks:
         return section(
             "ranking", "Ranking", f"<p>No ranking: {e(baseline)} was not measured in this run.</p>"
         )
     intro = (
-        f"<p>Speed-up against <b>{e(baseline)}</b> (its median over each backend's; above 1 is better), "
-        "per workload, and their geometric mean across the workloads both measured.</p>"
+        f"<p>Each backend against <b>{e(baseline)}</b> per workload, and the geometric mean across "
+        "the workloads both measured, with its 95% interval. Rows whose ratio to the first of a "
+        "rank has an interval holding 1 share that rank (<i>N=</i>).</p>"
     )
     return section("ranking", f"Ranking against {e(baseline)}", intro + "".join(blocks))
+
+
+def decision_section(data: Results, look: Look) -> str:
+    """What to use, first on the page: per workload shape and scenario, the safe backends best
+    within this run's noise (``decision.decisions``), one line of why, the faster unsafe ones
+    apart."""
+    found = decision.decisions(data)
+    if not found:
+        return ""
+    rows = []
+    for d in found:
+        use = (
+            e(d.missing)
+            if d.missing
+            else " = ".join(look.backend(s.row) for s in d.chosen) + (" <i>(tied)</i>" if d.tie else "")
+        )
+        rows.append(
+            f"<tr><th>{e(d.shape)}</th><td>{e(d.where)}</td><td>{use}</td>"
+            f"<td><small>{e('; '.join(decision.why(d, data)))}</small></td>"
+            f"<td>{e(decision.unsafe_text(d, data))}</td></tr>"
+        )
+    intro = (
+        "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
+        "headline metric within this run's own noise: ×r [low, high] is the median ratio to the "
+        "first one named, with its 95% interval; an interval holding 1 is a tie. Unsafe backends "
+        "are never chosen; those faster beyond noise are listed apart.</p>"
+    )
+    headers = ["shape", "scenario", "use", "why", "faster but unsafe"]
+    return section("decision", "Decision: what to use", intro + table(headers, rows))
 
 
 def render(data: Results, source: str = "", baseline: str = compare.DEFAULT_BASELINE) -> str:
@@ -475,6 +521,7 @@ def render(data: Results, source: str = "", baseline: str = compare.DEFAULT_BASE
     runs = [Run("this run", source, data)]
     sections = [
         incomplete(data, "This run"),
+        decision_section(data, look),
         environment_section(runs),
         noise_section(runs),
         backends_section(data, look),

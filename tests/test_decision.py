@@ -1,0 +1,175 @@
+"""The decision of a run (serbench.decision) on synthetic results documents: who is named, who
+ties, who is set apart as unsafe, and how the terminal and the report show it (no timings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_compare import doc, metric, rec, samples
+
+from serbench import decision, text
+from serbench.report import run_page
+from serbench.results import Backend, Case, MemoryInfo, Record, Results, record
+from serbench.stats import summarize
+
+SAFE, UNSAFE = Backend(safe=True), Backend(safe=False)
+
+
+def ipc_doc(factors: dict[str, float], safety: dict[str, Backend], workload: str = "images-4") -> Results:
+    """One ipc case per backend on ``workload``: TTFT samples around ``factor`` (a seed each)."""
+    records = [
+        rec({"ttft_s": metric(samples(seed, factor))}, backend, workload, scenario="ipc", transport="ipc")
+        for seed, (backend, factor) in enumerate(factors.items(), 1)
+    ]
+    data = doc(records)
+    data.backends = {name: safety[name] for name in factors}
+    return data
+
+
+def only(data: Results) -> decision.Decision:
+    (found,) = decision.decisions(data)
+    return found
+
+
+def chosen(found: decision.Decision) -> list[str]:
+    return [s.row.backend for s in found.chosen]
+
+
+@pytest.mark.parametrize(
+    ("workload", "shape"),
+    [
+        ("text-sonnet", "text"),
+        ("images-8", "few images"),
+        ("images-9:profile=qwen2-vl", "many images"),
+        ("outputs-1024:logprobs=5,layout=flat", "outputs"),
+        ("tensor-4096", "tensor"),
+        ("mine", "mine"),
+    ],
+)
+def test_a_workload_spec_has_a_shape(workload: str, shape: str) -> None:
+    assert decision.shape(workload) == shape
+
+
+def test_a_clear_winner_is_named_alone_with_the_runner_up_set_apart() -> None:
+    found = only(ipc_doc({"fast": 1.0, "slow": 1.5}, {"fast": SAFE, "slow": SAFE}))
+    assert (found.shape, found.scenario, found.metric) == ("few images", "ipc", "ttft_s")
+    assert chosen(found) == ["fast"] and not found.tie
+    assert found.runner_up.row.backend == "slow"
+    assert found.runner_up.estimate.ratio == pytest.approx(1.5, rel=0.02)
+    assert found.runner_up.estimate.low > 1  # told apart by its interval
+    why = "; ".join(decision.why(found, Results(records=[])))
+    assert why.startswith("TTFT: fast 10") and "n=60" in why and "next slow ×1.5" in why
+
+
+def test_two_backends_within_noise_are_named_as_a_tie() -> None:
+    found = only(ipc_doc({"a": 1.0, "b": 1.003, "c": 2.0}, {"a": SAFE, "b": SAFE, "c": SAFE}))
+    assert sorted(chosen(found)) == ["a", "b"] and found.tie
+    tied = found.chosen[1].estimate
+    assert tied.low <= 1 <= tied.high
+    assert found.runner_up.row.backend == "c"
+    assert " = " in decision.chosen_text(found, Results(records=[]))
+
+
+def test_a_faster_unsafe_backend_is_listed_apart_and_never_chosen() -> None:
+    data = ipc_doc({"risky": 0.5, "ok": 1.0, "same": 1.002}, {"risky": UNSAFE, "ok": SAFE, "same": UNSAFE})
+    found = only(data)
+    assert chosen(found) == ["ok"]
+    assert [s.row.backend for s in found.unsafe] == ["risky"]  # "same" is not faster beyond noise
+    block = text.decision_block(data)
+    assert "faster but unsafe: risky (unsafe) ×0.5" in block
+
+
+def test_variants_are_not_candidates() -> None:
+    safety = {"real": SAFE, "real:threshold=inf": SAFE}
+    found = only(ipc_doc({"real": 1.0, "real:threshold=inf": 0.5}, safety))
+    assert chosen(found) == ["real"] and found.runner_up is None
+
+
+def test_a_shape_without_a_safe_backend_says_so() -> None:
+    data = ipc_doc({"pickle": 1.0, "mystery": 0.9}, {"pickle": UNSAFE, "mystery": Backend()}, "outputs-8")
+    found = only(data)
+    assert found.chosen == [] and "no safe backend" in found.missing and "mystery" in found.missing
+    assert "outputs (outputs-8)" in text.decision_block(data)
+    assert "no safe backend measured" in text.decision_block(data)
+
+
+def test_paired_rounds_tell_apart_what_unpaired_samples_cannot() -> None:
+    """Rounds that visit every backend in turn: a slow phase hits both, and the pairs see b's 5 %."""
+    phases = (1.0, 1.6, 0.7, 1.3, 0.9, 1.2)
+    rng = np.random.default_rng(7)
+
+    def phased(factor: float) -> list[float]:
+        return [v * phase * factor for phase in phases for v in 1e-3 * rng.lognormal(0.0, 0.01, 10)]
+
+    a, b = phased(1.0), phased(1.05)
+    rounds = [10] * len(phases)
+
+    def decided(rounds: list[int] | None) -> decision.Decision:
+        data = ipc_doc({"a": 1.0, "b": 1.0}, {"a": SAFE, "b": SAFE})
+        for r, values in zip(data.records, (a, b), strict=True):
+            r.metrics["ttft_s"] = summarize(values, "s", rounds)
+        return only(data)
+
+    paired, unpaired = decided(rounds), decided(None)
+    assert chosen(paired) == ["a"] and paired.runner_up.estimate.low > 1
+    assert paired.runner_up.estimate.ratio == pytest.approx(1.05, rel=0.01)
+    assert sorted(chosen(unpaired)) == ["a", "b"]  # the phases drown the 5 % without pairs
+
+
+def test_the_text_block_fits_100_columns_and_ends_the_summary() -> None:
+    names = {f"a-rather-long-backend-name-number-{i}": 1 + i / 1000 for i in range(6)}
+    data = ipc_doc(names, dict.fromkeys(names, SAFE))
+    block = text.decision_block(data)
+    assert block.count(" = ") >= 2  # a tie of several long names, packed
+    assert max(map(len, block.splitlines())) <= text.DECISION_WIDTH
+    assert text.render(data).endswith(block)
+
+
+def test_memory_decides_on_workloads_with_a_payload_only() -> None:
+    def memory(backend: str, workload: str, peak: float, payload: int) -> Record:
+        info = MemoryInfo(
+            payload_bytes=payload,
+            repetitions=1,
+            staging=None,
+            baseline_bytes={},
+            uss_above_baseline_bytes={},
+            phases={},
+            timeline={},
+        )
+        measured = {"copies": summarize([peak / 3e8], "ratio")}
+        return record(Case("memory", backend, workload, "ipc"), metrics=measured, info=info)
+
+    text_cases = [memory(b, "text-sonnet", 5e5, 0) for b in ("x", "y")]  # copies of no payload
+    data = doc([*text_cases, memory("x", "images-32", 3.09e8, 3e8), memory("y", "images-32", 3.08e8, 3e8)])
+    data.backends = {"x": SAFE, "y": SAFE}
+    by_shape = {d.shape: d for d in decision.decisions(data)}
+    assert "no tensor payload" in by_shape["text"].missing
+    assert sorted(chosen(by_shape["many images"])) == ["x", "y"]  # one reading each, within 1 %
+
+
+def test_the_run_page_opens_with_the_decision() -> None:
+    data = ipc_doc({"fast": 1.0, "slow": 1.5, "pickle": 0.5}, {"fast": SAFE, "slow": SAFE, "pickle": UNSAFE})
+    page = run_page.render(data, "x.json")
+    assert "<figure" in page
+    assert 0 < page.index('id="decision"') < page.index("<figure")
+    assert page.index('id="decision"') < page.index('id="environment"')
+    assert "faster but unsafe" in page and "Decision: what to use" in page
+
+
+def test_each_worker_count_is_decided_apart() -> None:
+    """More workers take longer for every backend: a count is a setting, not a choice."""
+    records = [
+        record(
+            Case("fanout", backend, "images-4", "shm-ring", workers),
+            metrics={"fanout_s": metric(samples(workers * 10 + seed, factor * workers))},
+        )
+        for seed, (backend, factor) in enumerate({"a": 1.0, "b": 1.5}.items())
+        for workers in (1, 4)
+    ]
+    data = doc(records)
+    data.backends = {"a": SAFE, "b": SAFE}
+    found = decision.decisions(data)
+    assert [(d.where, chosen(d)) for d in found] == [("fanout workers=1", ["a"]), ("fanout workers=4", ["a"])]
+    assert all(d.runner_up.row.backend == "b" for d in found)
+    block = text.decision_block(data)
+    assert "  fanout workers=1 a" in block and max(map(len, block.splitlines())) <= text.DECISION_WIDTH
