@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from serbench import report, results, text
+from serbench import export, report, results, text
 from serbench.commands.options import add_baseline, add_max_regression, baseline, max_regression
 from serbench.errors import UsageError
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Render one results file, or base against head; print the page's path. With --format,
-    print the run's summary and ranking tables in that format instead."""
+    print instead what the run printed at its end (text: tables, rankings, the decision), the
+    summary and ranking tables as Markdown (md), or every measured metric as a table a program
+    reads (csv, json: ``export.table``)."""
     tolerance = max_regression(args)
     base = results.load(args.results)
     head = None if args.head is None else results.load(args.head)
@@ -20,7 +22,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format:
         if head is not None:
             raise UsageError("--format exports one run's tables; `serbench compare --markdown` compares two")
-        print(text.export_summary(base, args.format, ranked_against), end="")
+        if args.format in export.TABLES:
+            print(export.table(base, args.format), end="")
+        elif args.format == "text":
+            print(text.render(base, ranked_against))
+        else:
+            print(text.markdown_summary(base, ranked_against), end="")
         return 0
     if args.out:
         out = Path(args.out)
@@ -57,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_baseline(parser)
     parser.add_argument(
         "--format",
-        choices=text.SUMMARY_FORMATS,
-        help="print the summary and ranking tables (Markdown, CSV or JSON) instead of writing the page",
+        choices=("text", "md", *export.TABLES),
+        help="print instead of writing the page: the run's own summary, rankings and decision (text), "
+        "the summary and ranking tables as Markdown (md), or "
+        "every measured metric, one row per case and metric with median, CI and samples (csv, json)",
     )
     parser.set_defaults(func=cmd_report)

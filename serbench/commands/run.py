@@ -6,10 +6,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from serbench import instructions, report, results, runner, text, worker
+from serbench import instructions, report, results, text
 from serbench.commands import options
 from serbench.commands.options import (
     add_baseline,
@@ -21,13 +22,19 @@ from serbench.commands.options import (
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.profiles import Profile
 from serbench.results import Results
-from serbench.runner import Plan
 from serbench.scenarios import Case, get_scenario
+
+if TYPE_CHECKING:
+    from serbench.runner import Plan
 
 
 def plan(args: argparse.Namespace) -> Plan:
     """The run's plan from the command line; UsageError for a bad dimension value (first),
     SpecError for any unknown name."""
+    # Here, not at the top: the runner loads torch for the cases it forks, which every other
+    # command's parser (this module's included) must not pay for.
+    from serbench import worker
+
     return worker.checked(options.plan(args))
 
 
@@ -48,14 +55,15 @@ def _interrupted(code: int, path: Path, folder: Path) -> int:
     return code
 
 
-class _Progress:
-    """The progress bar on stderr, one step per case."""
+class _Bar:
+    """Progress on a terminal: a bar on stderr, one step per case."""
 
     def __init__(self, total: int) -> None:
         tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
         self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
 
     def __call__(self, index: int, total: int, case: Case) -> None:
+        self.bar.total = total  # the runner's count: a case measured in rounds is visited each round
         self.bar.update(index - self.bar.n)
         self.bar.set_description(case.label)
         self.bar.set_postfix_str(f"{total - index} left")
@@ -66,9 +74,40 @@ class _Progress:
         self.bar.update(self.bar.total - self.bar.n)
         self.bar.close()
 
+    def close(self) -> None:
+        self.bar.close()
+
+
+class _Lines:
+    """Progress into a log (CI, a pipe, a file): one plain line per case (per visit, for a case
+    measured in rounds) as it begins, and one when the last has ended, where a bar's
+    carriage-return frames would pile up."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def __call__(self, index: int, total: int, case: Case) -> None:
+        self.total = total
+        print(f"[{index + 1}/{total}] {case.label}", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        print(f"[{self.total}/{self.total}] done", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Nothing to close: every line is complete."""
+
+
+def _progress(total: int) -> _Bar | _Lines:
+    """A bar when stderr is a terminal, plain lines otherwise."""
+    return _Bar(total) if sys.stderr.isatty() else _Lines(total)
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix; write results.json and index.html; print the summary."""
+    # Here, not at the top: the runner loads torch for the cases it forks, which every other
+    # command's parser (this module's included) must not pay for.
+    from serbench import runner, worker
+
     chosen, settings = plan(args), profile(args)
     args.baseline = baseline(args, (case.row for case in chosen.cases()))  # before any case runs
     for name in chosen.scenarios:
@@ -80,11 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
     folder = results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
-    progress = _Progress(len(chosen.cases()))
+    progress = _progress(len(chosen.cases()))
     try:
         finished = runner.execute(chosen, settings, path, args.argv, progress)
     except KeyboardInterrupt as exc:
-        progress.bar.close()
+        progress.close()
         return _interrupted(
             EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED, path, folder
         )
@@ -97,13 +136,15 @@ def _counted(args: argparse.Namespace, chosen: Plan, settings: Profile) -> int:
     backends are checked, and the summary and report made, here, at full speed; the
     worker gets those checks, the output folder and where callgrind dumps in its messages
     (``worker.count``)."""
+    from serbench import runner, worker  # here, not at the top: see ``cmd_run``
+
     folder = results.output_folder(args.out, must_be_empty=not args.force)
     backends = runner.check_backends(sorted({case.backend for case in chosen.cases()}))
-    progress = _Progress(len(chosen.cases()))
+    progress = _progress(len(chosen.cases()))
     try:
         code = worker.count(chosen, settings, args.argv, folder, backends, progress)
     finally:
-        progress.bar.close()
+        progress.close()
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         return _interrupted(code, folder / "results.json", folder)
     if code:

@@ -1,0 +1,90 @@
+"""The command line answers without the heavy imports it does not need (issue 33).
+
+torch's import alone takes 1.5-2 s, matplotlib's about 0.5 s: every ``--help``, ``compare``,
+``list`` and ``report --format`` run without them. Each command runs in a fresh interpreter
+(``python -c``: the suite's own process has imported both long ago), and the test reads
+``sys.modules`` after it: machine-independent, unlike a time. torch counts as imported once its
+extension (``torch._C``) is: modules below the commands name it with ``lazy_loader.load``, a
+proxy that imports it on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fresh_interpreter import printed_json
+
+from serbench.commands import main
+from serbench.commands.listing import WIDTH
+
+RESULTS = str(Path(__file__).parent / "fixtures" / "results-schema-1.json")
+
+# Run one command line with its output swallowed; print its exit code and which of the heavy
+# modules it imported.
+COMMAND = """
+import contextlib, io, json, sys
+from serbench.commands import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main({argv!r})
+    except SystemExit as exc:  # --help
+        code = exc.code
+loaded = {{"torch": "torch._C", "matplotlib": "matplotlib"}}
+print(json.dumps({{"code": code, "loaded": sorted(m for m, real in loaded.items() if real in sys.modules)}}))
+"""
+
+# Any command line builds the whole parser, every command's flags: ``--help`` stands for each
+# command's (``run --help`` as well, the one with the scenarios' flags); the others add what the
+# command itself runs. ``list`` builds every backend to describe it, and a backend may need torch:
+# it is held to matplotlib only.
+LIGHT = [
+    ["--help"],
+    ["run", "--help"],
+    ["compare", RESULTS, RESULTS],
+    ["report", RESULTS, "--format", "csv"],
+    ["report", RESULTS, "--format", "json"],
+    ["report", RESULTS, "--format", "md"],
+    ["report", RESULTS, "--format", "text"],
+]
+
+
+def _loaded(argv: list[str]) -> list[str]:
+    ran = printed_json(COMMAND.format(argv=argv))
+    assert ran["code"] == 0, f"serbench {' '.join(argv)} exited {ran['code']}"
+    return ran["loaded"]
+
+
+@pytest.mark.parametrize("argv", [*LIGHT, ["list"]], ids=lambda argv: " ".join(Path(a).name for a in argv))
+def test_no_matplotlib(argv: list[str]) -> None:
+    assert "matplotlib" not in _loaded(argv)
+
+
+@pytest.mark.parametrize("argv", LIGHT, ids=lambda argv: " ".join(Path(a).name for a in argv))
+def test_no_torch(argv: list[str]) -> None:
+    assert "torch" not in _loaded(argv)
+
+
+def test_registries_and_transports_import_no_torch() -> None:
+    """The cuts below the scenarios: naming backends and workloads, and the ZeroMQ plumbing and
+    process ending, import torch only when a backend or workload is built or a case's child runs."""
+    code = (
+        "import json, sys\n"
+        "import serbench.isolation, serbench.serializers, serbench.transport, serbench.workloads\n"
+        "from serbench.serializers import BUILTINS\n"
+        "from serbench.workloads import available_workloads\n"
+        "assert BUILTINS and available_workloads()\n"
+        "print(json.dumps('torch._C' in sys.modules))"
+    )
+    assert printed_json(code) is False
+    building = "import json, sys\nfrom serbench.workloads import get_workload\nget_workload('images-4')\n"
+    assert printed_json(building + "print(json.dumps('torch._C' in sys.modules))") is True
+
+
+def test_list_fits_100_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("images-4 ") for line in lines)  # the listing is there
+    assert any(line.startswith(" " * 10) for line in lines)  # and a long description was wrapped
+    too_wide = [line for line in lines if len(line) > WIDTH]
+    assert not too_wide, too_wide
