@@ -2,17 +2,27 @@
 # Each creates .venv (if missing), installs serbench with everything it
 # needs, then runs. constraints.txt pins the exact versions (torch's CPU
 # build); pyproject.toml states only the range serbench works with.
+# `make check` is the edit-test loop: about a minute, against what is installed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Both tiers run the tests in two processes (pytest-xdist): half of the suite's time is spent
+# waiting on processes it started, so two keep a 2-core machine busy.
+PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 2 --dist worksteal
 
-.PHONY: install install-vllm run test system-deps
+.PHONY: install install-vllm run test check system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python
+# pip takes half a minute to find that nothing needs installing, so each install step runs
+# again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
+# succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
+$(VENV)/installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $@
+
+install: $(VENV)/installed
 
 # Debian packages the tests need: headless Chromium (the report test), valgrind
 # (instruction counts under callgrind, docs/instructions.md).
@@ -28,10 +38,22 @@ run: install
 # `vllm` extra), then the release constraints.txt pins, without its own dependencies (no CUDA
 # torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
 # docs/vllm.md for what it adds to a fresh machine.
-install-vllm: $(BIN)/python
+$(VENV)/installed-vllm: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,vllm]'
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt --no-deps vllm
+	touch $(VENV)/installed $@
+
+install-vllm: $(VENV)/installed-vllm
 
 test: install-vllm system-deps
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --benchmark-disable
+	$(PYTEST)
+
+# The fast tier: the tests not marked slow (tests/conftest.py: none starts a run, an engine, a
+# gate, valgrind, asv or Chromium; the conformance suite of every built-in is among them), then
+# one run of every scenario on the smallest matrix, end to end. No vLLM, no system packages.
+SMOKE := --backends msgspec-frombuffer --workloads text-sonnet
+check: install
+	$(BIN)/lint-imports
+	$(PYTEST) -m 'not slow'
+	out=$$(mktemp -d) && $(BIN)/serbench run $(SMOKE) --out $$out && rm -r $$out

@@ -3,6 +3,9 @@
 ``--backend SPEC`` (repeatable) runs the conformance suite against any
 backend, e.g. ``pytest tests/test_conformance.py --backend mypkg.mod:factory``;
 without it the suite covers every built-in backend and threshold variant.
+
+The tests of ``SLOW_MODULES`` are marked ``slow``: ``make check`` (the edit-test
+loop, ``-m "not slow"``) leaves them to ``make test``, which runs everything.
 """
 
 from __future__ import annotations
@@ -34,6 +37,48 @@ BUILTIN_VARIANTS = [
     "flat-mmk:threshold=inf",
     "msgspec-frombuffer:threshold=0",
 ]
+
+
+# Modules whose tests start what takes seconds each: serbench runs, engines, gates, workers,
+# valgrind, asv, Chromium, pytest or a wheel build in a subprocess, or long calibrated loops.
+# What is left (unit tests, the conformance suite, the smoke run) takes about a minute.
+SLOW_MODULES = {
+    "test_asv",
+    "test_cache",
+    "test_cache_gate",
+    "test_clean_output",
+    "test_cli_imports",
+    "test_conformance_command",
+    "test_decoder_robustness",
+    "test_engine",
+    "test_fanout",
+    "test_gate",
+    "test_heap",
+    "test_instructions",
+    "test_interrupt",
+    "test_ipc",
+    "test_memory",
+    "test_micro_bench",
+    "test_mutants",
+    "test_packaging",
+    "test_report",
+    "test_rounds",
+    "test_rss",
+    "test_run_hygiene",
+    "test_runner",
+    "test_shm",
+    "test_shm_lifetime",
+    "test_staging",
+    "test_verified",
+    "test_vllm",
+    "test_worker",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from segments import left_named
 
 from serbench import broadcast, shm
 from serbench import compare as cmp
@@ -51,7 +52,7 @@ def clean():
     before = set(shm.leftovers())
     yield
     assert _no_children_left() == []
-    assert set(shm.leftovers()) - before == set()
+    assert not left_named(before)
 
 
 @pytest.mark.parametrize("transport", broadcast.KINDS)

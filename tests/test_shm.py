@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from segments import left_named
 
 from serbench import shm
 from serbench.engine.protocol import EngineError
@@ -37,7 +38,7 @@ def settings(**changes) -> Settings:
 def shm_sandbox(ipc_sandbox: Path) -> Iterator[None]:
     before = set(shm.leftovers())
     yield
-    assert set(shm.leftovers()) <= before, "shared-memory segment left behind"
+    assert not left_named(before), "shared-memory segment left behind"
 
 
 # ---- the ring -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from segments import left_named
 from test_interrupt import session_processes
 
 from serbench import results, shm
@@ -87,7 +88,7 @@ def test_nothing_is_left_behind(tmp_path: Path, how: str) -> None:
         proc.wait()
     log = (tmp_path / "stderr.txt").read_text()[-2000:]
     assert leftovers == []
-    assert set(shm.leftovers()) <= before, "shared-memory segment left behind"
+    assert not left_named(before), "shared-memory segment left behind"
     if how in ("ctrl-c", "sigterm"):
         assert proc.returncode == {"ctrl-c": 130, "sigterm": 143}[how], log  # 128 + the signal
         return
