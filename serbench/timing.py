@@ -49,12 +49,13 @@ def interleaved(
     """Seconds per call, one list of samples per function, sampled in turn.
 
     ``clock`` is wall time by default; ``time.thread_time`` counts this thread's
-    CPU time only, which a machine shared with other work does not inflate.
+    CPU time only, which a machine shared with other work does not inflate. A visit of a case
+    measured in rounds (``Profile.split``) takes its share of the samples and of the time.
     """
     loops = {name: calibrate(fn, profile.min_sample_s, clock) for name, fn in fns.items()}
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    deadline = time.perf_counter() + profile.max_metric_s * len(fns)
-    for i in range(profile.samples):
+    deadline = time.perf_counter() + profile.max_metric_s * len(fns) / profile.split
+    for i in range(profile.share(profile.samples)):  # an interleaved visit takes its share
         if i >= MIN_SAMPLES and time.perf_counter() > deadline:
             break
         for name, fn in fns.items():

@@ -39,12 +39,14 @@ def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> 
     assert planned == [whole(a), *group("images-1"), *group("images-2"), whole(b), whole(c)]
 
 
-def test_without_rounds_and_in_other_scenarios_each_case_is_one_visit() -> None:
+def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> None:
     plan = Plan(BACKENDS[:2], ["images-1"], ["micro", "ipc", "memory"])
     one_round = dataclasses.replace(QUICK3, rounds=1)
     assert visits(plan.cases(), one_round) == [Visit(case) for case in plan.cases()]
     interleaved = [v for v in visits(plan.cases(), QUICK3) if v.rounds > 1]
-    assert {v.case.scenario for v in interleaved} == {"ipc"}
+    assert {v.case.scenario for v in interleaved} == {"micro", "ipc"}
+    counting = QUICK3.with_options(measure="instructions")  # one valgrind process for the run
+    assert {v.case.scenario for v in visits(plan.cases(), counting) if v.rounds > 1} == {"ipc"}
 
 
 def test_a_visit_measures_its_share_of_the_requests() -> None:

@@ -126,6 +126,11 @@ class Micro(Scenario):
             table=False,
         ),
     )
+    # Each backend is its own process: rounds that visit every backend in turn put the
+    # difference between processes (allocator history, CPU placement, the machine's slow
+    # spells) into the paired ratios the decision reads, instead of leaving one process's
+    # interval to stand for the run.
+    interleaved = True
     options = (
         Option(
             "--measure",
@@ -136,6 +141,10 @@ class Micro(Scenario):
             choices=MEASURES,
         ),
     )
+
+    def rounds(self, case: Case, profile: Profile) -> int:
+        """Counting instructions is one valgrind process for the run: no rounds."""
+        return 1 if profile.options.get("measure") == "instructions" else super().rounds(case, profile)
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         serializer = get_serializer(case.backend)
