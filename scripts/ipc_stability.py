@@ -16,8 +16,9 @@ workload with tensor bytes) it prints
 * the two runs' absolute medians and their disagreement, for information: on
   a shared machine they follow its load, and are not expected to hold;
 
-with the load average before and after each run. Exit 1 when a ratio
-disagrees beyond ``--tolerance``.
+and first both runs' decisions (the set of safe backends each names per shape
+and scenario), with the load average before and after each run. Exit 1 when
+a decision differs or a ratio disagrees beyond ``--tolerance``.
 
     python scripts/ipc_stability.py                       # two fresh runs (~2-3 min each)
     python scripts/ipc_stability.py --results A.json B.json
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import msgspec
 
+from serbench import decision
 from serbench.compare import ratio_estimate
 from serbench.results import Case, Record, load
 from serbench.stats import Measurement
@@ -126,6 +128,27 @@ def _medians_table(first: Path, second: Path) -> None:
         print(f"worst {rows[0][3]:.1%}; {within} of {len(rows)} medians within 15 %\n")
 
 
+def chosen_sets(path: Path) -> dict[tuple[str, str], frozenset[str]]:
+    """Per (shape, scenario) of a run's decision, the safe backends it names (order ignored:
+    a tie is a set)."""
+    return {
+        (d.shape, d.where): frozenset(s.row.row for s in d.chosen) for d in decision.decisions(load(path))
+    }
+
+
+def _decisions_table(first: Path, second: Path) -> bool:
+    """Print both runs' decisions side by side; whether every one names the same set."""
+    a, b = chosen_sets(first), chosen_sets(second)
+    keys = sorted(a.keys() | b.keys())
+    named = [[" = ".join(sorted(run.get(k, ()))) or "-" for run in (a, b)] for k in keys]
+    agree = [a.get(k) == b.get(k) for k in keys]
+    cells = [[*k, *pair, "yes" if ok else "NO"] for k, pair, ok in zip(keys, named, agree, strict=True)]
+    print("decisions (the safe backends named; a tie is a set):")
+    print(table(["shape", "scenario", "run 1", "run 2", "same"], cells))
+    print(f"{sum(agree)} of {len(keys)} decisions the same\n")
+    return all(agree)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", nargs=2, type=Path, metavar="RESULTS.json", help="compare these")
@@ -144,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         base = Path(tempfile.mkdtemp(prefix="serbench-stability-"))
         first, second = (run_once(base / name, args.extra) for name in ("a", "b"))
+    same_decision = _decisions_table(first, second)
     _medians_table(first, second)
     ratios = [within_run_ratios(path, args.reference) for path in (first, second)]
     rows = disagreements(*({key: r for key, (r, _) in run.items()} for run in ratios))
@@ -171,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nworst ratio disagreement: {worst:.1%} ({backend} × {workload}, {name}); "
         f"{within} of {len(rows)} ratios within {args.tolerance:.0%}"
     )
-    return 0 if worst <= args.tolerance else 1
+    return 0 if worst <= args.tolerance and same_decision else 1
 
 
 if __name__ == "__main__":
