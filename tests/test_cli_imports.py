@@ -1,11 +1,11 @@
 """The command line answers without the heavy imports it does not need (issue 33).
 
-torch's import alone takes 1.5-2 s, matplotlib's about 0.5 s: every ``--help``, ``compare``,
-``list`` and ``report --format`` run without them. Each command runs in a fresh interpreter
-(``python -c``: the suite's own process has imported both long ago), and the test reads
-``sys.modules`` after it: machine-independent, unlike a time. torch counts as imported once its
-extension (``torch._C``) is: modules below the commands name it with ``lazy_loader.load``, a
-proxy that imports it on first use.
+torch's import alone takes 1.5-2 s, matplotlib's about 0.5 s: every ``--help``, ``compare`` and
+``report --format`` run without them, ``list`` (which builds every backend) without matplotlib.
+Each command runs in a fresh interpreter (``python -c``: the suite's own process has imported
+both long ago), and the test reads ``sys.modules`` after it: machine-independent, unlike a time.
+torch counts as imported once its extension (``torch._C``) is: modules below the commands name
+it with ``serbench.lazy.torch``, a stand-in that imports it on first use.
 """
 
 from __future__ import annotations
