@@ -4,7 +4,7 @@ What a user runs serbench for is an answer: which serializer (and transport)
 to use. For each workload *shape* of a run (``shape``: text, few images, many
 images, outputs, tensor, …) and each scenario's headline metric
 (``metrics.Metric.headline``: TTFT for ipc, encode + decode for micro, the
-engine's peak memory for memory, time to the last worker for fanout), the
+engine's payload copies for memory, time to the last worker for fanout), the
 decision names the *safe* rows (``compare.row_of``: a backend with its
 transport and other dimensions; ``results.Backend.safe`` declared true) that
 are best within the run's own noise: the best one, and every other whose ratio
