@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builders import memory_info
 from test_compare import doc, metric, rec, samples
 
 from serbench import decision, text
 from serbench.report import run_page
-from serbench.results import Backend, Case, MemoryInfo, Record, Results, record
+from serbench.results import Backend, Case, Record, Results, record
 from serbench.stats import summarize
 
 SAFE, UNSAFE = Backend(safe=True), Backend(safe=False)
@@ -127,15 +128,7 @@ def test_the_text_block_fits_100_columns_and_ends_the_summary() -> None:
 
 def test_memory_decides_on_workloads_with_a_payload_only() -> None:
     def memory(backend: str, workload: str, peak: float, payload: int) -> Record:
-        info = MemoryInfo(
-            payload_bytes=payload,
-            repetitions=1,
-            staging=None,
-            baseline_bytes={},
-            uss_above_baseline_bytes={},
-            phases={},
-            timeline={},
-        )
+        info = memory_info(payload)
         measured = {"copies": summarize([peak / 3e8], "ratio")}
         return record(Case("memory", backend, workload, "ipc"), metrics=measured, info=info)
 

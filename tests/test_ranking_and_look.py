@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from builders import memory_info
 from test_compare import doc, metric, rec, samples
 
 from serbench import commands, compare, environment, results, system, text
@@ -66,15 +67,7 @@ def memory_doc() -> Results:
     records = []
     for backend, values in peaks.items():
         for workload, peak in zip(("text-sonnet", "images-4", "images-32"), values, strict=True):
-            info = results.MemoryInfo(
-                payload_bytes=0 if workload == "text-sonnet" else int(peak / 3),
-                repetitions=1,
-                staging=None,
-                baseline_bytes={},
-                uss_above_baseline_bytes={},
-                phases={},
-                timeline={},
-            )
+            info = memory_info(0 if workload == "text-sonnet" else int(peak / 3))
             case = results.Case("memory", backend, workload, "ipc")
             measured = {"copies": metric([peak / 1e8], "ratio")}
             records.append(results.record(case, metrics=measured, info=info))

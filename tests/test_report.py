@@ -24,6 +24,7 @@ import matplotlib.colors
 import msgspec
 import numpy as np
 import pytest
+from builders import memory_info
 from PIL import Image
 
 from serbench import commands, compare, environment, report, results
@@ -109,15 +110,7 @@ def _timeline(slow: float, images: int) -> dict[str, list[float | None]]:
 
 
 def _memory_info(slow: float, images: int) -> MemoryInfo:
-    return MemoryInfo(
-        repetitions=MIN_DISTRIBUTION,
-        staging=None,
-        baseline_bytes={},
-        uss_above_baseline_bytes={},
-        phases={},
-        timeline=_timeline(slow, images),
-        payload_bytes=int(images * 9.6e6),
-    )
+    return memory_info(int(images * 9.6e6), MIN_DISTRIBUTION, _timeline(slow, images))
 
 
 def _backend(
