@@ -10,7 +10,6 @@ every suite still runs, every metric exists for that case.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -19,6 +18,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import by_path
 from asv.util import load_json
 
 from serbench import runner
@@ -95,10 +95,7 @@ def test_asv_quick_run_has_a_result_for_every_benchmark(tmp_path: Path) -> None:
 
 def _common():
     """``benchmarks/common.py``, as asv imports it (no relative import in it)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_common", ROOT / "benchmarks" / "common.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return by_path.load("benchmarks/common.py", "benchmarks_common")
 
 
 def test_the_suites_read_old_and_new_cases_and_outcomes_alike(monkeypatch) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 from pathlib import Path
 
+import by_path
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 JQUERY = "https://code.jquery.com/jquery-3.3.1.min.js"
 FLOT = "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.min.js"
 CSS = "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css"
@@ -22,11 +21,7 @@ HOME_LINK = '<a href="https://github.com/airspeed-velocity/asv/">asv</a>'
 
 
 def _load_offline_site():
-    # By path: tests/benchmarks (the pytest-benchmark suite) shadows the name `benchmarks`.
-    spec = importlib.util.spec_from_file_location("offline_site", ROOT / "scripts" / "asv_offline_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return by_path.load("scripts/asv_offline_site.py", "offline_site")
 
 
 def _sri(data: bytes) -> str:

@@ -7,11 +7,11 @@ records are dated pages of docs/measurements/, and the manual links to them.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
 
+import by_path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,10 +68,7 @@ def outside_code(text: str) -> str:
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return by_path.load("scripts/gen_reference.py", "gen_reference")
 
 
 def test_reference_pages_are_current(tmp_path: Path) -> None:

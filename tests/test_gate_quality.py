@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+import by_path
 from test_compare import doc, metric, rec, samples
 
 from serbench import results
 from serbench.results import Results
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("gate_quality", ROOT / "scripts" / "gate_quality.py")
-gate_quality = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(gate_quality)
+gate_quality = by_path.load("scripts/gate_quality.py", "gate_quality")
 
 BACKEND = "msgspec-frombuffer"
 
