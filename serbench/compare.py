@@ -235,12 +235,14 @@ def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.G
         k = (n + 1) // 2  # the (lower) middle order statistic
         low = rng.beta(k, n + 1 - k, draws)
         high = low if n % 2 else low + (1 - low) * rng.beta(1, n - k, draws)
-
-        def value(u: np.ndarray, ordered: np.ndarray = ordered, n: int = n) -> np.ndarray:
-            return ordered[np.clip(np.ceil(u * n).astype(int) - 1, 0, n - 1)]
-
-        medians[chosen] = (value(low) + value(high)) / 2
+        medians[chosen] = (_at_quantile(ordered, low) + _at_quantile(ordered, high)) / 2
     return medians
+
+
+def _at_quantile(ordered: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The sorted samples a resample's uniform draws ``u`` land on: ``ordered[ceil(n u) - 1]``."""
+    n = len(ordered)
+    return ordered[np.clip(np.ceil(u * n).astype(int) - 1, 0, n - 1)]
 
 
 def _ratio(head: np.ndarray, base: np.ndarray, paired: bool) -> np.ndarray:

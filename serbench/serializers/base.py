@@ -13,6 +13,7 @@ buffers, possibly views of the message's own memory) and back. Besides
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -37,6 +38,7 @@ def parse_threshold(value: int | float | str) -> float:
     return threshold
 
 
+@functools.cache  # once a process: the flag it spends is per process (and a fork inherits both)
 def quiet_readonly_views() -> None:
     """Let torch give, unheard, its warning that a tensor viewing a read-only buffer could be
     written through; called by ``get_serializer``, and by any process that views frames otherwise.
