@@ -107,8 +107,9 @@ def accelerator() -> Accelerator:
         return Accelerator(error=f"accelerator probe failed: {exc}")
 
 
-def collect(argv: list[str]) -> Environment:
-    """Versions, CPU, memory, accelerator, commit, command line, allocator settings and the system check."""
+def collect(argv: list[str], probed: Accelerator | None = None) -> Environment:
+    """Versions, CPU, memory, accelerator, commit, command line, allocator settings and the system
+    check; ``probed``: the accelerator as another process found it, instead of probing here."""
     return Environment(
         python=platform.python_version(),
         implementation=platform.python_implementation(),
@@ -117,7 +118,7 @@ def collect(argv: list[str]) -> Environment:
         cpu=_cpu_model(),
         cpu_count=os.cpu_count(),
         memory_bytes=psutil.virtual_memory().total,
-        accelerator=accelerator(),
+        accelerator=probed or accelerator(),
         libraries={name: _version(name) for name in LIBRARIES},
         git_commit=git_commit(),
         command=[Path(sys.argv[0]).name, *argv],

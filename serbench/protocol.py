@@ -53,7 +53,7 @@ import msgspec
 
 from serbench.errors import SerbenchError
 from serbench.profiles import Profile as RunProfile
-from serbench.results import Backend, Case
+from serbench.results import Accelerator, Backend, Case
 
 PROTOCOL = 1
 MODULE = "serbench.worker"  # ``python -m serbench.worker``
@@ -146,9 +146,11 @@ class Profile(msgspec.Struct):
 
 class Counting(msgspec.Struct):
     """The worker runs under callgrind and counts instructions; ``dumps``: the folder valgrind
-    was told to write its dumps in."""
+    was told to write its dumps in; ``accelerator``: what the client's probe found, for the
+    results' environment (the probe imports torch, which under valgrind takes half a minute)."""
 
     dumps: str
+    accelerator: Accelerator | None = None
 
 
 class Setup(_Message, tag="setup"):

@@ -43,15 +43,25 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import torch  # noqa: F401  imported here, before any fork: no case or conformance child pays for it
 
 from serbench import conformance, environment, protocol
 from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
-from serbench.results import Backend, Case, Conformance, Record, Results, ResultsFile, merge, record
+from serbench.results import (
+    Accelerator,
+    Backend,
+    Case,
+    Conformance,
+    Record,
+    Results,
+    ResultsFile,
+    merge,
+    record,
+)
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import declared_safety, describe, get_serializer
+from serbench.workloads import get_workload
 
 CONFORMANCE_TIMEOUT_S = 120
 
@@ -111,6 +121,7 @@ def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) ->
 def check_backends(specs: list[str]) -> dict[str, Backend]:
     """Each backend's safety and conformance suite, checked in a child of its own: spec → facts
     (the suite's failures are why a backend is not timed)."""
+    _preload_torch()
     checked = {}
     for spec in specs:
         try:
@@ -277,6 +288,21 @@ def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:
     return [tuple(key) for key in keys]
 
 
+def _preload_torch() -> None:
+    import torch  # noqa: F401  the conformance specimens are tensors of every dtype
+
+
+def _preload(plan: Plan, checks_backends: bool) -> None:
+    """Import before any fork what every case or conformance child would otherwise import again:
+    the plan's workload modules and, where anything uses it, torch. A counting worker of text
+    cases alone (its backends checked by its parent) never imports torch: under valgrind that
+    import alone costs half a minute (docs/instructions.md)."""
+    for name in plan.workloads:
+        get_workload(name)  # an image, output or tensor workload imports torch with its module
+    if checks_backends:
+        _preload_torch()
+
+
 def execute(
     plan: Plan,
     profile: Profile,
@@ -293,6 +319,7 @@ def execute(
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
+    _preload(plan, checks_backends=backend_facts is check_backends)
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.results.backends = backend_facts(sorted({c.backend for c in cases}))
@@ -309,6 +336,7 @@ def work(
     channel: protocol.Channel,
     ask_backends: bool = False,
     progress: bool = False,
+    accelerator: Accelerator | None = None,
 ) -> None:
     """A worker's loop (``python -m serbench.worker``, ``serbench.protocol``): measure cases on
     request, one process for many short rounds.
@@ -318,15 +346,17 @@ def work(
     checked them at full speed) — and answers ``Ready`` with its cases. Then each
     ``Measure(out, case)`` measures that case (every case when None; a case it
     does not have, none) into ``out/results.json`` and is answered
-    ``Measured(out)``, after a ``Progress`` before each case when ``progress``.
+    ``Measured(out)``, after a ``Progress`` before each case when ``progress``. ``accelerator``:
+    the client's probe of it, for the results' environment (``environment.collect``).
     It returns when the client closes its end. The gate can thus alternate base
     and head case by case, a fraction of a second apart, without paying an
     interpreter start, the imports and the conformance checks each time.
     """
     cases = plan.cases()
+    _preload(plan, checks_backends=not ask_backends)
     with Zygote() as zygote:
         forks = _Forks(zygote)
-        env = environment.collect(argv)
+        env = environment.collect(argv, accelerator)
         specs = sorted({c.backend for c in cases})
         if ask_backends:
             channel.send(protocol.Wanted(specs))

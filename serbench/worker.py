@@ -55,7 +55,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-from serbench import protocol, runner
+from serbench import environment, protocol, runner
 from serbench.attribution import profile_folder
 from serbench.errors import (
     EXIT_INTERRUPTED,
@@ -171,7 +171,7 @@ def count(
                     protocol.plan_message(plan),
                     protocol.profile_message(profile),
                     argv,
-                    counting=protocol.Counting(str(dumps)),
+                    counting=protocol.Counting(str(dumps), environment.accelerator()),
                     ask_backends=True,
                     progress=True,  # a case begins: the previous one's profiles are complete
                 )
@@ -235,7 +235,8 @@ def serve(channel: protocol.Channel) -> int:
             return _relay(channel, plan, profile, setup)
         print(f"note: {problem}: no instruction counts, micro measures wall time", file=sys.stderr)
     with runner.sigterm_as_interrupt():
-        runner.work(plan, profile, setup.argv, channel, setup.ask_backends, setup.progress)
+        probed = setup.counting.accelerator if setup.counting else None
+        runner.work(plan, profile, setup.argv, channel, setup.ask_backends, setup.progress, probed)
     return EXIT_OK
 
 

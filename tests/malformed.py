@@ -37,7 +37,7 @@ from serbench import conformance
 from serbench.serializers import DecodeError, Serializer, get_serializer
 from serbench.serializers.flat_mmk import REF_EXT, FlatMMKSerializer
 from serbench.serializers.msgpack_backend import NDARRAY_EXT, TENSOR_EXT
-from serbench.serializers.tensors import TORCH_DTYPES
+from serbench.serializers.tensors import torch_dtypes
 from serbench.workloads import get_workload
 from serbench.workloads.messages import (
     EngineCoreOutputs,
@@ -359,9 +359,9 @@ def corpus(spec: str) -> dict[str, tuple[Frames, Any]]:
 
 # -- generators ---------------------------------------------------------------
 
-DTYPES_OF_KIND = {TENSOR_EXT: sorted(TORCH_DTYPES), NDARRAY_EXT: conformance.NUMPY_DTYPES}
+DTYPES_OF_KIND = {TENSOR_EXT: sorted(torch_dtypes()), NDARRAY_EXT: conformance.NUMPY_DTYPES}
 DTYPE_NAMES = [*DTYPES_OF_KIND[TENSOR_EXT], *DTYPES_OF_KIND[NDARRAY_EXT]]
-ITEMSIZE = {name: dt.itemsize for name, dt in TORCH_DTYPES.items()} | {
+ITEMSIZE = {name: dt.itemsize for name, dt in torch_dtypes().items()} | {
     code: np.dtype(code).itemsize for code in conformance.NUMPY_DTYPES
 }
 junk = st.one_of(st.none(), st.booleans(), st.floats(), st.text(max_size=8), st.binary(max_size=8))

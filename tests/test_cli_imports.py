@@ -81,6 +81,27 @@ def test_registries_and_transports_import_no_torch() -> None:
     assert printed_json(building + "print(json.dumps('torch._C' in sys.modules))") is True
 
 
+# A counting worker's path for text cases (docs/instructions.md): preloading, building the backend,
+# measuring a case in a forked child with its verification. Under valgrind torch's import alone
+# costs half a minute, so none of it may import torch; image cases do.
+COUNTED_TEXT = """
+import json, sys
+from serbench import runner
+from serbench.profiles import PROFILES
+from serbench.runner import Plan
+plan = Plan(["msgspec-frombuffer"], [WORKLOAD], ["micro"])
+runner._preload(plan, checks_backends=False)
+outcome = runner.run_case(plan.cases()[0], PROFILES["quick"])
+print(json.dumps(["torch._C" in sys.modules, sorted(outcome.metrics)[:1]]))
+"""
+
+
+@pytest.mark.parametrize(("workload", "imports"), [("text-sonnet", False), ("images-4", True)])
+def test_a_text_case_measures_without_importing_torch(workload: str, imports: bool) -> None:
+    loaded, metrics = printed_json(COUNTED_TEXT.replace("WORKLOAD", repr(workload)))
+    assert metrics and loaded is imports
+
+
 def test_list_fits_100_columns(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -32,7 +32,7 @@ from malformed import (
 from serbench.isolation import run_isolated
 from serbench.serializers import DecodeError, Serializer, get_serializer
 from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
-from serbench.serializers.tensors import TORCH_DTYPES
+from serbench.serializers.tensors import torch_dtypes
 
 ALLOCATION_HEADROOM = 512 * 2**20  # the corpus backs no more than a few MB; a 1 GiB shape must not fit
 CORPUS_TIMEOUT_S = 300
@@ -82,7 +82,7 @@ def test_generated_inputs_end_in_decode_error_or_a_valid_object(strategy: str) -
 
 def _trusting_tensor(dtype: str, shape: list[int], buf: bytes) -> torch.Tensor:
     """Allocates what the header declares, then fills it: the hole the corpus must expose."""
-    out = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+    out = torch.empty(shape, dtype=torch_dtypes()[dtype])
     out.view(-1).view(torch.uint8).copy_(torch.frombuffer(buf, dtype=torch.uint8))
     return out
 

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Sequence
 
 from serbench.scenarios import SCENARIOS
-from serbench.serializers import available_serializers, declared_safety, describe, get_serializer, safety_text
+from serbench.serializers import available_serializers, declared, declared_safety, describe, safety_text
 from serbench.text import table
 from serbench.units import format_value
 from serbench.workloads import SWEEPS, available_workloads, default_workloads, get_workload
@@ -31,7 +31,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     """Backends (strategy, safety), workloads (payload per request), scenarios."""
     rows = []
     for name in available_serializers():
-        backend = get_serializer(name)
+        backend = declared(name)
         rows.append([name, safety_text(declared_safety(backend)), describe(backend)])
     print(described(["backend", "safe for untrusted input", "strategy"], rows))
     print()

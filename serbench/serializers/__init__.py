@@ -33,6 +33,7 @@ __all__ = [
     "DecodeError",
     "Serializer",
     "available_serializers",
+    "declared",
     "declared_safety",
     "describe",
     "get_serializer",
@@ -100,6 +101,14 @@ def _import(module_name: str) -> Any:
         return importlib.import_module(module_name)
 
 
+def declared(name: str) -> Serializer | type:
+    """What a backend declares (``safe``, ``description``) without building it where its factory
+    is a class, whose attributes they are: building the vLLM backend imports vLLM (15 s), and
+    ``serbench list`` answers without it. A factory function's backend is built."""
+    factory = _factory(parse_spec(name))
+    return factory if isinstance(factory, type) else get_serializer(name)
+
+
 def get_serializer(spec: str | Spec) -> Serializer:
     """Build the backend a spec names, with its options; SpecError says what exists."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
@@ -107,5 +116,6 @@ def get_serializer(spec: str | Spec) -> Serializer:
     for attr in ("name", "encode", "decode"):
         if not hasattr(serializer, attr):
             raise SpecError(f"{format_spec(parsed)!r} built an object without {attr!r}")
-    quiet_readonly_views()  # its decoder's tensors may view read-only frames
+    if "torch" in sys.modules:  # its decoder's tensors may view read-only frames; without torch
+        quiet_readonly_views()  # imported yet, the first tensor a backend makes does this (tensors.py)
     return serializer

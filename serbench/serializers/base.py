@@ -87,10 +87,10 @@ def safety_text(safe: bool | None) -> str:
     return {True: "yes", False: "NO (runs code from input)", None: "undeclared (treated as unsafe)"}[safe]
 
 
-def describe(serializer: Serializer) -> str:
-    return (
-        str(getattr(serializer, "description", "") or type(serializer).__doc__ or "").strip().split("\n")[0]
-    )
+def describe(serializer: Serializer | type) -> str:
+    """Its ``description``, else the first line of its class's docstring; of a backend or its class."""
+    kind = serializer if isinstance(serializer, type) else type(serializer)
+    return str(getattr(serializer, "description", "") or kind.__doc__ or "").strip().split("\n")[0]
 
 
 def unsupported_cases(serializer: Serializer) -> Mapping[str, str]:

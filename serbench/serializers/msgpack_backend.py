@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import torch
 
+from serbench import lazy
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
 from serbench.serializers.tensors import (
     UNCARRIED_DTYPES,
@@ -26,6 +26,8 @@ from serbench.serializers.tensors import (
     numpy_dtype_name,
     torch_dtype_name,
 )
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy): a text-only counting run never pays it
 
 TENSOR_EXT = 1
 NDARRAY_EXT = 2

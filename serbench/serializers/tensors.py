@@ -9,15 +9,18 @@ own buffer.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
 
 import numpy as np
-import torch
 
-from serbench.serializers.base import Buffer, DecodeError
+from serbench import lazy
+from serbench.serializers.base import Buffer, DecodeError, quiet_readonly_views
 from serbench.workloads.tree import array_bytes
+
+torch = lazy.torch(__name__)  # imported on first use (serbench.lazy): a text-only counting run never pays it
 
 
 def _carried_by_bytes(dtype: torch.dtype) -> bool:
@@ -36,14 +39,20 @@ def _carried_by_bytes(dtype: torch.dtype) -> bool:
     return True
 
 
-# Every dtype torch itself defines whose tensors are plain bytes: the float8 and float4
-# variants, uint16/32/64, complex32 and the bits types included. Read from torch, so a
-# newer torch's dtypes are carried without a change here.
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    str(dt).removeprefix("torch."): dt
-    for dt in sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
-    if _carried_by_bytes(dt)
-}
+@functools.cache
+def torch_dtypes() -> dict[str, torch.dtype]:
+    """Every dtype torch itself defines whose tensors are plain bytes, by name: the float8 and
+    float4 variants, uint16/32/64, complex32 and the bits types included. Read from torch, so a
+    newer torch's dtypes are carried without a change here."""
+    quiet_readonly_views()  # the decoders' tensors view read-only frames
+    dtype = torch.dtype  # first: this module's stand-in becomes torch (vars() of the stand-in is its own)
+    return {
+        str(dt).removeprefix("torch."): dt
+        for dt in sorted({v for v in vars(torch).values() if isinstance(v, dtype)}, key=str)
+        if _carried_by_bytes(dt)
+    }
+
+
 # What the byte-carrying backends declare they cannot carry (conformance specimen globs).
 UNCARRIED_DTYPES = {
     "dtype-q*": "quantized tensors carry a scale and zero point (per tensor or per channel) "
@@ -57,7 +66,7 @@ _NUMPY_KINDS = "biufc"
 
 def torch_dtype_name(dtype: torch.dtype) -> str:
     name = str(dtype).removeprefix("torch.")
-    if name not in TORCH_DTYPES:
+    if name not in torch_dtypes():
         raise TypeError(f"unsupported tensor dtype {name}")
     return name
 
@@ -102,7 +111,7 @@ def _checked(dtype_name: str, shape: Any, buf: Buffer, itemsize: int) -> tuple[i
 
 def _torch_dtype(dtype_name: Any) -> torch.dtype:
     try:
-        return TORCH_DTYPES[dtype_name]
+        return torch_dtypes()[dtype_name]
     except (KeyError, TypeError):
         raise DecodeError(f"unknown tensor dtype {dtype_name!r:.40}") from None
 
@@ -137,15 +146,21 @@ def _numpy_carrier(dtype: torch.dtype) -> np.dtype:
         return np.dtype(f"u{dtype.itemsize}")
 
 
-# The numpy dtype that carries each torch dtype's bytes.
-NUMPY_CARRIERS: dict[torch.dtype, np.dtype] = {dt: _numpy_carrier(dt) for dt in TORCH_DTYPES.values()}
-_TORCH_OF_NUMPY = {np.dtype(f"u{n}"): getattr(torch, f"uint{8 * n}") for n in (1, 2, 4, 8)}
+@functools.cache
+def _numpy_carriers() -> dict[torch.dtype, np.dtype]:
+    """The numpy dtype that carries each torch dtype's bytes."""
+    return {dt: _numpy_carrier(dt) for dt in torch_dtypes().values()}
+
+
+@functools.cache
+def _torch_of_numpy() -> dict[np.dtype, torch.dtype]:
+    return {np.dtype(f"u{n}"): getattr(torch, f"uint{8 * n}") for n in (1, 2, 4, 8)}
 
 
 def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
     """``np.frombuffer`` → ``torch.from_numpy``: the numpy-intermediate decode."""
     dtype = _torch_dtype(dtype_name)
-    carrier = NUMPY_CARRIERS[dtype]
+    carrier = _numpy_carriers()[dtype]
     _, view = _checked(dtype_name, shape, buf, dtype.itemsize)
     tensor = torch.from_numpy(np.frombuffer(view, dtype=carrier).reshape(shape))
     return tensor if tensor.dtype is dtype else tensor.view(dtype)
@@ -154,7 +169,7 @@ def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
 def tensor_as_numpy_buffer(tensor: torch.Tensor) -> memoryview:
     """``tensor.numpy()`` → buffer: the numpy-intermediate encode."""
     tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
-    carrier = NUMPY_CARRIERS.get(tensor.dtype)
-    if carrier in _TORCH_OF_NUMPY:
-        tensor = tensor.view(_TORCH_OF_NUMPY[carrier])
+    carrier = _numpy_carriers().get(tensor.dtype)
+    if carrier in _torch_of_numpy():
+        tensor = tensor.view(_torch_of_numpy()[carrier])
     return ndarray_buffer(tensor.numpy())

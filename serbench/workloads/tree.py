@@ -7,6 +7,7 @@ comparison, so they all agree on what a message's leaves are.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -20,8 +21,13 @@ torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 
 def is_array(obj: object) -> bool:
-    """True for the leaves that carry payload bytes: tensors and ndarrays."""
-    return isinstance(obj, (torch.Tensor, np.ndarray))
+    """True for the leaves that carry payload bytes: tensors and ndarrays. Asked of every leaf
+    of a text message too, it does not import torch to say no: without torch imported, no
+    object is a tensor."""
+    if isinstance(obj, np.ndarray):
+        return True
+    imported = sys.modules.get("torch")
+    return imported is not None and isinstance(obj, imported.Tensor)
 
 
 def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
