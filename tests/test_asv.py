@@ -37,6 +37,7 @@ def _asv(args: list[str], home: Path, config: Path | None = None) -> subprocess.
         "HOME": str(home),
         "SERBENCH_ASV_BACKENDS": "msgspec-frombuffer",
         "SERBENCH_ASV_WORKLOADS": "images-4",
+        "SERBENCH_ASV_COUNTED_WORKLOADS": "text-sonnet",  # counting images-4 imports torch under valgrind
         "SERBENCH_ASV_STEPS": "outputs-64:logprobs=5,layout=flat",
         "SERBENCH_ASV_SIZES": "tensor-256",
         "SERBENCH_ASV_WORKERS": "2",
