@@ -60,7 +60,7 @@ from serbench.results import (
     record,
 )
 from serbench.scenarios import Outcome, get_scenario
-from serbench.serializers import declared_safety, describe, get_serializer
+from serbench.serializers import declared_safety, describe, get_serializer, tensors
 from serbench.workloads import get_workload
 
 CONFORMANCE_TIMEOUT_S = 120
@@ -289,7 +289,9 @@ def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:
 
 
 def _preload_torch() -> None:
-    import torch  # noqa: F401  the conformance specimens are tensors of every dtype
+    """torch, and the dtype tables the backends build from it on first use: computed here, once,
+    they are inherited by every child instead of landing in a case's first timed request."""
+    tensors.tables()  # imports torch; the conformance specimens are tensors of every dtype
 
 
 def _preload(plan: Plan, checks_backends: bool) -> None:

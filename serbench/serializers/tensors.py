@@ -157,6 +157,13 @@ def _torch_of_numpy() -> dict[np.dtype, torch.dtype]:
     return {np.dtype(f"u{n}"): getattr(torch, f"uint{8 * n}") for n in (1, 2, 4, 8)}
 
 
+def tables() -> None:
+    """Build every dtype table now (each is built on first use otherwise): a process that forks
+    cases builds them once, before, and no case's first timed call does."""
+    _numpy_carriers()
+    _torch_of_numpy()
+
+
 def tensor_via_numpy(dtype_name: Any, shape: Any, buf: Buffer) -> torch.Tensor:
     """``np.frombuffer`` → ``torch.from_numpy``: the numpy-intermediate decode."""
     dtype = _torch_dtype(dtype_name)
