@@ -20,7 +20,6 @@ import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
@@ -59,7 +58,7 @@ def _outcome(fn: Callable[..., Any], args: tuple) -> tuple[str, Any]:
     # One core per side: the frontend and engine share two. A child whose cases never touch
     # torch (text, counted under valgrind) does not import it to say so; one that imports it
     # later reads the variable then.
-    if "torch" in sys.modules:
+    if lazy.imported():
         torch.set_num_threads(1)
     else:
         os.environ["OMP_NUM_THREADS"] = "1"

@@ -30,6 +30,12 @@ class _Deferred:
         return getattr(real, name)
 
 
+def imported() -> ModuleType | None:
+    """torch where this process has imported it, else None: a question answered without the
+    import (no object is a tensor, and no torch setting matters, before it)."""
+    return sys.modules.get("torch")
+
+
 def torch(owner: str) -> ModuleType:
     """A stand-in for torch in the module named ``owner`` (its ``__name__``), bound to the name
     ``torch`` there."""

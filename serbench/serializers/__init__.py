@@ -16,6 +16,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from serbench import lazy
 from serbench.serializers.base import (
     DecodeError,
     Serializer,
@@ -116,6 +117,6 @@ def get_serializer(spec: str | Spec) -> Serializer:
     for attr in ("name", "encode", "decode"):
         if not hasattr(serializer, attr):
             raise SpecError(f"{format_spec(parsed)!r} built an object without {attr!r}")
-    if "torch" in sys.modules:  # its decoder's tensors may view read-only frames; without torch
+    if lazy.imported():  # its decoder's tensors may view read-only frames; without torch
         quiet_readonly_views()  # imported yet, the first tensor a backend makes does this (tensors.py)
     return serializer

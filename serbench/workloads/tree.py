@@ -7,7 +7,6 @@ comparison, so they all agree on what a message's leaves are.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -26,8 +25,8 @@ def is_array(obj: object) -> bool:
     object is a tensor."""
     if isinstance(obj, np.ndarray):
         return True
-    imported = sys.modules.get("torch")
-    return imported is not None and isinstance(obj, imported.Tensor)
+    loaded = lazy.imported()
+    return loaded is not None and isinstance(obj, loaded.Tensor)
 
 
 def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
