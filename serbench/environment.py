@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import psutil
 
-from serbench import lazy, system
+from serbench import lazy, provenance, system
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.results import Accelerator, Device, Environment
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
 LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench", "vllm")
+MODULES = {"pyzmq": "zmq"}  # a distribution whose module has another name
+SERBENCH = Path(__file__).resolve().parent  # the commit a result names is that of this code's checkout
 MALLOC_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _cpu_model() -> str:
@@ -41,25 +34,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def git_commit(cwd: Path | None = None) -> str | None:
-    """The checked-out commit (with ``-dirty`` if the tree has changes), if any."""
-    here = cwd or Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{sha}-dirty" if dirty else sha
 
 
 PROBE_TIMEOUT_S = 120.0  # a first CUDA initialisation can take tens of seconds
@@ -119,8 +93,8 @@ def collect(argv: list[str], probed: Accelerator | None = None) -> Environment:
         cpu_count=os.cpu_count(),
         memory_bytes=psutil.virtual_memory().total,
         accelerator=probed or accelerator(),
-        libraries={name: _version(name) for name in LIBRARIES},
-        git_commit=git_commit(),
+        libraries={name: provenance.version(name, MODULES.get(name)) for name in LIBRARIES},
+        git_commit=provenance.checkout_commit(SERBENCH),
         command=[Path(sys.argv[0]).name, *argv],
         allocator_env={k: v for k, v in os.environ.items() if k.startswith(MALLOC_PREFIXES)},
         system=system.check(),

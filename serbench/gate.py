@@ -42,6 +42,7 @@ before the worker counts by ``serbench run --measure instructions``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -141,25 +142,40 @@ def run_options(plan: Plan, profile: Profile) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """What one side runs serbench under: its interpreter, and a folder put first on its path
+    (``--base-python`` / ``--base-path`` and head's) — how a change to another package, two
+    vLLM checkouts or two venvs, is gated with one serbench."""
+
+    python: str = sys.executable
+    path: Path | None = None
+
+    def describe(self) -> str:
+        """``PYTHON`` and, where given, ``with PATH first on its path``."""
+        return self.python + (f", with {self.path} first on its path" if self.path else "")
+
+
+@dataclass(frozen=True)
 class Revision:
-    """One revision of the comparison: a label (base or head), the folder whose code runs, and
-    what it measures there."""
+    """One side of the comparison: a label (base or head), the folder whose serbench runs, what
+    it measures there, and the interpreter and path it runs under."""
 
     label: str
     code: Path
     plan: Plan
     profile: Profile
+    runtime: Runtime = Runtime()
 
     def start(
         self, command: Sequence[str], cpus: frozenset[int] | None = None, **popen: Any
     ) -> subprocess.Popen:
-        """``python COMMAND`` with this side's code first on the path, pinned to ``cpus`` when given."""
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(self.code), os.environ.get("PYTHONPATH")])),
-        }
+        """``python COMMAND`` with this side's runtime path and code first on the path, pinned to
+        ``cpus`` when given."""
+        first = [self.runtime.path, self.code, os.environ.get("PYTHONPATH")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in first if p)}
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        return subprocess.Popen([sys.executable, *command], cwd=self.code, env=env, preexec_fn=pin, **popen)
+        command = [self.runtime.python, *command]
+        return subprocess.Popen(command, cwd=self.code, env=env, preexec_fn=pin, **popen)
 
     def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
         """``python -m serbench run`` with this side's plan and profile as options (``run_options``):
@@ -239,7 +255,7 @@ class Worker:
         problem = None
         if hello.protocol != protocol.PROTOCOL:
             problem = f"its worker speaks protocol {hello.protocol}, this gate {protocol.PROTOCOL}"
-        elif not Path(hello.code).resolve().is_relative_to(code):
+        elif Path(hello.code).resolve() != (code / "serbench").resolve():
             problem = f"its worker runs the serbench in {hello.code}, not the one in {code}"
         missing = [dimensions()[f].flag for f in self.revision.plan.dimensions if f not in hello.dimensions]
         missing += [f"option {k}" for k in self.revision.profile.options if k not in hello.options]
@@ -264,9 +280,10 @@ class Worker:
             raise self._stopped(exc) from None
         return self
 
-    def _stopped(self, exc: Exception) -> GateError:
-        """What the worker said (its ``Failed``), else the last line of its log."""
-        if isinstance(exc, WorkerStopped):
+    def _stopped(self, exc: Exception | None = None) -> GateError:
+        """What the worker said (its ``Failed``), else the last line of its log (``exc`` None:
+        it ended without a word)."""
+        if exc is None or isinstance(exc, WorkerStopped):
             reason = _last_line(self.log, "no reply")
         elif isinstance(exc, TimeoutError):
             reason = f"no answer in {RUN_TIMEOUT_S} s"
@@ -407,9 +424,15 @@ class OneShot:
 Measurer = Worker | LegacyWorker | OneShot
 
 
-def older_indices(spoken: Sequence[bool]) -> list[int]:
-    """The revisions whose worker said no hello (``Worker.greet``): from before ``serbench.worker``."""
-    return [i for i, ok in enumerate(spoken) if not ok]
+def greet_all(workers: Sequence[Worker]) -> list[int]:
+    """Greet every worker (``Worker.greet``); the indices of those that ended without a hello:
+    revisions from before ``serbench.worker``. Where every side runs the same serbench (another
+    package's change is gated) none predates it: a silent worker failed to start (an interpreter
+    without serbench's dependencies, a broken path), a GateError with its last words."""
+    older = [i for i, worker in enumerate(workers) if not worker.greet()]
+    if older and len({worker.revision.code for worker in workers}) == 1:
+        raise workers[older[0]]._stopped()
+    return older
 
 
 @contextmanager
@@ -426,8 +449,7 @@ def measurers(
     try:
         for revision in revisions:  # all started before any is waited for: their starts overlap
             started.append(Worker(revision, out / f"{revision.label}.log", cpus))
-        spoken = [worker.greet() for worker in started]
-        older = older_indices(spoken)
+        older = greet_all(started)
         if older and all("--worker" in text for text in run_help([revisions[i] for i in older])):
             for i in older:
                 label = revisions[i].label
@@ -492,15 +514,16 @@ def count(
     def cpu(i: int) -> frozenset[int] | None:
         return frozenset({available[i % len(available)]}) if len(available) > 1 else None
 
-    sides: list[Worker | OneShot] = []
+    workers: list[Worker] = []
     running: list[subprocess.Popen] = []
     try:
         for i, revision in enumerate(revisions):
-            sides.append(Worker(revision, out / f"{revision.label}-instructions.log", cpu(i)))
-        running = [side.proc for side in sides]
-        spoken = [side.greet() for side in sides]
-        older = [revisions[i] for i in older_indices(spoken)]
-        newer = [side for side, ok in zip(sides, spoken, strict=True) if ok]
+            workers.append(Worker(revision, out / f"{revision.label}-instructions.log", cpu(i)))
+        running = [worker.proc for worker in workers]
+        sides: list[Worker | OneShot] = list(workers)
+        older_sides = greet_all(workers)
+        older = [revisions[i] for i in older_sides]
+        newer = [worker for i, worker in enumerate(workers) if i not in older_sides]
         if not all("--measure" in text for text in run_help(older)) or not all(
             protocol.INSTRUCTIONS in side.hello.capabilities for side in newer
         ):
@@ -511,7 +534,7 @@ def count(
         start = time.perf_counter()
         folders = [out / f"{revision.label}-instructions" for revision in revisions]
         handles: list[subprocess.Popen | None] = [None] * len(sides)
-        for i in older_indices(spoken):  # started first: a worker is asked once its backends are checked
+        for i in older_sides:  # started first: a worker is asked once its backends are checked
             sides[i] = OneShot(revisions[i], out / f"{revisions[i].label}-instructions.log", cpu(i))
             handles[i] = sides[i].start(folders[i])
             running.append(handles[i])
@@ -548,33 +571,71 @@ def add_counts(timed: Results, counted: Results) -> Results:
     return msgspec.structs.replace(timed, records=records)
 
 
+@contextmanager
+def this_serbench() -> Iterator[Path]:
+    """A temporary folder holding only this process's ``serbench`` package (a link to it): put on
+    another interpreter's path it adds serbench and nothing else of this environment."""
+    folder = Path(tempfile.mkdtemp(prefix="serbench-gate-code-"))
+    try:
+        (folder / "serbench").symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def serbench_code(
+    repo: Path | None, base_ref: str | None, log: Callable[[str], None]
+) -> Iterator[tuple[Path, Path]]:
+    """The folders whose serbench base and head run: ``base_ref`` checked out beside the working
+    tree of ``repo``; without a ref, this serbench on both sides (another package's change is
+    gated, by the sides' runtimes)."""
+    if base_ref is None:
+        with this_serbench() as code:
+            yield code, code
+        return
+    if repo is None:
+        raise GateError("--base needs a git repository")
+    with worktree(repo, base_ref) as (base_code, commit):
+        log(f"gate: base {base_ref} ({commit[:12]}) against the working tree of {repo}")
+        yield base_code, repo
+
+
 def measure(
-    repo: Path,
-    base_ref: str,
+    repo: Path | None,
+    base_ref: str | None,
     plan: Plan,
     profile: Profile,
     rounds: int,
     out: Path,
     log: Callable[[str], None],
     counting: tuple[Plan, Profile] | None = None,
+    runtimes: tuple[Runtime, Runtime] = (Runtime(), Runtime()),
 ) -> tuple[Results, Results]:
-    """``base_ref`` and the working tree of ``repo``, each case of ``plan`` measured on both
-    ``rounds`` times under ``profile``; the merged results of base and of head, with
-    instruction counts added when ``counting`` (the plan and profile of the counting run)
-    is given.
+    """Base and head, each case of ``plan`` measured on both ``rounds`` times under ``profile``;
+    the merged results of base and of head, with instruction counts added when ``counting``
+    (the plan and profile of the counting run) is given. Base runs ``base_ref``'s serbench
+    (``serbench_code``; this one without a ref) under ``runtimes[0]``, head the working tree of
+    ``repo`` under ``runtimes[1]``.
 
     GateError for anything that stops the measurement: a bad ref, git, a worker
     that stops or a run that takes too long.
     """
     try:
-        with worktree(repo, base_ref) as (base_code, commit):
-            log(f"gate: base {base_ref} ({commit[:12]}) against the working tree of {repo}")
-            revisions = [Revision("base", base_code, plan, profile), Revision("head", repo, plan, profile)]
+        with serbench_code(repo, base_ref, log) as codes:
+            revisions = [
+                Revision(label, code, plan, profile, runtime)
+                for label, code, runtime in zip(("base", "head"), codes, runtimes, strict=True)
+            ]
+            for revision in revisions:
+                if revision.runtime != Runtime():
+                    log(f"gate: {revision.label} runs {revision.runtime.describe()}")
             with measurers(revisions, out, log) as started:
                 base_runs, head_runs = interleave(started, rounds, out, log)
             base, head = results.merge(base_runs), results.merge(head_runs)
             if counting is not None:
-                counted = count([Revision(r.label, r.code, *counting) for r in revisions], out, log)
+                counters = [dataclasses.replace(r, plan=counting[0], profile=counting[1]) for r in revisions]
+                counted = count(counters, out, log)
                 if counted:
                     base, head = add_counts(base, counted[0]), add_counts(head, counted[1])
     except (subprocess.TimeoutExpired, OSError) as exc:

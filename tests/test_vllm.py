@@ -16,6 +16,7 @@ import torch
 pytest.importorskip("vllm.v1.serial_utils", reason="vLLM not installed: make test installs the pinned one")
 
 from serbench import conformance, environment
+from serbench.results import Accelerator
 from serbench.serializers import DecodeError, get_serializer
 from serbench.vllm import adapter
 from serbench.workloads import get_workload
@@ -151,7 +152,7 @@ def test_conformance_suite_passes_with_its_declarations():
 
 def test_environment_names_the_vllm_version(vllm):
     assert "vllm" in environment.LIBRARIES
-    assert environment._version("vllm") == vllm.version.split("+")[0]
+    assert environment.collect([], probed=Accelerator()).libraries["vllm"] == vllm.version
     assert vllm.version.split("+")[0] in adapter.TESTED
 
 

@@ -234,7 +234,7 @@ def test_the_gate_hands_its_workers_the_values_not_the_text(monkeypatch, tmp_pat
     from before serbench.worker gets it back as an option's text."""
     asked = {}
 
-    def measure(repo, base_ref, plan, profile, rounds, out, log, counting):
+    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes):
         asked["plan"] = plan
         raise GateError("stop here")
 

@@ -1,9 +1,11 @@
-"""``serbench gate --base REF``: the CI performance gate, in one command."""
+"""``serbench gate --base REF``: the CI performance gate, in one command; ``--base-path`` /
+``--base-python`` and head's gate a change to another package (vLLM) with one serbench."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +23,7 @@ from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, Usage
 from serbench.profiles import PROFILES, Profile
 
 if TYPE_CHECKING:
+    from serbench.gate import Runtime
     from serbench.runner import Plan
 
 # The default matrix: quick enough for every pull request, wide enough to
@@ -54,9 +57,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     check_outputs(args)
     if args.rounds is not None and args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    runtimes = side_runtimes(args)
     chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
     settings = PROFILES["quick"]
-    repo = gate.repository_root(Path.cwd())
+    repo = gate.repository_root(Path.cwd()) if args.base else None
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
     counting, why = count_plan(args, chosen, settings)
     rounds = args.rounds or (DEFAULT_ROUNDS if counting is None else DEFAULT_ROUNDS_COUNTED)
@@ -64,7 +68,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     say(how)
     try:
         with runner.sigterm_as_interrupt():  # so that the worktree and every process go on SIGTERM too
-            base, head = gate.measure(repo, args.base, chosen, settings, rounds, folder, say, counting)
+            base, head = gate.measure(
+                repo, args.base, chosen, settings, rounds, folder, say, counting, runtimes
+            )
     except KeyboardInterrupt as exc:
         say(f"\ninterrupted: nothing compared; the rounds so far are in {folder}")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
@@ -76,6 +82,29 @@ def cmd_gate(args: argparse.Namespace) -> int:
     code = conclude(args, base, head, how, profiles, side_by_side=True)
     print(f"gate report: {folder} (base.json, head.json, {Path(args.markdown).name})")
     return code
+
+
+def side_runtimes(args: argparse.Namespace) -> tuple[Runtime, Runtime]:
+    """Base's and head's interpreter and path (``--base-python``, ``--base-path`` and head's);
+    UsageError for one that is not there, or for a gate given nothing to compare."""
+    from serbench.gate import Runtime  # here: the gate module imports the runner, and with it torch
+
+    runtimes = []
+    for side in ("base", "head"):
+        python, path = getattr(args, f"{side}_python"), getattr(args, f"{side}_path")
+        if python and not (Path(python).is_file() and os.access(python, os.X_OK)):
+            raise UsageError(f"--{side}-python {python}: not an executable file")
+        if path and not Path(path).is_dir():
+            raise UsageError(f"--{side}-path {path}: not a folder")
+        # absolute, not resolved: a venv's python is a link to the base interpreter
+        python = os.path.abspath(python) if python else sys.executable
+        runtimes.append(Runtime(python, Path(path).resolve() if path else None))
+    if args.base is None and runtimes[0] == runtimes[1]:
+        raise UsageError(
+            "nothing to compare: give --base REF (a serbench revision), or base and head runtimes that "
+            "differ (--base-path / --head-path, --base-python / --head-python: another package's change)"
+        )
+    return runtimes[0], runtimes[1]
 
 
 def count_plan(
@@ -118,9 +147,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gate",
         help="CI gate: measure REF and the working tree interleaved, exit 1 on a regression",
         description="Check out REF in a temporary worktree, run base and working tree interleaved "
-        "(A B, B A, ...) on this machine, then compare as `serbench compare` does.",
+        "(A B, B A, ...) on this machine, then compare as `serbench compare` does. Without REF, both "
+        "sides run this serbench under their own --base-path / --base-python and head's: a change "
+        "to another package (e.g. vLLM) is gated.",
     )
-    parser.add_argument("--base", required=True, metavar="REF", help="git revision to compare against")
+    parser.add_argument(
+        "--base",
+        metavar="REF",
+        help="git revision of serbench to compare the working tree against (optional where the "
+        "sides' runtimes differ: then both run this serbench)",
+    )
     parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"(default: {DEFAULT_BACKENDS})")
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"(default: {DEFAULT_WORKLOADS})")
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"(default: {DEFAULT_SCENARIOS})")
@@ -144,5 +180,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"{DEFAULT_ROUNDS_COUNTED} of them by default (docs/instructions.md); time: the clock alone; "
         "auto (default): instructions where valgrind is installed and micro is measured, else time",
     )
+    package = parser.add_argument_group(
+        "gating another package (e.g. vLLM)",
+        "each side runs under its own interpreter or with a folder first on its path; without "
+        "--base both run this serbench, so only that package differs (docs/vllm.md)",
+    )
+    for side in ("base", "head"):
+        package.add_argument(
+            f"--{side}-path",
+            metavar="DIR",
+            help=f"a folder put first on {side}'s PYTHONPATH: a checkout holding the package (vllm/)",
+        )
+        package.add_argument(
+            f"--{side}-python",
+            metavar="PYTHON",
+            help=f"{side}'s interpreter (a venv with the other version and serbench installed; "
+            "default: this one)",
+        )
     add_comparison_options(parser)
     parser.set_defaults(func=cmd_gate)
