@@ -10,16 +10,21 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("vllm.v1.serial_utils", reason="vLLM not installed: make test installs the pinned one")
 
 from serbench import conformance, environment
+from serbench.engine.protocol import IntegrityError
 from serbench.results import Accelerator
+from serbench.scenarios import stream
+from serbench.scenarios.load import Tracked, account
 from serbench.serializers import DecodeError, get_serializer
+from serbench.specs import SpecError
 from serbench.vllm import adapter
-from serbench.workloads import get_workload
+from serbench.workloads import Running, get_workload
 from serbench.workloads.tree import iter_leaves, payload_bytes
 
 NATIVE = "images-2:layout=vllm-native,profile=llava"
@@ -170,3 +175,120 @@ def test_without_vllm_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "pip install" in lines[0] and "vllm" in lines[0], done.stderr
+
+
+# outputs-B:layout=vllm-native: outputs-B's steps as vLLM's own EngineCoreOutputs
+OUTPUTS = "outputs-40:logprobs=5,layout=vllm-native"
+
+
+def corrupt_logprob(message, index: int = 1) -> None:
+    """Add 0.5 to one logprob of output ``index`` (the decoded arrays are read-only views: replaced)."""
+    out = message.outputs[index]
+    changed = out.new_logprobs.logprobs.copy()
+    changed[0, 2] += 0.5
+    out.new_logprobs = out.new_logprobs._replace(logprobs=changed)
+
+
+@pytest.mark.parametrize("top", [0, 5])
+def test_native_outputs_round_trip_through_vllm_with_every_token_and_logprob(vllm, top):
+    native = get_workload(f"outputs-40:logprobs={top},layout=vllm-native")
+    model = get_workload(f"outputs-40:logprobs={top}").message(5)  # serbench's nested step: lists
+    message = native.message(5)
+    frames, decoded = roundtrip("vllm", message)
+    conformance.assert_same(message, decoded)
+    assert type(decoded) is vllm.EngineCoreOutputs and len(frames) == 1  # rows of 6 are under 256 B
+    assert len(decoded.outputs) == len(model.outputs) == 40
+    for out, want in zip(decoded.outputs, model.outputs, strict=True):
+        assert type(out) is vllm.EngineCoreOutput
+        assert (out.request_id, out.new_token_ids) == (want.request_id, want.new_token_ids)
+        assert out.finish_reason == (vllm.FinishReason.LENGTH if want.finish_reason == "length" else None)
+        if not top:
+            assert out.new_logprobs is None
+            continue
+        ids, logprobs, ranks = out.new_logprobs[:3]
+        assert (ids.dtype, logprobs.dtype, ranks.dtype) == (np.int32, np.float32, np.int64)
+        assert ids.tolist() == want.new_logprobs.token_ids and ranks.tolist() == want.new_logprobs.ranks
+        assert logprobs.tolist() == want.new_logprobs.logprobs
+    assert [out.finish_reason is not None for out in decoded.outputs].count(True) == 1  # (i + 5) % 32 == 31
+    native.check(decoded)
+
+
+def test_a_corrupted_native_step_is_caught(vllm):
+    workload = get_workload(OUTPUTS)
+    tracked = {workload.request_id(i): Tracked(0.0, 40) for i in range(40)}
+
+    def step(position: int):
+        return roundtrip("vllm", workload.step([Running(rid, position, False) for rid in tracked]))[1]
+
+    decoded = step(0)
+    workload.check(decoded)
+    assert account(stream.accountable(decoded), tracked, 1.0) == 0
+    corrupt_logprob(decoded)
+    with pytest.raises(ValueError, match="logprob logprobs differ"):
+        workload.check(decoded)
+    decoded = step(1)
+    decoded.outputs[3].new_logprobs = decoded.outputs[3].new_logprobs._replace(
+        sampled_token_ranks=np.array([0])
+    )
+    with pytest.raises(ValueError, match="logprob ranks differ"):
+        workload.check(decoded)
+    decoded.outputs[7].new_token_ids = [decoded.outputs[7].new_token_ids[0] + 1]
+    with pytest.raises(IntegrityError, match="request 'req-0-7' token 1"):
+        account(stream.accountable(decoded), tracked, 2.0)
+
+
+def test_native_outputs_spec_with_logprobs_builds_what_it_says(vllm):
+    spec = "outputs-16:layout=vllm-native,logprobs=5,seed=3,steps=7"
+    workload = get_workload(spec)
+    assert workload.name == spec
+    assert (workload.kind, workload.batch, workload.output_len) == ("outputs", 16, 7)
+    assert workload.message_type is vllm.EngineCoreOutputs and workload.request_type is vllm.EngineCoreRequest
+    assert "top-5 logprobs" in workload.description and "vLLM's own" in workload.description
+    request = workload.request(2)
+    assert type(request) is vllm.EngineCoreRequest and request.request_id == "req-3-2"
+    assert (request.sampling_params.logprobs, request.sampling_params.max_tokens) == (5, 7)
+    step = workload.message(0)
+    assert [out.request_id for out in step.outputs] == [f"req-3-{i}" for i in range(16)]
+    rows = step.outputs[4].new_logprobs
+    assert type(rows).__name__ == "LogprobsLists" and rows.logprob_token_ids.shape == (1, 6)
+    assert rows.logprob_token_ids[0, 0] == step.outputs[4].new_token_ids[0]  # column 0: the sampled token
+    assert rows.logprobs.shape == (1, 6) and rows.sampled_token_ranks.shape == (1,)
+    with pytest.raises(SpecError, match="images-N and outputs-B"):
+        get_workload("text-sonnet:layout=vllm-native")
+
+
+def test_native_outputs_carried_by_the_pickles_and_declared_by_none(vllm):
+    message = get_workload(OUTPUTS).message(3)
+    for spec in ("vllm", "pickle", "pickle-oob", "cloudpickle"):
+        assert conformance.case_unsupported(get_serializer(spec), OUTPUTS) is None
+        conformance.assert_same(message, roundtrip(spec, message)[1])
+
+
+@pytest.mark.usefixtures("ipc_sandbox")
+def test_ipc_frontend_checks_every_native_step(vllm, monkeypatch):
+    spec = "outputs-6:logprobs=2,layout=vllm-native,steps=12"
+    out = stream.measure("vllm", spec, 0.002, None, "ipc")
+    assert out.info.batch == 6 and out.info.steps >= 12 and out.info.full_steps >= 1
+    assert len(out.metrics["step_decode_s"].values) == out.info.full_steps
+
+    class CorruptsThirdStep:
+        """The vllm backend, except that the third step it decodes has one logprob changed."""
+
+        name = "vllm"
+
+        def __init__(self) -> None:
+            self.inner, self.steps = get_serializer("vllm"), 0
+
+        def encode(self, obj):
+            return self.inner.encode(obj)
+
+        def decode(self, frames, type_):
+            message = self.inner.decode(frames, type_)
+            self.steps += type_ is vllm.EngineCoreOutputs
+            if self.steps == 3 and type_ is vllm.EngineCoreOutputs:
+                corrupt_logprob(message)
+            return message
+
+    monkeypatch.setattr(stream, "get_serializer", lambda backend: CorruptsThirdStep())
+    with pytest.raises(IntegrityError, match="step 3: logprob logprobs differ"):
+        stream.measure("vllm", spec, 0.002, None, "ipc")

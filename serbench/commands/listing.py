@@ -43,7 +43,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows.append([name, payload, "yes" if name in default else "by name", workload.description])
     print(described(["workload", "payload/request", "default run", "what"], rows))
     families = (
-        "any images-N, outputs-B, tensor-N works; outputs-B takes logprobs=K, layout=nested|flat, steps=N; "
+        "any images-N, outputs-B, tensor-N works; outputs-B takes logprobs=K, layout=nested|flat, steps=N "
+        "(images-N and outputs-B: layout=vllm-native with the vLLM plugin); "
         f"sweeps: {', '.join(SWEEPS)} (with options, e.g. outputs-sweep:logprobs=5)"
     )
     print(textwrap.fill(families, WIDTH))

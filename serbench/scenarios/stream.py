@@ -43,6 +43,7 @@ from serbench.scenarios.load import Tracked, account
 from serbench.serializers import Serializer, get_serializer
 from serbench.specs import Spec, format_spec, parse_spec
 from serbench.workloads import Workload, get_workload
+from serbench.workloads.messages import EngineCoreOutputs, FlatEngineCoreOutputs
 
 clock = time.perf_counter
 
@@ -85,13 +86,20 @@ def stream(link: Any, serializer: Serializer, workload: Workload) -> list[Step]:
         cpu, decoded = time.thread_time() - cpu, clock()
         count = len(message.request_ids if hasattr(message, "request_ids") else message.outputs)
         steps.append(Step(count, cpu, decoded - ctrl.data.get("sent", decoded)))
-        active -= account(message, tracked, decoded)
+        active -= account(accountable(message), tracked, decoded)
         try:
             workload.check(message)
         except ValueError as exc:
             raise IntegrityError(f"step {len(steps)}: {exc}") from None
         last_progress = clock()
     return steps
+
+
+def accountable(message: Any) -> EngineCoreOutputs | FlatEngineCoreOutputs:
+    """``message`` as ``load.account`` reads it: serbench's own steps as they are; a plugin's own
+    (vLLM's ``EngineCoreOutputs``, ``layout=vllm-native``) has the nested layout's per-request
+    outputs, whose request id, new tokens and finish reason serbench's ``entries()`` reads."""
+    return message if hasattr(message, "entries") else EngineCoreOutputs(outputs=message.outputs)
 
 
 def measure(backend: str, workload_spec: str, step_s: float, engine: str | None, kind: str) -> Outcome:

@@ -46,9 +46,9 @@ class MsgpackSerializer:
         **UNCARRIED_DTYPES,
         # docs/vllm.md: msgspec meets vLLM's MultiModalKwargsItem (a UserDict) and its field
         # dataclasses, which only vLLM's own enc/dec hooks know; this backend carries the model
-        # of them, images-N:layout=vllm.
-        "workload-*layout=vllm-native*": "vLLM's own message types (MultiModalKwargsItem, its field "
-        "objects) need vLLM's codec hooks; serbench's model of them is layout=vllm",
+        # of them, images-N:layout=vllm. vLLM's outputs (Structs and numpy arrays) it carries.
+        "workload-images-*layout=vllm-native*": "vLLM's own message types (MultiModalKwargsItem, its "
+        "field objects) need vLLM's codec hooks; serbench's model of them is layout=vllm",
     }
     tensor_to_buffer: Callable[[torch.Tensor], memoryview]
     tensor_from_buffer: Callable[[Any, Any, Buffer], torch.Tensor]

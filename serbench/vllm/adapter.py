@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
+import typing
 from functools import cache
-from importlib import metadata
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-TESTED = ("0.33.0",)  # the pin in constraints.txt first
+import msgspec
+import numpy as np
+
+from serbench import provenance
+
+TESTED = ("0.33.0", "0.32.0", "0.34.0")  # the pin in constraints.txt first
 INSTALL = (
     "the vllm backend and layout=vllm-native need vLLM: "
     "pip install 'serbench[vllm]' && pip install --no-deps -c constraints.txt vllm"
@@ -32,32 +35,9 @@ class Missing(ImportError):
 
 
 def version() -> str | None:
-    """The installed vLLM's version, with ``+g<commit>`` when it is a git checkout; None without one."""
-    try:
-        found = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
-    commit = _checkout_commit()
-    return f"{found}+g{commit[:12]}" if commit and commit[:12] not in found else found
-
-
-def _checkout_commit() -> str | None:
-    """The commit of an editable vLLM checkout (``pip install -e``), if that is what is installed."""
-    try:
-        dist = metadata.distribution("vllm")
-        direct = dist.read_text("direct_url.json") or ""
-    except metadata.PackageNotFoundError:
-        return None
-    if '"editable": true' not in direct.replace(" ", "").replace(":true", ": true"):
-        return None
-    origin = Path(str(dist.locate_file("vllm"))).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=origin, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+    """The vLLM this process imports: its installed version (``+g<commit>`` from an editable git
+    checkout), or ``from <folder>`` for a checkout ahead on ``PYTHONPATH``; None without one."""
+    return provenance.version("vllm")
 
 
 @cache
@@ -128,7 +108,29 @@ def sampling_params(**options: Any) -> Any:
 
 
 def engine_core_request(**fields: Any) -> Any:
-    """``EngineCoreRequest`` with the fields this release has (later ones default, earlier ones dropped)."""
+    """``EngineCoreRequest`` with the fields this release has (later ones default, earlier ones
+    dropped), the prompt as this release's frontends send it: a list, or where the field is an
+    ``np.ndarray`` (0.34) a 32-bit int array (out of band when long)."""
     cls = load().EngineCoreRequest
-    known = set(cls.__struct_fields__)
-    return cls(**{k: v for k, v in fields.items() if k in known})
+    types = {f.name: f.type for f in msgspec.structs.fields(cls)}
+    prompt = fields.get("prompt_token_ids")
+    if prompt is not None and np.ndarray in typing.get_args(types.get("prompt_token_ids")):
+        fields["prompt_token_ids"] = np.asarray(prompt, dtype=np.int32)
+    return cls(**{k: v for k, v in fields.items() if k in types})
+
+
+def step_logprobs(token_ids: Any, logprobs: Any, ranks: Any) -> Any:
+    """A step's logprob tensors as vLLM's engine turns them into what it sends: its own
+    ``LogprobsTensors(...).tolists()``, numpy arrays in 0.33 (Python lists in releases before)."""
+    load()  # the one-line Missing, and vLLM's log level, before its modules are imported
+    from vllm.v1.outputs import LogprobsTensors
+
+    return LogprobsTensors(token_ids, logprobs, ranks).tolists()
+
+
+def request_logprobs(step: Any, index: int) -> Any:
+    """Request ``index``'s one row of a step's ``LogprobsLists``, as vLLM's scheduler takes it:
+    ``slice_request`` where the release has it, ``slice`` in releases before it."""
+    if hasattr(step, "slice_request"):
+        return step.slice_request(index, 1)
+    return step.slice(index, index + 1)

@@ -6,7 +6,16 @@ installed vLLM's ``EngineCoreRequest``: its ``SamplingParams``, one
 ``MultiModalFeatureSpec`` per image whose data is a ``MultiModalKwargsItem`` of
 ``MultiModalFieldElem``s with vLLM's field objects (batched, flat with slices).
 The engine's steps stay serbench's ``EngineCoreOutputs`` (what the ipc frontend
-accounts). Registered under the entry-point group ``serbench.layouts``
+accounts).
+
+``outputs-B:layout=vllm-native`` is ``outputs-B`` (the same tokens, logprob rows,
+ranks and finish pattern; ``logprobs=``, ``seed=``, ``steps=`` pass through) with
+each step built as vLLM's engine builds it: the step's logprob tensors through
+vLLM's ``LogprobsTensors.tolists()``, one ``EngineCoreOutput`` per request holding
+its row of that ``LogprobsLists`` (numpy arrays in 0.33) and a ``FinishReason``,
+in an ``EngineCoreOutputs``; its requests are vLLM's ``EngineCoreRequest``s.
+
+Registered under the entry-point group ``serbench.layouts``
 (``serbench.workloads.get_workload``); version differences live in ``adapter``.
 """
 
@@ -18,10 +27,20 @@ from typing import Any
 from serbench.specs import Spec, SpecError
 from serbench.vllm import adapter
 from serbench.workloads import Running, Workload
-from serbench.workloads.messages import EngineCoreRequest, MultiModalFeatureSpec, VllmFieldElem
+from serbench.workloads.messages import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    FlatEngineCoreOutputs,
+    Logprobs,
+    MultiModalFeatureSpec,
+    VllmFieldElem,
+)
 
 NAME = "vllm-native"
-MODEL_LAYOUT = "vllm"  # serbench's own model of the same wire shape: the content comes from it
+# vLLM stamps each step with time.monotonic() (a float on the wire either way); a fixed one keeps a
+# workload's step deterministic. The ipc engine stamps its steps with the time, as it does serbench's.
+STEP_TIMESTAMP = 1.0
 
 
 def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
@@ -31,17 +50,22 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
         adapter.load()
     except adapter.Missing as exc:
         raise SpecError(str(exc)) from None
-    if not spec.name.startswith("images-"):
-        raise SpecError(f"layout={NAME} is built for images-N only, not {spec.name!r}")
-    return NativeImages(build(Spec(spec.name, {**spec.options, "layout": MODEL_LAYOUT})))
+    native = NATIVE.get(spec.name.partition("-")[0])
+    if native is None:
+        raise SpecError(f"layout={NAME} is built for images-N and outputs-B only, not {spec.name!r}")
+    return native(build(Spec(spec.name, {**spec.options, "layout": native.model_layout})))
 
 
-class NativeImages(Workload):
-    """``images-N`` as vLLM's own ``EngineCoreRequest``s; everything else is the model workload's."""
+class Native(Workload):
+    """serbench's workload ``model`` with its requests as vLLM's own ``EngineCoreRequest``s; everything
+    else is the model's. ``model_layout`` is the model's layout whose content it carries."""
+
+    model_layout: str
+    model_words: str  # what the model's description says of its layout, left out of this one's
 
     def __init__(self, model: Workload) -> None:
         self.model = model
-        self.description = f"{model.description.replace(', vllm layout', '')}, vLLM's own message types"
+        self.description = f"{model.description.replace(self.model_words, '')}, vLLM's own message types"
         self.output_len = model.output_len
         self.seed = model.seed
         self.kind = model.kind
@@ -56,7 +80,7 @@ class NativeImages(Workload):
     def name(self, value: str) -> None:
         self.model.name = value
 
-    def __getattr__(self, name: str) -> Any:  # the model's extras (image keys, repeats) pass through
+    def __getattr__(self, name: str) -> Any:  # the model's extras (image keys, repeats, batch) pass through
         return getattr(self.__dict__["model"], name)
 
     def request_id(self, index: int) -> str:
@@ -75,8 +99,79 @@ class NativeImages(Workload):
         self.model.check(message)
 
 
+class NativeImages(Native):
+    """``images-N`` as vLLM's own ``EngineCoreRequest``s; the engine's steps stay serbench's."""
+
+    model_layout = "vllm"  # serbench's own model of the same wire shape
+    model_words = ", vllm layout"
+
+
+class NativeOutputs(Native):
+    """``outputs-B``'s steps as vLLM's own ``EngineCoreOutputs``, built from the model's flat step
+    (the whole step's arrays, which vLLM's engine too holds before it splits them by request)."""
+
+    model_layout = "flat"
+    model_words = ", flat"
+
+    def __init__(self, model: Workload) -> None:
+        super().__init__(model)
+        self.message_type = adapter.load().EngineCoreOutputs  # what the frontend decodes
+
+    def message(self, index: int = 0) -> Any:
+        return native_outputs(self.model.message(index))
+
+    def step(self, running: Sequence[Running]) -> Any:
+        return native_outputs(self.model.step(running))
+
+    def check(self, message: Any) -> None:
+        """ValueError unless every logprob row is the one its sampled token implies (the model's check)."""
+        self.model.check(model_outputs(message))
+
+
+NATIVE: dict[str, type[Native]] = {"images": NativeImages, "outputs": NativeOutputs}
+
+
+def native_outputs(step: FlatEngineCoreOutputs) -> Any:
+    """serbench's flat step as the installed vLLM's engine sends it: per request an ``EngineCoreOutput``
+    with its new tokens, its row of the step's ``LogprobsLists`` and its ``FinishReason``."""
+    vllm = adapter.load()
+    rows = step.logprobs
+    # vLLM's sampler counts a token's rank with a sum: int64 (serbench's model keeps int32)
+    lists = None if rows is None else adapter.step_logprobs(rows.token_ids, rows.logprobs, rows.ranks.long())
+    return vllm.EngineCoreOutputs(
+        outputs=[
+            vllm.EngineCoreOutput(
+                request_id=rid,
+                new_token_ids=tokens,
+                new_logprobs=None if lists is None else adapter.request_logprobs(lists, index),
+                finish_reason=None if reason is None else vllm.FinishReason[reason.upper()],
+            )
+            for index, (rid, tokens, reason) in enumerate(step.entries())
+        ],
+        timestamp=STEP_TIMESTAMP,
+    )
+
+
+def model_outputs(message: Any) -> EngineCoreOutputs:
+    """vLLM's ``EngineCoreOutputs`` as serbench's nested model of it, for the checks after a decode:
+    each output's logprob rows stay as vLLM carried them (arrays; lists in older releases), which
+    ``Outputs.check`` reads either way."""
+    return EngineCoreOutputs(
+        outputs=[
+            EngineCoreOutput(
+                out.request_id,
+                out.new_token_ids,
+                None if out.finish_reason is None else str(out.finish_reason),
+                None if out.new_logprobs is None else Logprobs(*out.new_logprobs[:3]),
+            )
+            for out in message.outputs
+        ]
+    )
+
+
 def native_request(request: EngineCoreRequest) -> Any:
-    """serbench's ``layout=vllm`` request as the installed vLLM's ``EngineCoreRequest``."""
+    """serbench's request (``images-N:layout=vllm``'s, ``outputs-B``'s) as the installed vLLM's
+    ``EngineCoreRequest``."""
     vllm = adapter.load()
     sp = request.sampling_params
     return adapter.engine_core_request(
