@@ -109,13 +109,17 @@ class Unsupported:
 
 def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) -> Outcome | Unsupported:
     """Runs in a child: one scenario measurement, or ``Unsupported`` (nothing timed) when the
-    backend declares the case's workload unsupported. ``verified``: the keys of the messages
-    that earlier cases of the run round-tripped (``conformance.remember``)."""
+    scenario cannot measure the case or the backend declares its workload unsupported.
+    ``verified``: the keys of the messages that earlier cases of the run round-tripped
+    (``conformance.remember``)."""
     conformance.remember(verified)
-    reason = conformance.case_unsupported(get_serializer(case.backend), case.workload)
+    scenario = get_scenario(case.scenario)
+    reason = scenario.unsupported(case) or conformance.case_unsupported(
+        get_serializer(case.backend), case.workload
+    )
     if reason is not None:
         return Unsupported(reason)
-    return get_scenario(case.scenario).run(case, profile)
+    return scenario.run(case, profile)
 
 
 def check_backends(specs: list[str]) -> dict[str, Backend]:

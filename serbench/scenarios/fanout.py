@@ -48,7 +48,15 @@ from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
 from serbench.rss import proportional
-from serbench.scenarios.base import Case, Dimension, Option, Outcome, Scenario, positive_int
+from serbench.scenarios.base import (
+    Case,
+    Dimension,
+    Option,
+    Outcome,
+    Scenario,
+    own_requests_only,
+    positive_int,
+)
 from serbench.scenarios.memory import miniature
 from serbench.serializers import get_serializer
 from serbench.stats import Measurement
@@ -405,6 +413,10 @@ class Fanout(Scenario):
             metavar="R",
         ),
     )
+
+    def unsupported(self, case: Case) -> str | None:
+        """A plugin's own requests: the step the core broadcasts is serbench's scheduler output."""
+        return own_requests_only(case, "fan-out's scheduler step")
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         reason = broadcast.unavailable(case.transport or "")

@@ -74,7 +74,15 @@ from serbench.engine.staging import Staging
 from serbench.profiles import Profile
 from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results
 from serbench.scenarios import caching, device, stream
-from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
+from serbench.scenarios.base import (
+    TRANSPORT,
+    Case,
+    Option,
+    Outcome,
+    Scenario,
+    own_requests_only,
+    positive_int,
+)
 from serbench.scenarios.load import (
     RequestPool,
     arrival_offsets,
@@ -512,6 +520,11 @@ class Ipc(Scenario):
     ) -> list[Case]:
         """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
         return caching.with_cache(super().cases(backends, workloads, chosen))
+
+    def unsupported(self, case: Case) -> str | None:
+        """A cached case of a plugin's own requests: the cache keys and replaces serbench's
+        model of the multimodal features."""
+        return own_requests_only(case, "the multimodal cache") if caching.mode(case) != "none" else None
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits only where requests go one at a time (the payload default): each is
