@@ -103,7 +103,7 @@ def within_run_ratios(
             continue
         base = by_backend[chosen].metrics[name]
         for rec in (r for r in by_backend.values() if r.backend != reference):  # not 1 over itself
-            ratio, _, _ = ratio_estimate(base, rec.metrics[name])
+            ratio, _, _ = ratio_estimate(base, rec.metrics[name], pooled=True)
             if ratio is not None:
                 out[rec.row, rec.workload, name] = (ratio, _pairs(base, rec.metrics[name]))
     return out

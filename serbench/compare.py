@@ -239,6 +239,21 @@ def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.G
     return medians
 
 
+def _pooled_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each row of drawn round indices in ``picks``, the median of all the samples of a
+    resample: each drawn round's own samples drawn with replacement, as many as it has."""
+    sizes = np.array([len(g) for g in groups])
+    padded = np.full((len(groups), sizes.max()), np.nan)
+    for index, group in enumerate(groups):
+        padded[index, : len(group)] = group
+    drawn_sizes = sizes[picks][..., None]  # (resamples, rounds, 1)
+    slots = np.arange(sizes.max())
+    positions = np.floor(rng.random((*picks.shape, sizes.max())) * drawn_sizes).astype(int)
+    values = padded[picks[..., None], positions]
+    values[slots >= drawn_sizes] = np.nan  # a smaller round draws only as many as it has
+    return np.nanmedian(values.reshape(len(picks), -1), axis=1)
+
+
 def _at_quantile(ordered: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The sorted samples a resample's uniform draws ``u`` land on: ``ordered[ceil(n u) - 1]``."""
     n = len(ordered)
@@ -264,6 +279,7 @@ def ratio_estimate(
     confidence: float = CONFIDENCE,
     seed: int = BOOTSTRAP_SEED,
     side_by_side: bool = True,
+    pooled: bool = False,
 ) -> tuple[float | None, float | None, float | None]:
     """Ratio head/base and its percentile-bootstrap interval, from the raw samples.
 
@@ -273,14 +289,22 @@ def ratio_estimate(
     pairs) round ``i`` of base and of head are drawn together and the
     statistic is the median of per-round ratios — unless ``side_by_side`` is
     false: rounds of two separate runs were not measured together, so their
-    order pairs nothing. The ratio is None for a zero base; the interval is
-    (None, None) with fewer than two samples a side — no interval, no
-    significance.
+    order pairs nothing. ``pooled``: the statistic is the ratio of the medians
+    of all a side's samples instead (rounds still drawn together where they
+    pair) — for a run's interleaved visits of a few requests each, where one
+    visit's median is too noisy to stand for it (docs/architecture.md,
+    "Comparisons that hold within a run"). The ratio is None for a zero base;
+    the interval is (None, None) with fewer than two samples a side — no
+    interval, no significance.
     """
     base_groups, head_groups = _groups(base), _groups(head)
     paired = side_by_side and len(base_groups) == len(head_groups)
-    medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
-    ratio = float(_ratio(*medians, paired)[0])
+    pooled = pooled and max(len(base_groups), len(head_groups)) > 1  # one round: the same statistic
+    if pooled:
+        ratio = float(np.median(np.concatenate(head_groups)) / np.median(np.concatenate(base_groups)))
+    else:
+        medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
+        ratio = float(_ratio(*medians, paired)[0])
     if not math.isfinite(ratio):
         return None, None, None
     if min(sum(map(len, base_groups)), sum(map(len, head_groups))) < 2:
@@ -290,9 +314,15 @@ def ratio_estimate(
     base_picks = (
         head_picks if paired else rng.integers(len(base_groups), size=(BOOTSTRAP_RESAMPLES, len(base_groups)))
     )
-    ratios = _ratio(
-        _round_medians(head_groups, head_picks, rng), _round_medians(base_groups, base_picks, rng), paired
-    )
+    if pooled:
+        heads = _pooled_medians(head_groups, head_picks, rng)
+        bases = _pooled_medians(base_groups, base_picks, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = heads / bases
+    else:
+        ratios = _ratio(
+            _round_medians(head_groups, head_picks, rng), _round_medians(base_groups, base_picks, rng), paired
+        )
     alpha = (1 - confidence) / 2
     low, high = np.nanquantile(ratios, [alpha, 1 - alpha])
     return ratio, float(low), float(high)
@@ -586,7 +616,7 @@ def geometric_ratio(pairs: Sequence[tuple[Measurement, Measurement]]) -> Estimat
     of squares of that side's log half-widths over the number of workloads. No interval when
     any workload has none.
     """
-    estimates = [ratio_estimate(base, head) for base, head in pairs]
+    estimates = [ratio_estimate(base, head, pooled=True) for base, head in pairs]
     found = [(r, low, high) for r, low, high in estimates if r is not None and r > 0]
     if not found:
         return None

@@ -264,6 +264,23 @@ def test_interleaved_pairs_cancel_drift_that_hits_both_sides() -> None:
     assert unpaired.ci_low < 1 and unpaired.verdict == cmp.INCONCLUSIVE  # the drift hides it: cannot tell
 
 
+def test_a_runs_visits_are_compared_by_pooled_medians_with_their_rounds_kept_paired() -> None:
+    """A run's interleaved visits hold a few requests each (``pooled``, what rankings and the
+    decision use): the ratio is that of the medians of every sample, not the middle visit's;
+    the bootstrap still draws a visit of both sides together, so drift that moved both stays
+    out of the interval, and drawn apart it does not."""
+    drift = [1.0, 1.5, 0.8]
+    base_values = [v for i, d in enumerate(drift) for v in samples(30 + i, d, n=5)]
+    head_values = [v for i, d in enumerate(drift) for v in samples(40 + i, d * 1.10, n=5)]
+    base, head = metric(base_values, rounds=[5] * 3), metric(head_values, rounds=[5] * 3)
+    ratio, low, high = cmp.ratio_estimate(base, head, pooled=True)
+    assert ratio == pytest.approx(np.median(head_values) / np.median(base_values))
+    assert 1 < low < ratio < high < 1.2
+    _, apart_low, _ = cmp.ratio_estimate(base, head, side_by_side=False, pooled=True)
+    assert apart_low < 1
+    assert cmp.geometric_ratio([(base, head)]).ratio == pytest.approx(ratio)
+
+
 # The machine's state, pair by pair: on the shared 2-core VM a case runs 1.6x slow
 # most of the time and normal now and then, flipping every second or so. Both
 # halves of most pairs see the same state; four straddle a flip, three of them
