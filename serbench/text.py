@@ -387,12 +387,16 @@ def format_ratio(row: MetricComparison) -> tuple[str, str]:
     return f"{row.ratio:.3f}", interval
 
 
-def reproduce_command(row: MetricComparison, base: Results, head: Results) -> str:
+def reproduce_command(
+    row: MetricComparison, base: Results, head: Results, runtimes: Sequence[str] = ()
+) -> str:
     """A command that measures this case again locally: a gate of base against the working
     tree, or a plain run when there is no base commit or head is the same commit (a gate of
-    a commit against itself says nothing about the change). ``--transport`` is named unless
-    the case runs over the default one (or links no processes); every other dimension the case
-    sets is named by its flag (``--workers 2``, ``--cache lru``)."""
+    a commit against itself says nothing about the change) — unless the gate compared two
+    runtimes of one serbench (``runtimes``: its ``--base-path ...`` options), then that gate.
+    ``--transport`` is named unless the case runs over the default one (or links no
+    processes); every other dimension the case sets is named by its flag (``--workers 2``,
+    ``--cache lru``)."""
     case = row.case
     selection = ["--scenarios", case.scenario, "--backends", case.backend, "--workloads", case.workload]
     flags = {field: d.flag for field, d in dimensions().items()}
@@ -400,14 +404,18 @@ def reproduce_command(row: MetricComparison, base: Results, head: Results) -> st
         if (field, value) != ("transport", DEFAULT_TRANSPORT):
             selection += [flags.get(field, f"--{field}"), str(value)]
     commit = base.environment.git_commit or ""
+    if runtimes:
+        return shlex.join(["serbench", "gate", *runtimes, *selection])
     if commit and commit != head.environment.git_commit:
         return shlex.join(["serbench", "gate", "--base", commit.removesuffix("-dirty")[:12], *selection])
     return shlex.join(["serbench", "run", *selection])
 
 
-def _reproduce_commands(comparison: Comparison, base: Results, head: Results) -> list[str]:
+def _reproduce_commands(
+    comparison: Comparison, base: Results, head: Results, runtimes: Sequence[str] = ()
+) -> list[str]:
     """One command per regressed case, worst first."""
-    return list(dict.fromkeys(reproduce_command(r, base, head) for r in comparison.regressions))
+    return list(dict.fromkeys(reproduce_command(r, base, head, runtimes) for r in comparison.regressions))
 
 
 def _headline(comparison: Comparison) -> str:
@@ -485,9 +493,15 @@ def inconclusive_lines(comparison: Comparison) -> list[str]:
     ]
 
 
-def comparison_table(comparison: Comparison, base: Results, head: Results, changes_only: bool = False) -> str:
+def comparison_table(
+    comparison: Comparison,
+    base: Results,
+    head: Results,
+    changes_only: bool = False,
+    runtimes: Sequence[str] = (),
+) -> str:
     """The terminal report: every row (or every change) worst first, then how to reproduce
-    each regression."""
+    each regression (``runtimes``: the gate's ``--base-path ...`` options, when it had them)."""
     shown = comparison.changes if changes_only else comparison.rows
     out = [table(HEADERS, [_cells(r) for r in shown])] if shown else []
     if changes_only:
@@ -495,7 +509,7 @@ def comparison_table(comparison: Comparison, base: Results, head: Results, chang
     out += _notes(comparison, base, head, "")
     if comparison.regressions:
         out.append("reproduce:")
-        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base, head)]
+        out += [f"  {cmd}" for cmd in _reproduce_commands(comparison, base, head, runtimes)]
     out.append(_headline(comparison))
     return "\n".join(out)
 
@@ -505,10 +519,14 @@ def _markdown_table(rows: Sequence[MetricComparison]) -> list[str]:
 
 
 def comparison_markdown(
-    comparison: Comparison, base: Results, head: Results, first_line: str | None = None
+    comparison: Comparison,
+    base: Results,
+    head: Results,
+    first_line: str | None = None,
+    runtimes: Sequence[str] = (),
 ) -> str:
     """A summary for a pull-request comment or ``$GITHUB_STEP_SUMMARY``; ``first_line`` (how
-    the gate measured) under the headline."""
+    the gate measured) under the headline; ``runtimes`` as for ``comparison_table``."""
     bad = comparison.regressions
     mark = "❌" if bad else "⚠️" if comparison.inconclusive or not comparison.rows else "✅"
     out = [f"## {mark} serbench: {_headline(comparison)}", ""]
@@ -520,7 +538,7 @@ def comparison_markdown(
     out += _notes(comparison, base, head, "- ")
     if bad:
         out += ["", "Reproduce locally:", "", "```"]
-        out += _reproduce_commands(comparison, base, head)
+        out += _reproduce_commands(comparison, base, head, runtimes)
         out += ["```"]
     if comparison.rows:
         out += ["", f"<details><summary>all {len(comparison.rows)} comparisons</summary>", ""]

@@ -136,6 +136,10 @@ def test_gate_of_two_package_folders_and_interpreters_outside_any_repository(
     frames = next(line for line in captured.out.splitlines() if " frames " in line)
     assert frames.startswith("REGRESSION") and "gate_pkg_backend:make × text-sonnet" in frames
     assert f"head runs {python}, with {head} first on its path" in captured.err
+    reproduce = (
+        f"serbench gate --base-path {base} --head-path {head} --head-python {python} --scenarios micro"
+    )
+    assert reproduce in captured.out
     sides = [results.load(out / f"{side}.json").environment for side in ("base", "head")]
     assert sides[0].git_commit == sides[1].git_commit  # one serbench
     assert sides[0].libraries["serbench"] == sides[1].libraries["serbench"]

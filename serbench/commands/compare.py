@@ -64,13 +64,14 @@ def conclude(
     if comparison.environment_differences and not args.force:
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
-    table = text.comparison_table(comparison, base, head, changes_only=args.changes_only)
+    runtimes = getattr(args, "runtime_options", ())  # the gate's --base-path ..., for its reproduce lines
+    table = text.comparison_table(comparison, base, head, args.changes_only, runtimes)
     print(table if first_line is None else f"{first_line}\n{table}")
     grew = attribution.explain(attribution.flagged_counts(comparison.rows), *profiles) if profiles else []
     if grew:
         print("\n".join(grew))
     if args.markdown:
-        summary = text.comparison_markdown(comparison, base, head, first_line)
+        summary = text.comparison_markdown(comparison, base, head, first_line, runtimes)
         if grew:
             summary += (
                 "\n".join(
