@@ -53,6 +53,7 @@ SLOW_MODULES = {
     "test_engine",
     "test_fanout",
     "test_gate",
+    "test_gate_packages",
     "test_heap",
     "test_instructions",
     "test_interrupt",
