@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import pytest
 from builders import memory_info
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
 from serbench import commands, compare, environment, report, results
@@ -556,7 +557,8 @@ def test_coinciding_memory_lines_each_get_a_style_and_a_place_of_their_own(drawn
     ]
     look = Look.of(Results(records=records))
     cells = {(line(r), r.workload): r.metrics["copies"] for r in records}
-    plots.against([plots.Panel("copies", "ratio", "median", cells)], look.styles(look.lines(records)))
+    styles = look.styles(look.lines(records))
+    plots.against([plots.Panel("copies", "ratio", "median", cells)], styles)
     (fig,) = drawn
     lines = _data_lines(fig.axes[0])
     assert len(lines) == len(COPIES)
@@ -566,7 +568,30 @@ def test_coinciding_memory_lines_each_get_a_style_and_a_place_of_their_own(drawn
         xs = [ln.get_xdata()[i] for ln in lines]
         assert len(set(xs)) == len(COPIES)
         assert all(abs(np.log2(x / true_x)) < 0.5 for x in xs)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(COPIES)
+    assert len(fig.images) == 1  # the legend, laid on as pixels
+    legend = plots.legend_figure(list(styles.values())).legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == list(COPIES)
+
+
+def test_the_legend_on_a_figure_is_the_legend_figure_as_drawn():
+    """The legend drawn once per page and laid on each figure (``plots._legend_pixels``) is,
+    pixel for pixel, ``legend_figure`` drawn, in the same place atop the figure."""
+    records = [
+        results.record(Case("micro", spec, "images-4"), metrics={"encode_s": summarize([1e-3] * 5, "s")})
+        for spec in (*ZERO_COPY, *VARIANTS)
+    ]
+    look = Look.of(Results(records=records))
+    styles = look.styles(look.lines(records))
+    cells = {(line(r), r.workload): r.metrics["encode_s"] for r in records}
+    png = plots.bars([plots.Panel("encode", "s", "median", cells)], styles, ["images-4"])
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.mode == "RGB"  # opaque figures are saved without alpha
+        drawn = np.asarray(image)
+    canvas = FigureCanvasAgg(plots.legend_figure(list(styles.values()), bars=True))
+    canvas.draw()
+    strip = np.asarray(canvas.buffer_rgba())[..., :3]
+    top = len(strip) - 2  # the axes' frame starts in the strip's last rows
+    assert np.array_equal(drawn[:top], strip[:top])
 
 
 def test_a_variant_keeps_its_backends_colour_and_differs_in_dashes_hatch_and_fill():

@@ -15,13 +15,17 @@ a ``results.Case`` without scenario and workload, so every dimension of a case
 gets its own line). Figures read the typed model: ``stats.Measurement`` and
 ``results.Sweep``.
 
-Layout is fixed margins in inches (``_figure``), not matplotlib's constrained
-layout: that one lays a figure out by drawing it once more, which was most of
-the report's time.
+Drawing is most of the report's time, so no figure costs more drawing than it
+shows: fixed margins in inches (``_figure``), not matplotlib's constrained
+layout, which lays a figure out by drawing it once more; titles at a fixed
+height; a legend drawn once per page and laid on each figure that has it as
+pixels (``_legend_pixels``); bars as one collection per hatch, not a patch
+each; PNGs without alpha, at a fast zlib level (``_png``).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -33,11 +37,14 @@ from dataclasses import dataclass, field
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
+from PIL import Image
 
 from serbench.results import Case, Sweep, SweepPoint
 from serbench.serializers import BUILTINS
@@ -47,6 +54,7 @@ from serbench.units import UNITLESS, scale_for
 
 WIDTH_IN = 11.0
 DPI = 100
+PNG_COMPRESSION = 3  # zlib level: PIL's default, 6, takes half as long again for 5% fewer bytes
 FAILED_COLOUR = "#c62828"
 LINESTYLES = ("-", "--", ":", "-.")
 FEW_SAMPLES = 10
@@ -230,14 +238,12 @@ def _figure(
     """A figure of ``rows`` x ``cols`` axes under a legend of ``lines``; ``row_height`` inches per
     row, its labels (and title, when ``titled``) included. The margins are fixed here, since
     constrained layout costs a second drawing of every figure."""
-    labels = [s.label for s in lines.values()]
-    columns = legend_columns(labels)
-    legend_in = LEGEND_ROW_IN * math.ceil(len(labels) / columns) + 0.1 if labels else 0.1
+    legend_in = _legend_height([s.label for s in lines.values()])
     title_in = TITLE_IN if titled else 0.0
     height = legend_in + rows * row_height
     axes_h = row_height - ROW_GAP_IN - title_in
     axes_w = (WIDTH_IN - LEFT_IN - RIGHT_IN - (cols - 1) * COLUMN_GAP_IN) / cols
-    fig = Figure(figsize=(WIDTH_IN, height))
+    fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, facecolor="white")  # opaque: saved without alpha
     grid = {
         "left": LEFT_IN / WIDTH_IN,
         "right": 1 - RIGHT_IN / WIDTH_IN,
@@ -246,15 +252,25 @@ def _figure(
         "wspace": COLUMN_GAP_IN / axes_w,
         "hspace": (ROW_GAP_IN + title_in) / axes_h,
     }
-    axes = list(fig.subplots(rows, cols, squeeze=False, gridspec_kw=grid).ravel())
-    if labels:
-        _backend_legend(fig, lines, columns, bars)
+    # A title at a fixed height: placed automatically, it is moved above any tick labels on top
+    # (these axes have none) by measuring the axes' ticks once more at every draw.
+    with matplotlib.rc_context({"axes.titley": 1.0}):
+        axes = list(fig.subplots(rows, cols, squeeze=False, gridspec_kw=grid).ravel())
+    if lines:
+        legend = _legend_pixels(tuple(lines.values()), bars)
+        # under the axes: a tick label or spine at the top of an axes reaches into the strip
+        fig.figimage(legend, yo=int(fig.bbox.height) - len(legend), origin="upper", zorder=-1)
     return fig, axes
 
 
 def _png(fig: Figure) -> bytes:
+    """The figure drawn once on the Agg canvas, as an RGB PNG: the figure is opaque, so the alpha
+    channel ``savefig`` would keep is only more bytes to compress (a quarter of them)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    rgba = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    rgba.convert("RGB").save(buf, format="png", compress_level=PNG_COMPRESSION)
     return buf.getvalue()
 
 
@@ -269,16 +285,37 @@ def legend_columns(labels: Sequence[str], width_in: float = WIDTH_IN) -> int:
     return max(1, min(len(labels), int(width_in // entry)))
 
 
-def _backend_legend(fig: Figure, lines: Lines, columns: int, bars: bool) -> None:
-    """The lines' legend across the top: a hatched patch per line over bars, else a stretch of
-    line with its marker, so a variant's dashes show in the legend too."""
-    styles = list(lines.values())
+def _legend_height(labels: Sequence[str]) -> float:
+    """Inches above a figure's axes for the legend of ``labels``: a row per ``legend_columns``."""
+    if not labels:
+        return 0.1
+    return LEGEND_ROW_IN * math.ceil(len(labels) / legend_columns(labels)) + 0.1
+
+
+def legend_figure(styles: Sequence[Style], bars: bool = False) -> Figure:
+    """The legend of ``styles`` alone, the strip atop every figure: a hatched patch per line over
+    bars, else a stretch of line with its marker, so a variant's dashes show in the legend too."""
+    labels = [s.label for s in styles]
     if bars:
         handles = [Patch(facecolor=s.colour, hatch=s.hatch, edgecolor="white", linewidth=0) for s in styles]
     else:
         handles = [Line2D([], [], markersize=7, **s.line_kwargs()) for s in styles]
-    fig.legend(handles, [s.label for s in styles], loc="upper center", ncols=columns, frameon=False,
+    fig = Figure(figsize=(WIDTH_IN, _legend_height(labels)), dpi=DPI, facecolor="white")
+    fig.legend(handles, labels, loc="upper center", ncols=legend_columns(labels), frameon=False,
                handlelength=2.5, borderaxespad=0.3)  # fmt: skip
+    return fig
+
+
+@functools.lru_cache(maxsize=16)
+def _legend_pixels(styles: tuple[Style, ...], bars: bool) -> np.ndarray:
+    """``legend_figure`` drawn once, as the RGBA rows a figure shows on top: a page's figures share
+    a few legends, and matplotlib lays a legend out afresh at every draw, measuring each of its
+    texts several times (a fifth of the report's drawing)."""
+    canvas = FigureCanvasAgg(legend_figure(styles, bars))
+    canvas.draw()
+    pixels = np.array(canvas.buffer_rgba())  # a copy: the canvas and its buffer go
+    pixels.setflags(write=False)  # shared by every figure with this legend
+    return pixels
 
 
 def _ylabel(ax, text: str) -> None:
@@ -331,9 +368,25 @@ def _error(metric: Measurement, stat: str, factor: float) -> tuple[float, float]
     return (metric.median - metric.ci_low) / factor, (metric.ci_high - metric.median) / factor
 
 
+def _bar_collections(
+    ax, xs: Sequence[float], ys: Sequence[float], width: float, styles: Sequence[Style]
+) -> None:
+    """Bars from zero to ``ys`` centred on ``xs``, as one ``PolyCollection`` per hatch: ``Axes.bar``
+    makes, fits the axes' limits to and later draws a patch per bar."""
+    for hatch in dict.fromkeys(s.hatch for s in styles):
+        picked = [
+            (x - width / 2, y, s.colour) for x, y, s in zip(xs, ys, styles, strict=True) if s.hatch == hatch
+        ]
+        corners = [[(left, 0), (left, y), (left + width, y), (left + width, 0)] for left, y, _ in picked]
+        bars = PolyCollection(corners, facecolors=[c for _, _, c in picked], edgecolors="white", linewidths=0,
+                              hatch=hatch or None)  # fmt: skip
+        bars.sticky_edges.y.append(0)  # as Axes.bar: no margin below zero on a linear axis
+        ax.add_collection(bars)
+
+
 def _bar_panel(ax, panel: Panel, lines: Lines, workloads: Sequence[str]) -> None:
-    """Every bar of the panel in one ``bar`` call and every whisker in one ``errorbar`` call (a
-    call per line cost a tenth of the report's time)."""
+    """Every bar of the panel in one collection per hatch (``_bar_collections``) and every whisker
+    in one ``errorbar`` call (a call per line cost a tenth of the report's time)."""
     factor, _ = panel.scale()
     width = 0.8 / len(lines)
     xs, ys, errs, styles, failed = [], [], [], [], []
@@ -348,9 +401,7 @@ def _bar_panel(ax, panel: Panel, lines: Lines, workloads: Sequence[str]) -> None
                 styles.append(style)
             elif (line, workload) in panel.failed:
                 failed.append(x)
-    if xs:
-        ax.bar(xs, ys, width, color=[s.colour for s in styles], hatch=[s.hatch for s in styles],
-               edgecolor="white", linewidth=0)  # fmt: skip
+    _bar_collections(ax, xs, ys, width, styles)
     if np.any(errs):
         ax.errorbar(xs, ys, yerr=np.array(errs).T, fmt="none", ecolor="#333", capsize=2)
     if failed:

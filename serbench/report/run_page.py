@@ -462,11 +462,7 @@ def ranking_section(data: Results, baseline: str, look: Look) -> str:
         rows = [
             f"<tr><td>{e(r.place)}</td><td>{look.backend(r.row)}</td>"
             + "".join(f"<td>{r.factors[w]:.3g}×</td>" if w in r.factors else "<td></td>" for w in workloads)
-            + (
-                f"<td><b>{r.geomean.ratio:.3g}×</b> {decision.interval_text(r.geomean)}</td>"
-                if r.geomean
-                else "<td></td>"
-            )
+            + _geomean_cell(r)
             + f"<td>{r.n}</td></tr>"
             for r in ranked
         ]
