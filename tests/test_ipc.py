@@ -130,6 +130,18 @@ def test_checked_comes_once_per_finished_request() -> None:
             load.checked(checked(rid), tracked)
 
 
+def test_a_requests_payload_rate_is_its_own_bytes_over_its_transfer() -> None:
+    """The turns of a conversation carry more images each: a request's GB/s is its own tensor
+    bytes over its transfer, not the largest request's."""
+    tracked = {
+        "turn-1": Tracked(0.0, 1, times=[1.0], acked=0.5, payload_bytes=1_000_000_000),
+        "turn-2": Tracked(0.0, 1, times=[1.0], acked=1.0, payload_bytes=4_000_000_000),
+    }
+    summary = load.load_metrics(tracked, [], 1.0, payload=True, same_clock=False)
+    assert sorted(summary.metrics["payload_gb_per_s"].values) == pytest.approx([2.0, 4.0])
+    assert "payload_gb_per_s" not in load.load_metrics(tracked, [], 1.0, False, False).metrics
+
+
 def _writable_payload(frames: list) -> list[np.ndarray]:
     """The frames zmq sends without copying (pyzmq copies those below 64 KiB), as arrays."""
     views = [memoryview(f) for f in frames]

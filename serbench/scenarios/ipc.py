@@ -336,9 +336,8 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         while refs and len(refs.unix) < len(loads[0][2]):  # a reference sample per request
             refs.sample()
         front, engine_cache = link.cache, link.engine_cache
-    summaries = [
-        load_metrics(tracked, egress, duration, payload, local) for _, _, tracked, egress, duration in loads
-    ]
+    carries = bool(payload)
+    summaries = [load_metrics(tracked, egress, span, carries, local) for _, _, tracked, egress, span in loads]
     first = summaries[0]
     measured = first.metrics
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)

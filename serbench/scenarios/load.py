@@ -44,6 +44,7 @@ from serbench.serializers import Serializer
 from serbench.stats import MIN_DISTRIBUTION, Measurement
 from serbench.workloads import Workload, output_token
 from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
+from serbench.workloads.tree import payload_bytes
 
 # Distinct payload requests built per case; beyond, they repeat under new ids (each arrives in
 # fresh engine memory all the same). Building them is not timed but costs the run ~0.3 s per 100 MB.
@@ -121,6 +122,7 @@ class Tracked:
     scheduled: float | None = None
     checked: bool = False  # the engine checked it and let it go (asked for with an ack)
     sent_bytes: int = 0  # frames sent, plus what the cache wrote to its store for it
+    payload_bytes: int = 0  # its own tensor bytes (a turn of a conversation carries fewer than the last)
     lookups: int = 0  # cacheable tensors (with a cache)
     hits: int = 0  # of them, sent as references
     engine_hits: int | None = None  # of them, found by the engine (its ack)
@@ -245,13 +247,14 @@ def run_load(
             request, checksum = pool.get(index)
             encoded = pool.encoded_checksum(index)
             known = cache.digests(request, pool.known) if front else None
+            tensors = payload_bytes(request)
             created = clock()
             message, prepared = front.prepare(request, known) if front else (request, cache.Prepared())
             frames = serializer.encode(message)
             encode_s = clock() - created
             link.send("request", frames, sender, checksum=checksum, encoded=encoded, ack=ack)
             state = Tracked(created, request.sampling_params.max_tokens, encode_s, lookups=prepared.lookups)
-            state.hits = prepared.hits
+            state.hits, state.payload_bytes = prepared.hits, tensors
             state.sent_bytes = sum(memoryview(f).nbytes for f in frames) + prepared.stored_bytes
             tracked[request.request_id] = state
             del request, message, frames
@@ -315,10 +318,11 @@ class LoadSummary:
 
 
 def load_metrics(
-    tracked: dict[str, Tracked], egress: list[float], duration: float, payload: int, same_clock: bool
+    tracked: dict[str, Tracked], egress: list[float], duration: float, payload: bool, same_clock: bool
 ) -> LoadSummary:
     """TTFT and its parts, ITL, E2E and throughput metrics (and their serving summary) from a finished
-    load. The parts that subtract the engine's stamps need ``same_clock`` (a local engine)."""
+    load; the payload GB/s where the requests carry tensors (``payload``). The parts that subtract
+    the engine's stamps need ``same_clock`` (a local engine)."""
     states = list(tracked.values())
     ttft = [t.times[0] - t.created for t in states]
     e2e = [t.times[-1] - t.created for t in states]
@@ -340,11 +344,9 @@ def load_metrics(
         first_step = [t.times[0] - t.scheduled for t in states]
         measured["first_step_s"] = metrics.measured("first_step_s", first_step)
         measured["egress_s"] = metrics.measured("egress_s", egress)
-    if payload:
-        transfers = [t.acked - t.created for t in states]
-        measured["payload_gb_per_s"] = metrics.measured(
-            "payload_gb_per_s", [payload / s / 1e9 for s in transfers]
-        )
+    if payload:  # each request's own tensor bytes: the turns of a conversation differ
+        rates = [t.payload_bytes / (t.acked - t.created) / 1e9 for t in states]
+        measured["payload_gb_per_s"] = metrics.measured("payload_gb_per_s", rates)
         staged = [t.to_device for t in tracked.values() if t.to_device is not None]
         if staged:
             measured["to_device_s"] = metrics.measured("to_device_s", staged)
