@@ -17,6 +17,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -670,3 +671,21 @@ def test_ttft_p99_is_tabled_once() -> None:
     page = run_page.render(data, str(SCHEMA_1))
     assert page.count("<caption>TTFT: p99") == 1
     assert "TTFT p99: " not in page
+
+
+def test_a_ratio_at_or_reaching_zero_draws_without_a_warning():
+    """A metric that fell to zero, or an interval that reaches zero, has no place on the
+    comparison's log axis: the figure leaves the one out, draws the other's upper whisker, and
+    matplotlib has nothing to warn about (a warning in the output is a defect, issue 33)."""
+    records = [results.record(Case("micro", s, "images-4")) for s in ("pickle", "flat-mmk")]
+    look = Look.of(Results(records=records))
+    styles = look.styles(look.lines(records))
+    (zero, reaching) = list(styles)
+    points = [
+        plots.RatioPoint(zero, "images-4", 0.0, 0.0, 0.0, "improvement"),
+        plots.RatioPoint(reaching, "images-4", 0.5, -0.2, 1.3, "no change"),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        png = plots.ratios({"wire_bytes": points}, styles, ["images-4"])
+    assert png.startswith(b"\x89PNG")

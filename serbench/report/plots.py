@@ -705,8 +705,11 @@ def _ratio_panel(ax, title: str, points: Sequence[RatioPoint], lines: Lines, wor
     order = list(lines)
     extent = [0.8, 1.25]  # at least this much around 1, so "unchanged" looks unchanged
     for p in points:
+        if p.ratio <= 0:  # a metric that fell to zero has no place on a log axis (the table shows it)
+            continue
         i, j = order.index(p.line), workloads.index(p.workload)
         low, high = (p.low, p.high) if p.low and p.high else (p.ratio, p.ratio)
+        low = low if low > 0 else p.ratio  # an interval reaching zero: its upper whisker only
         extent += [low, high]
         marker, size = VERDICT_MARKERS.get(p.verdict, ("o", 6))
         style = lines[p.line]
