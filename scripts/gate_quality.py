@@ -16,6 +16,7 @@ from ``serbench.compare.compare`` with the gate's default threshold; a trial
     python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
+    python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
 
 With ``--measure instructions`` a trial is what ``serbench gate --measure
 instructions`` adds to the timed rounds: one worker per side set up to count
@@ -33,6 +34,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -85,12 +87,17 @@ def run_trial(
     workloads: str,
     rounds: int,
     measure: str = "time",
+    bystanders: Sequence[str] = (),
 ) -> dict:
-    """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``."""
+    """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
+    ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
     profile = PROFILES["quick"].with_options(measure=measure)
     slots = range(len(factors) + 1)
-    base_specs = [_spec(backend, 1.0, slot, trial) for slot in slots]
-    head_specs = [_spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)]
+    base_specs = [*(_spec(backend, 1.0, slot, trial) for slot in slots), *bystanders]
+    head_specs = [
+        *(_spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)),
+        *bystanders,
+    ]
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     sides = [
         gate.Revision("base", REPO, Plan(base_specs, chosen, ["micro"]), profile),
@@ -110,7 +117,8 @@ def run_trial(
     }
     results.save(folder / "base.json", base)
     results.save(folder / "head.json", head)
-    _write_json(folder / "trial.json", {"trial": trial, "backend": backend, "factors": factors, **meta})
+    facts = {"trial": trial, "backend": backend, "factors": factors, "bystanders": list(bystanders)}
+    _write_json(folder / "trial.json", {**facts, **meta})
     return meta
 
 
@@ -144,6 +152,25 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
         )
         flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.4f}" for r in comparison.regressions]
     return flagged
+
+
+def disturbed(folder: Path, max_regression: float, rounds: int | None = None) -> list[str]:
+    """The rows of the trial's bystanders (backends unchanged on both sides, measured in the same
+    workers as the slowed slots) that the gate labels a regression or an improvement: each one is
+    a case whose timing another case's slowdown moved (issue 32's cross-case isolation)."""
+    trial = json.loads((folder / "trial.json").read_text())
+    base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
+    moved = []
+    for backend in trial.get("bystanders", []):
+        rows = compare.compare(
+            _only(base, backend), _only(head, backend), max_regression, side_by_side=True
+        ).rows
+        moved += [
+            f"{backend} {r.metric} {r.workload} {r.verdict} {r.slowdown:.4f}"
+            for r in rows
+            if r.verdict in (compare.REGRESSION, compare.IMPROVEMENT)
+        ]
+    return moved
 
 
 # Verdicts that say nothing got worse: a row that could not have seen its tolerance must not get them.
@@ -188,6 +215,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     counts: dict[float, int] = {}
     labels: dict[float, dict[str, int]] = {}
     loads = []
+    moved_trials = 0
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
         loads.append((meta["load_before"] + meta["load_after"]) / 2)
@@ -202,6 +230,10 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         print(f"{folder.name} (load {loads[-1]:.1f}): {marks}")
         if flagged[1.0]:
             print(f"  false alarm: {'; '.join(flagged[1.0])}")
+        moved = disturbed(folder, max_regression, rounds)
+        moved_trials += bool(moved)
+        if moved:
+            print(f"  bystander moved: {'; '.join(moved)}")
     n = len(trials)
     reliable = [f for f, c in sorted(counts.items()) if f > 1 and c >= 0.95 * n]
     summary = {
@@ -212,6 +244,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         "detections": {f"{f:g}": c for f, c in sorted(counts.items()) if f > 1},
         "smallest_reliably_detected": reliable[0] if reliable else None,
         "labels": {f"{f:g}": scored for f, scored in sorted(labels.items())},
+        "bystanders_moved_trials": moved_trials,
         "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
         "cpus": os.cpu_count(),
     }
@@ -220,6 +253,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     for factor, hits in summary["detections"].items():
         print(f"A/B slowed {factor}x: flagged in {hits}/{n} trials")
     print(f"smallest slowdown flagged in >=95% of trials: {summary['smallest_reliably_detected']}")
+    print(f"trials where an unchanged bystander's row read regression or improvement: {moved_trials}/{n}")
     for factor, scored in summary["labels"].items():
         print(
             f"rows of {factor}x: {scored['rows']}, inconclusive {scored['inconclusive']}, "
@@ -248,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--measure", choices=("time", "instructions"), default="time")
     parser.add_argument(
+        "--bystanders",
+        default="",
+        help="backends measured unchanged on both sides beside the slowed ones (e.g. pickle,flat-mmk): "
+        "does a slowdown in one case move another's verdict?",
+    )
+    parser.add_argument(
         "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
     )
     parser.add_argument("--out", default="reports/gate-quality")
@@ -261,9 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or gate_command.DEFAULT_ROUNDS
     default = "1.005,1.01,1.02" if args.measure == "instructions" else "1.03,1.05,1.07,1.10"
     factors = [float(f) for f in (args.factors or default).split(",")]
+    bystanders = [b.strip() for b in args.bystanders.split(",") if b.strip()]
     for t in range(args.trials):
         folder = out / f"trial-{t + 1:02d}"
-        meta = run_trial(folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure)
+        meta = run_trial(
+            folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure, bystanders
+        )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s"

@@ -72,3 +72,25 @@ def test_the_report_counts_inconclusive_rows_and_never_an_overclaimed_one(tmp_pa
     assert labels["1"]["rows"] == labels["1.3"]["rows"] == 1
     assert labels["1.3"]["inconclusive"] == 1 and labels["1.3"]["cleared"] == 0
     assert labels["1"]["overclaimed"] == labels["1.3"]["overclaimed"] == 0
+
+
+def test_a_bystander_whose_rows_moved_is_named_and_counted(tmp_path: Path) -> None:
+    """Cross-case isolation: pickle, unchanged on both sides, reads 1.3x slower in head (another
+    case's slowdown moved it); flat-mmk reads the same. Only pickle's row is named."""
+    folder = tmp_path / "trial-01"
+    for r in range(1, 4):
+        for label, scale in (("base", 1.0), ("head", 1.3)):
+            records = [
+                rec({"encode_s": metric(samples(100 * r, n=15))}, gate_quality._spec(BACKEND, 1.0, 0)),
+                rec({"encode_s": metric(samples(200 * r, scale, n=15))}, "pickle"),
+                rec({"encode_s": metric(samples(300 * r, n=15))}, "flat-mmk"),
+            ]
+            results.save(folder / f"{label}-{r}" / "results.json", doc(records))
+    for label in ("base", "head"):
+        rounds = [results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, 4)]
+        results.save(folder / f"{label}.json", results.merge(rounds))
+    meta = {"backend": BACKEND, "factors": [], "bystanders": ["pickle", "flat-mmk"], "load_before": 1.0}
+    (folder / "trial.json").write_text(json.dumps({**meta, "load_after": 1.0, "cpus": 2}))
+    moved = gate_quality.disturbed(folder, 0.10)
+    assert [entry.split()[:4] for entry in moved] == [["pickle", "encode_s", "w", "regression"]]
+    assert gate_quality.report(tmp_path, 0.10)["bystanders_moved_trials"] == 1
