@@ -36,9 +36,9 @@ print(json.dumps({{"code": code, "loaded": sorted(m for m, real in loaded.items(
 
 # Any command line builds the whole parser, every command's flags: ``--help`` stands for each
 # command's (``run --help`` as well, the one with the scenarios' flags); the others add what the
-# command itself runs. ``list`` builds every backend to describe it, and a backend may need torch:
-# it is held to matplotlib only.
+# command itself runs. ``list`` describes every backend and workload from what they declare.
 LIGHT = [
+    ["list"],
     ["--help"],
     ["run", "--help"],
     ["compare", RESULTS, RESULTS],
@@ -55,7 +55,7 @@ def _loaded(argv: list[str]) -> list[str]:
     return ran["loaded"]
 
 
-@pytest.mark.parametrize("argv", [*LIGHT, ["list"]], ids=lambda argv: " ".join(Path(a).name for a in argv))
+@pytest.mark.parametrize("argv", LIGHT, ids=lambda argv: " ".join(Path(a).name for a in argv))
 def test_no_matplotlib(argv: list[str]) -> None:
     assert "matplotlib" not in _loaded(argv)
 
@@ -66,8 +66,9 @@ def test_no_torch(argv: list[str]) -> None:
 
 
 def test_registries_and_transports_import_no_torch() -> None:
-    """The cuts below the scenarios: naming backends and workloads, and the ZeroMQ plumbing and
-    process ending, import torch only when a backend or workload is built or a case's child runs."""
+    """The cuts below the scenarios: naming backends and workloads, building a workload (its
+    payload size is arithmetic), the ZeroMQ plumbing and process ending import no torch; making
+    an image request does."""
     code = (
         "import json, sys\n"
         "import serbench.isolation, serbench.serializers, serbench.transport, serbench.workloads\n"
@@ -77,8 +78,12 @@ def test_registries_and_transports_import_no_torch() -> None:
         "print(json.dumps('torch._C' in sys.modules))"
     )
     assert printed_json(code) is False
-    building = "import json, sys\nfrom serbench.workloads import get_workload\nget_workload('images-4')\n"
-    assert printed_json(building + "print(json.dumps('torch._C' in sys.modules))") is True
+    building = "import json, sys\nfrom serbench.workloads import get_workload\nw = get_workload('images-4')\n"
+    assert printed_json(building + "print(json.dumps(['torch._C' in sys.modules, w.payload_bytes()]))") == [
+        False,
+        4 * 3 * 896 * 896 * 4,
+    ]
+    assert printed_json(building + "w.request(0)\nprint(json.dumps('torch._C' in sys.modules))") is True
 
 
 # A counting worker's path for text cases (docs/instructions.md): preloading, building the backend,
@@ -89,16 +94,24 @@ import json, sys
 from serbench import runner
 from serbench.profiles import PROFILES
 from serbench.runner import Plan
-plan = Plan(["msgspec-frombuffer"], [WORKLOAD], ["micro"])
+plan = Plan([BACKEND], [WORKLOAD], ["micro"])
 runner._preload(plan, checks_backends=False)
 outcome = runner.run_case(plan.cases()[0], PROFILES["quick"])
 print(json.dumps(["torch._C" in sys.modules, sorted(outcome.metrics)[:1]]))
 """
 
 
-@pytest.mark.parametrize(("workload", "imports"), [("text-sonnet", False), ("images-4", True)])
-def test_a_text_case_measures_without_importing_torch(workload: str, imports: bool) -> None:
-    loaded, metrics = printed_json(COUNTED_TEXT.replace("WORKLOAD", repr(workload)))
+@pytest.mark.parametrize(
+    ("backend", "workload", "imports"),
+    [
+        ("msgspec-frombuffer", "text-sonnet", False),
+        ("pickle-oob", "text-sonnet", False),  # its reducer sees every object, and no tensor
+        ("msgspec-frombuffer", "images-4", True),
+    ],
+)
+def test_a_text_case_measures_without_importing_torch(backend: str, workload: str, imports: bool) -> None:
+    script = COUNTED_TEXT.replace("BACKEND", repr(backend)).replace("WORKLOAD", repr(workload))
+    loaded, metrics = printed_json(script)
     assert metrics and loaded is imports
 
 

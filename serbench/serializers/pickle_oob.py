@@ -14,10 +14,11 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
+from serbench import lazy
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, parse_threshold
 from serbench.serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer, torch_dtype_name
+
+torch = lazy.torch(__name__)  # imported on first use: `serbench list` describes this backend without it
 
 
 def rebuild_tensor(buf: Any, dtype: str, shape: list[int], requires_grad: bool = False) -> torch.Tensor:
@@ -28,7 +29,8 @@ def rebuild_tensor(buf: Any, dtype: str, shape: list[int], requires_grad: bool =
 
 class _TensorPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor) and not obj.is_quantized:
+        imported = lazy.imported()  # no tensor exists before torch: a text message never imports it
+        if imported is not None and isinstance(obj, imported.Tensor) and not obj.is_quantized:
             buf = pickle.PickleBuffer(tensor_buffer(obj))
             return rebuild_tensor, (buf, torch_dtype_name(obj.dtype), list(obj.shape), obj.requires_grad)
         return NotImplemented

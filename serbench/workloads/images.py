@@ -49,8 +49,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import torch
-
+from serbench import lazy
 from serbench.workloads.base import Workload
 from serbench.workloads.messages import (
     EngineCoreRequest,
@@ -64,7 +63,9 @@ from serbench.workloads.messages import (
     VllmPlaceholderRange,
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+torch = lazy.torch(__name__)  # imported on first use: `serbench list` describes workloads without it
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}  # a pixel's bytes, known without importing torch
 LAYOUTS = ("compact", "vllm")
 TEXT_TOKENS = 64
 IMAGE_TOKEN = 262_144
@@ -109,8 +110,8 @@ class Images(Workload):
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; dtypes: {', '.join(DTYPES)}")
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {dtype!r}; dtypes: {', '.join(DTYPE_BYTES)}")
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
         self.turns, self.repeat = int(turns), float(repeat)
@@ -123,7 +124,7 @@ class Images(Workload):
         self.layout = layout
         self.count = count
         self.profile = PROFILES[profile]
-        self.dtype = DTYPES[dtype]
+        self.dtype_name = dtype
         self.seed = int(seed)
         self.name = f"images-{count}"
         self.description = (
@@ -194,7 +195,7 @@ class Images(Workload):
             origin, slot = key
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + origin)
             base = torch.rand(self.profile.pixel_shape, generator=gen)
-            pixels = (base + slot / self.count).to(self.dtype)
+            pixels = (base + slot / self.count).to(getattr(torch, self.dtype_name))
             if self.repeating:
                 self._pixels[key] = pixels
                 while len(self._pixels) > max(PIXEL_MEMO, 2 * self.count):
@@ -206,7 +207,7 @@ class Images(Workload):
         return self._payload_of(self.count)
 
     def _payload_of(self, count: int) -> int:
-        per_image = self.dtype.itemsize
+        per_image = DTYPE_BYTES[self.dtype_name]
         for dim in self.profile.pixel_shape:
             per_image *= dim
         if self.profile.grid_thw:
@@ -220,7 +221,8 @@ class Images(Workload):
         else:  # one draw per request, as before keys: the same bytes, no memo
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
             base = torch.rand(self.profile.pixel_shape, generator=gen)
-            pixels = [(base + slot / self.count).to(self.dtype) for _, slot in keys]
+            dtype = getattr(torch, self.dtype_name)
+            pixels = [(base + slot / self.count).to(dtype) for _, slot in keys]
         hashes = [self.image_hash(key) for key in keys]
         count = len(keys)
         offsets = [TEXT_TOKENS + i * self.profile.tokens_per_image for i in range(count)]

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
+from serbench import lazy
 from serbench.workloads.base import VOCAB_SIZE, Running, Workload, output_token
 from serbench.workloads.messages import (
     EngineCoreOutput,
@@ -39,6 +39,8 @@ from serbench.workloads.messages import (
     Logprobs,
     SamplingParams,
 )
+
+torch = lazy.torch(__name__)  # imported on first use: `serbench list` describes workloads without it
 
 LAYOUTS = ("nested", "flat")
 PROMPT_TOKENS = 16

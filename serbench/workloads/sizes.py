@@ -12,8 +12,7 @@ prompt.
 
 from __future__ import annotations
 
-import torch
-
+from serbench import lazy
 from serbench.workloads import SIZES  # noqa: F401  where asv's suite (benchmarks/outputs.py) reads it, in every commit
 from serbench.workloads.base import Workload
 from serbench.workloads.messages import (
@@ -23,6 +22,8 @@ from serbench.workloads.messages import (
     MultiModalKwargsItem,
     SamplingParams,
 )
+
+torch = lazy.torch(__name__)  # imported on first use: `serbench list` describes workloads without it
 
 MAX_BYTES = 1 << 32
 PROMPT_TOKENS = 16
