@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serbench.stats import Measurement, summarize
+import numpy as np
+
+from serbench.stats import MIN_DISTRIBUTION, Measurement, summarize
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,15 @@ def measured(name: str, values: Sequence[float]) -> Measurement:
     nothing downstream knows how to read.
     """
     return summarize(values, METRICS[name].unit)
+
+
+def statistic(name: str, samples: Sequence[float]) -> Measurement | None:
+    """``name``, a statistic of another metric (``statistic_of``), over that metric's ``samples``:
+    their 99th percentile, what every such metric is (``ttft_p99_s``); None for fewer than
+    ``MIN_DISTRIBUTION`` samples — a p99 of fewer is not one."""
+    if len(samples) < MIN_DISTRIBUTION:
+        return None
+    return measured(name, [float(np.percentile(samples, 99))])
 
 
 def compared(name: str) -> bool:

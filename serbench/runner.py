@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from serbench import conformance, environment, protocol
+from serbench import conformance, environment, metrics, protocol
 from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
@@ -279,8 +279,19 @@ def _measure(
 
 
 def _merged(recs: list[Record]) -> Record:
-    """A case's record from its visits so far: ``results.merge`` of one document per visit."""
-    return merge([Results(records=[rec]) for rec in recs]).records[0]
+    """A case's record from its visits so far: ``results.merge`` of one document per visit, with
+    each statistic of another metric (``ttft_p99_s`` of ``ttft_s``) taken again over every
+    visit's samples: the visits share one case's requests out, and the p99 of all of them is not
+    the median of each share's."""
+    rec = merge([Results(records=[rec]) for rec in recs]).records[0]
+    pooled = {
+        name: metrics.statistic(name, rec.metrics[facts.statistic_of].values)
+        for name, facts in metrics.METRICS.items()
+        if facts.statistic_of in rec.metrics
+    }
+    kept = {name: m for name, m in rec.metrics.items() if name not in pooled}
+    kept.update((name, m) for name, m in pooled.items() if m is not None)
+    return msgspec.structs.replace(rec, metrics=kept)
 
 
 def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:

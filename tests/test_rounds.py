@@ -7,9 +7,10 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from serbench import metrics, protocol, results
+from serbench import metrics, protocol, results, runner
 from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
@@ -216,3 +217,16 @@ def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark
     (rec,) = merged.records
     assert rec.info.serving == results.Serving.of(first + second, first + second, first + second)
     assert rec.info.serving.ttft.median_ms == pytest.approx(20.5)  # both rounds, not the first alone
+
+
+def test_a_p99_of_a_cases_visits_is_taken_over_all_their_requests() -> None:
+    """Three visits of four requests each: none has a p99 of its own (fewer than five), the merged
+    record has the p99 of all twelve — not the median of per-visit values."""
+    case = Case("ipc", "pickle", "images-4", transport="ipc")
+    shares = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.9, 1.0, 1.1, 5.0]]
+    visited = [results.record(case, metrics={"ttft_s": metrics.measured("ttft_s", s)}) for s in shares]
+    merged = runner._merged(visited)
+    everything = [t for share in shares for t in share]
+    assert merged.metrics["ttft_p99_s"].values == [pytest.approx(float(np.percentile(everything, 99)))]
+    assert merged.metrics["ttft_s"].rounds == [4, 4, 4]
+    assert "ttft_p99_s" not in runner._merged(visited[:1]).metrics  # four samples: no p99

@@ -41,7 +41,7 @@ from serbench.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
 from serbench.engine.protocol import Control, IntegrityError, clock, frames_checksum, request_checksum
 from serbench.results import Serving, Sweep, SweepPoint
 from serbench.serializers import Serializer
-from serbench.stats import MIN_DISTRIBUTION, Measurement
+from serbench.stats import Measurement
 from serbench.workloads import Workload, output_token
 from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs
 from serbench.workloads.tree import payload_bytes
@@ -336,8 +336,9 @@ def load_metrics(
         "req_per_s": metrics.measured("req_per_s", [len(tracked) / duration]),
         "output_tokens_per_s": metrics.measured("output_tokens_per_s", [tokens / duration]),
     }
-    if len(ttft) >= MIN_DISTRIBUTION:  # a p99 of fewer is not one
-        measured["ttft_p99_s"] = metrics.measured("ttft_p99_s", [np.percentile(ttft, 99)])
+    p99 = metrics.statistic("ttft_p99_s", ttft)
+    if p99 is not None:
+        measured["ttft_p99_s"] = p99
     if same_clock:
         measured["ingress_s"] = metrics.measured("ingress_s", [t.decoded - t.created for t in states])
         measured["queue_s"] = metrics.measured("queue_s", [t.scheduled - t.decoded for t in states])
