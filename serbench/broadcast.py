@@ -29,6 +29,11 @@ A *transport* here is how one message reaches N readers (``KINDS``):
 Every transport carries, beside the backend's frames, an ``Envelope``: the
 step index and the checksum the worker must find in what it decoded.
 
+A worker may keep a cache that the core mirrors (``Work.resolve``, the
+fanout scenario's ``--cache``): after decoding it swaps the references in a
+step for the tensors its cache holds, and its ack says what its cache did
+(``Resolution``), which the core checks against its own half.
+
 Processes (``Group``): the core is the calling process. It forks its N
 workers before it builds any message (so no worker inherits the payload),
 each worker sets glibc's heap to map large blocks afresh, opens its end,
@@ -556,13 +561,25 @@ RECEIVERS: dict[str, type[Receiver]] = {
 # ---------------------------------------------------------------- acknowledgements
 
 
+class Resolution(msgspec.Struct, array_like=True):
+    """What a worker's cache did with one step: the cacheable tensors it had (``lookups``), how many
+    it resolved from a reference (``hits``), and what the cache holds and has evicted after it."""
+
+    lookups: int = 0
+    hits: int = 0
+    held_bytes: int = 0
+    evictions: int = 0
+
+
 class Ack(msgspec.Struct, array_like=True):
-    """A worker's answer to one step: when it held the decoded step, and what its check found."""
+    """A worker's answer to one step: when it held the decoded step, what its check found, and
+    with a cache what the cache did."""
 
     worker: int
     step: int
-    held_at: float  # ``clock()`` right after decode
+    held_at: float  # ``clock()`` right after decode (and, with a cache, resolve)
     error: str = ""  # the step failed its check: why
+    cache: Resolution | None = None
 
 
 _decode_ack = msgspec.msgpack.Decoder(Ack).decode
@@ -620,13 +637,17 @@ class Work:
     """What a worker does with each step: ``open_decoder()`` (in the worker, after fork) gives a
     function frames → decoded step; ``check(decoded, checksum)`` raises ValueError when the
     step is not what was sent; ``warm()`` runs the decode path once before the baseline;
-    ``hook``, for tests only, sees each decoded step (``(worker, step, decoded)``)."""
+    ``hook``, for tests only, sees each decoded step (``(worker, step, decoded)``);
+    ``resolve``, with a cache, swaps a decoded step's references for the tensors they name (part of
+    receiving it: before the stamp) and says what the cache did; an error it raises ends the
+    worker, and the case, in one line."""
 
     open_decoder: Callable[[], Callable[[list[Any]], Any]]
     check: Callable[[Any, int], None]
     warm: Callable[[Callable[[list[Any]], Any]], None]
     hold: int = 0  # the step at which a worker reads its PSS and USS while it holds it
     hook: Callable[[int, int, Any], None] | None = None
+    resolve: Callable[[Any], tuple[Any, Resolution]] | None = None
 
 
 def _die_with_parent(parent: int) -> None:
@@ -637,7 +658,8 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent: int) -> None:
-    """One worker: open its end, warm up, baseline, then receive → decode → check → ack until stop."""
+    """One worker: open its end, warm up, baseline, then receive → decode (→ resolve) → check → ack
+    until stop."""
     _die_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -665,6 +687,9 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
                 receiver.release()
                 continue
             decoded = decode(frames)
+            resolution = None
+            if work.resolve is not None:
+                decoded, resolution = work.resolve(decoded)
             held_at = clock()
             error = ""
             try:
@@ -676,7 +701,7 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
             if envelope.step == work.hold:  # still holding it: what receiving it cost in memory
                 pss, uss = proportional()
                 held = (pss - base_pss, uss - base_uss)
-            ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, held_at, error)))
+            ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, held_at, error, resolution)))
             del decoded, frames
             receiver.release()
         conn.send(("done", peak_above(baseline), held))

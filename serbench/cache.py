@@ -1,4 +1,9 @@
-"""Caches of multimodal tensors by content hash, on both ends of the first hop (docs/cache.md).
+"""Caches of multimodal tensors by content hash, on both ends of either hop (docs/cache.md).
+
+The first hop's ends are the frontend and the engine; the second hop's (the
+fanout scenario) are the engine core, which plays the frontend's part
+(``FrontendCache``), and each of its workers, which plays the engine's
+(``EngineCache``): the same classes, the same rules.
 
 Real traffic sends the same image again (chat turns, re-attached
 screenshots); serving stacks answer with caches, and this module is the two
@@ -170,14 +175,39 @@ class Lru:
         return tensor
 
     def put(self, key: str, tensor: Any) -> None:
+        """Keep ``tensor`` as the newest entry (replacing one under the same key: a sender that sent
+        a tensor its receiver holds leaves both LRUs in the same order), evicting the oldest."""
         if tensor.nbytes > self.capacity:
             return
+        replaced = self.entries.pop(key, None)
+        if replaced is not None:
+            self.held_bytes -= replaced.nbytes
         self.entries[key] = tensor
         self.held_bytes += tensor.nbytes
         while self.held_bytes > self.capacity:
             _, old = self.entries.popitem(last=False)
             self.held_bytes -= old.nbytes
             self.evictions += 1
+
+
+def owned(leaf: Any) -> Any:
+    """A tensor that arrived whole, as the receiver's own memory: what an LRU keeps when the
+    frames it views are a region the transport will write again (shared memory)."""
+    return leaf.clone() if hasattr(leaf, "clone") else leaf.copy()
+
+
+def mirror_disagreement(
+    front: FrontendCache, evictions: int | None, receiver: str = "engine", sender: str = "frontend"
+) -> str | None:
+    """Why the sender's cache ``front`` and the receiver's that mirrors it (``evictions``: the
+    receiver's count) disagree, or None: two lrus that saw the same keys in the same order evict
+    the same number of tensors. The sides are named in the message."""
+    if front.mode != "lru" or evictions == front.evictions:
+        return None
+    return (
+        f"the {receiver}'s lru evicted {evictions} tensors, the {sender}'s {front.evictions}: "
+        "the mirrored caches disagree"
+    )
 
 
 # ---------------------------------------------------------------- the shm object store, frontend side

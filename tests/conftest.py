@@ -52,6 +52,7 @@ SLOW_MODULES = {
     "test_decoder_robustness",
     "test_engine",
     "test_fanout",
+    "test_fanout_cache",
     "test_gate",
     "test_gate_packages",
     "test_heap",

@@ -118,6 +118,26 @@ def test_a_small_lru_evicts_the_same_on_both_sides() -> None:
     assert front.lru.entries.keys() == engine.lru.entries.keys()
 
 
+def test_a_tensor_sent_again_keeps_both_lrus_in_step() -> None:
+    """A sender that sends a tensor its receiver holds (the #52040 fault): the receiver's entry is
+    replaced, not counted twice, and becomes the newest, as the sender's lookup made it."""
+    w = get_workload(f"images-2:repeat=1,{SMALL}")
+    first, second = (
+        w.request(0).mm_inputs.items_by_modality["image"][i].fields["pixel_values"].data for i in (0, 1)
+    )
+    lru = cache.Lru(2 * first.nbytes)
+    lru.put("a", first)
+    lru.put("b", second)
+    lru.put("a", first.clone())
+    assert lru.held_bytes == 2 * first.nbytes and lru.evictions == 0
+    assert list(lru.entries) == ["b", "a"]
+    front = cache.FrontendCache("lru", 1)
+    assert cache.mirror_disagreement(front, 0, "worker 1", "core") is None
+    front.lru.evictions = 2
+    why = cache.mirror_disagreement(front, 1, "worker 1", "core")
+    assert why == "the worker 1's lru evicted 1 tensors, the core's 2: the mirrored caches disagree"
+
+
 def test_a_reference_to_an_evicted_hash_is_a_one_line_error() -> None:
     w = get_workload(f"images-2:repeat=1,{SMALL}")
     front = cache.FrontendCache("lru", 10 * w.payload_bytes())
@@ -241,8 +261,11 @@ def test_an_evicted_hash_fails_its_case_in_one_line_and_the_run_goes_on(monkeypa
 # ---------------------------------------------------------------- the dimension
 
 
-def test_cache_is_a_dimension_of_ipc_and_memory_and_none_keeps_the_old_key() -> None:
+def test_cache_is_a_dimension_of_ipc_memory_and_fanout_and_none_keeps_the_old_key() -> None:
     assert dimensions()["cache"].choices == ("none", "lru", "shm")
+    fanout = SCENARIOS["fanout"].cases(["pickle"], ["images-4"], {"cache": ("none", "lru"), "workers": (2,)})
+    assert [(c.cache, c.row) for c in fanout] == [(None, "pickle@shm-ring workers=2"),
+                                                  ("lru", "pickle@shm-ring workers=2 cache=lru")]  # fmt: skip
     for name in ("ipc", "memory"):
         cases = SCENARIOS[name].cases(["pickle"], ["images-4"], {"cache": ("none", "shm")})
         assert [c.cache for c in cases] == [None, "shm"]

@@ -1,4 +1,4 @@
-"""The cache dimension of the ipc and memory scenarios, and what they show of it (docs/cache.md).
+"""The cache dimension of the ipc, memory and fanout scenarios, and what they show of it (docs/cache.md).
 
 ``CACHE`` is the case dimension (``--cache none,lru,shm``); ``none`` is
 stored as no field at all (``Case.cache`` None), so every case measured
@@ -25,9 +25,10 @@ CACHE = Dimension(
     "--cache",
     str,
     ("none",),
-    "the multimodal cache of the ipc and memory scenarios: none (every tensor travels), lru (a mirrored "
-    "LRU by content hash on both sides; a hit sends the hash) or shm (a shared-memory object store both "
-    "sides map; a hit sends offset, length, hash); a list runs each",
+    "the multimodal cache of the ipc and memory scenarios (frontend → engine) and of fanout (core → "
+    "workers): none (every tensor travels), lru (a mirrored LRU by content hash on both sides; a hit "
+    "sends the hash) or shm (a shared-memory object store both sides map; a hit sends offset, length, "
+    "hash); a list runs each",
     choices=cache.MODES,
 )
 

@@ -30,24 +30,39 @@ to a socket or wrote into shared memory); ``encode_calls`` per step (1: a
 core that re-serializes per worker reads N); each worker's peak RSS, PSS and
 USS above its baseline in payload copies (the worst worker), and the whole
 group's PSS (core + workers: a shared page counts once).
+
+With ``--cache lru|shm`` (``Case.cache``, docs/cache.md) the core and its
+workers keep the first hop's two caches (``serbench.cache``): the core the
+sender's half, each worker the receiver's. Prefill step k then carries the
+workload's request k (its repeats are what the caches meet), with every
+tensor the workers hold as a reference; each worker resolves the references
+before it stamps the step, compares every tensor it resolved with the
+reference's digest and the whole step with the core's checksum, and its ack
+says what its cache did. The record adds the hit ratio the workers measured
+and both sides' resident cache bytes; ``wire_bytes`` is then the step as
+sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from serbench import broadcast, conformance, lazy, shm, transport
+from serbench import broadcast, cache, conformance, lazy, shm, transport
+from serbench.heap import fresh_memory
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
 from serbench.rss import proportional
+from serbench.scenarios import caching
 from serbench.scenarios.base import (
     Case,
     Dimension,
@@ -157,17 +172,55 @@ class Schedule:
             "finished_ids": [],
         }
 
-    def step(self, index: int, requests: list[EngineCoreRequest]) -> StepInput:
+    def step(self, index: int, prefills: Prefills) -> StepInput:
         """Step ``index``: a prefill step (a new request) at the start of each round, else decode."""
         per_round = 1 + self.decode_steps
         if index % per_round:
             return StepInput(index, [], [], **self.running(index))
-        request = requests[(index // per_round) % len(requests)]
+        request = prefills.request(index // per_round)
         new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]
         return StepInput(index, [request], new_blocks, **self.running(index))
 
     def prefill(self, index: int) -> bool:
         return index % (1 + self.decode_steps) == 0
+
+
+class Prefills:
+    """The new request of each prefill step and the CRC of its tensors, built outside the timing.
+
+    Uncached, the steps alternate between ``DISTINCT_REQUESTS`` requests of the workload, built
+    once. With a cache (``fresh``), prefill step k carries the workload's request k, so that its
+    repeats (``images-N:repeat=R``, ``turns=T``) are what the caches meet; each is built when
+    its step comes, and the one before dropped.
+    """
+
+    def __init__(self, workload: Workload, fresh: bool) -> None:
+        self.workload, self.fresh = workload, fresh
+        self.built: dict[int, tuple[EngineCoreRequest, int]] = {}
+
+    def _get(self, k: int) -> tuple[EngineCoreRequest, int]:
+        index = k if self.fresh else k % DISTINCT_REQUESTS
+        if index not in self.built:
+            if self.fresh:
+                self.built.clear()
+            request = self.workload.request(index)
+            self.built[index] = (request, payload_checksum(request))
+        return self.built[index]
+
+    def request(self, k: int) -> EngineCoreRequest:
+        return self._get(k)[0]
+
+    def crc(self, k: int) -> int:
+        """``tree.payload_checksum`` of prefill step k's request."""
+        return self._get(k)[1]
+
+    def largest(self, count: int) -> int:
+        """Which of the first ``count`` prefill steps carries the most images (the ring's arena is
+        sized from its step): where the workload says how many each request has, else the first."""
+        keys = getattr(self.workload, "image_keys", None)
+        if not self.fresh or keys is None:
+            return 0
+        return max(range(count), key=lambda k: len(keys(k)))
 
 
 def _storage(leaf: Any) -> tuple[int, int]:
@@ -208,6 +261,109 @@ class Counted:
         return self.frames
 
 
+class WorkerCache:
+    """A worker's half of a cached fan-out: the receiver's cache (``cache.EngineCache``), made
+    empty before the fork (each worker has its own copy), and the check of what it resolved."""
+
+    def __init__(self, mode: str, capacity: int, region: shm.Region | None, own: bool) -> None:
+        self.cache = cache.EngineCache(mode, capacity, region, own=cache.owned if own else None)
+        self.hits: list[tuple[cache.Ref, Any]] = []  # the last step's tensors resolved from references
+
+    def resolve(self, step: StepInput) -> tuple[StepInput, broadcast.Resolution]:
+        """``step`` with every reference of its new requests swapped for the tensor it names, and
+        what the cache did; CacheError for a reference the cache cannot resolve (evicted)."""
+        requests, lookups, found, self.hits = [], 0, 0, []
+        for request in step.new_requests:
+            resolved, done = self.cache.resolve(request)
+            requests.append(resolved)
+            lookups, found = lookups + done.lookups, found + done.found
+            self.hits += done.hits
+        held = self.cache
+        resolution = broadcast.Resolution(lookups, found, held.held_bytes, held.evictions)
+        return msgspec.structs.replace(step, new_requests=requests), resolution
+
+    def check(self, decoded: Any, checksum: int) -> None:
+        """ValueError unless every tensor resolved is the one its reference names (digest) and the
+        whole step is the one sent (``check_step``)."""
+        wrong = cache.verify_hits(f"step {getattr(decoded, 'step', '?')}", self.hits)
+        if wrong is not None:
+            raise ValueError(wrong)
+        check_step(decoded, checksum)
+
+
+@dataclass
+class CoreCache:
+    """The core's half of a cached fan-out: the sender's cache (``cache.FrontendCache``), the
+    tensors' digests (computed outside the timing), and the tally of the workers' acks, which
+    must agree with one another and with the core (their caches mirror its)."""
+
+    front: cache.FrontendCache
+    region: shm.Region | None = None
+    known: dict[str, int] = field(default_factory=dict)
+    lookups: int = 0  # over every prefill step sent, the warm-up round's too
+    hits: int = 0  # as the workers resolved them
+    workers: list[broadcast.Resolution] = field(default_factory=list)  # each one's latest
+
+    def digests(self, step: StepInput) -> None:
+        for request in step.new_requests:
+            cache.digests(request, self.known)
+
+    def prepare(self, step: StepInput) -> tuple[StepInput, cache.Prepared]:
+        """The step as sent: each new request's cached tensors the workers hold as references."""
+        total, requests = cache.Prepared(), []
+        for request in step.new_requests:
+            message, done = self.front.prepare(request, self.known)
+            requests.append(message)
+            total.lookups += done.lookups
+            total.hits += done.hits
+            total.stored_bytes += done.stored_bytes
+        return msgspec.structs.replace(step, new_requests=requests), total
+
+    def account(self, step: StepInput, acks: list[broadcast.Ack], prepared: cache.Prepared) -> None:
+        """Tally what the workers' caches did with ``step`` and release its store entries;
+        CacheError when a worker's count differs from another's, or from the core's."""
+        first = acks[0].cache
+        for ack in acks:
+            seen = ack.cache
+            if seen is None or (seen.lookups, seen.hits) != (first.lookups, first.hits):
+                raise cache.CacheError(
+                    f"step {step.step}: worker {ack.worker}'s cache resolved {seen and seen.hits} of "
+                    f"{seen and seen.lookups} tensors, worker {acks[0].worker}'s {first.hits} of "
+                    f"{first.lookups}: the workers' caches disagree"
+                )
+        if first.lookups != prepared.lookups:
+            raise cache.CacheError(
+                f"step {step.step}: the workers met {first.lookups} cacheable tensors, the core "
+                f"{prepared.lookups}"
+            )
+        self.lookups += first.lookups
+        self.hits += first.hits
+        self.workers = [ack.cache for ack in acks]
+        for request in step.new_requests:
+            self.front.done(request.request_id)
+
+    def mirrored(self) -> None:
+        """CacheError unless every worker's lru evicted what the core's did."""
+        for index, held in enumerate(self.workers):
+            why = cache.mirror_disagreement(self.front, held.evictions, f"worker {index}", "core")
+            if why is not None:
+                raise cache.CacheError(why)
+
+
+def _caches(mode: str, capacity: int, transport_kind: str) -> tuple[CoreCache | None, WorkerCache | None]:
+    """Both halves of a case's cache (None, None for ``none``). Over ``shm`` the store is made
+    here and unlinked at once: the workers inherit its mapping through fork. A worker's lru keeps
+    its own copy of a tensor that arrived over the ring, whose arena the core writes again."""
+    if mode == "none":
+        return None, None
+    region = None
+    if mode == "shm":
+        region = shm.Region.create(capacity, populate=False)
+        region.unlink()
+    front = cache.FrontendCache(mode, capacity, cache.Store(region) if region else None)
+    return CoreCache(front, region), WorkerCache(mode, capacity, region, own=transport_kind == "shm-ring")
+
+
 @dataclass
 class StepReading:
     step: int
@@ -230,7 +386,9 @@ def _settings(profile: Profile) -> tuple[int, int, int]:
     )
 
 
-def _work(backend: str, warmup: StepInput, hold: int, hook: Any = None) -> broadcast.Work:
+def _work(
+    backend: str, warmup: StepInput, hold: int, hook: Any = None, worker_cache: WorkerCache | None = None
+) -> broadcast.Work:
     def open_decoder() -> Any:
         serializer = get_serializer(backend)
         return lambda frames: serializer.decode(frames, StepInput)
@@ -239,7 +397,9 @@ def _work(backend: str, warmup: StepInput, hold: int, hook: Any = None) -> broad
         frames = [bytes(memoryview(f).cast("B")) for f in get_serializer(backend).encode(warmup)]
         check_step(decode(frames), step_checksum(warmup))
 
-    return broadcast.Work(open_decoder, check_step, warm, hold, hook)
+    if worker_cache is None:
+        return broadcast.Work(open_decoder, check_step, warm, hold, hook)
+    return broadcast.Work(open_decoder, worker_cache.check, warm, hold, hook, worker_cache.resolve)
 
 
 # A test may set this (in the process that runs the case) to see every decoded step in every
@@ -250,44 +410,54 @@ WORKER_HOOK = None
 
 def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broadcast.WorkerReport], dict]:
     """Run the case's steps; the readings of the timed ones, the workers' reports and facts."""
+    fresh_memory()  # the core's PSS counts what it holds, not free heap that glibc kept
     rounds, batch, decode_steps = _settings(profile)
     workload = get_workload(case.workload)
     serializer = get_serializer(case.backend)
-    requests = [workload.request(i) for i in range(DISTINCT_REQUESTS)]
-    schedule = Schedule(workload, batch, decode_steps, len(requests[0].prompt_token_ids))
+    mode = caching.mode(case)
+    prefills = Prefills(workload, fresh=mode != "none")
+    schedule = Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
     per_round = 1 + decode_steps
     total = (1 + rounds) * per_round  # the first round warms up
-    verification = conformance.verify(
-        serializer,
-        [schedule.step(0, requests), schedule.step(per_round, requests), schedule.step(1, requests)],
-        "fanout-step",
-        (case.backend, case.workload, f"batch={batch}"),
+    verification = _verified(case, serializer, schedule, prefills, mode)
+    largest = prefills.largest(1 + rounds)
+    arena = max(
+        shm.placed_bytes(serializer.encode(schedule.step(i * per_round, prefills)))
+        for i in sorted({0, 1, largest})
     )
-    crcs = {id(r): payload_checksum(r) for r in requests}
-    arena = max(shm.placed_bytes(serializer.encode(schedule.step(i * per_round, requests))) for i in range(2))
+    capacity = caching.capacity(profile, max(2 * workload.payload_bytes(), 1 << 20))
+    core_cache, worker_cache = _caches(mode, capacity, case.transport or "")
     hold = rounds * per_round  # the last round's prefill step: workers read PSS while holding it
-    warmup = miniature(schedule.step(0, requests))
+    warmup = miniature(schedule.step(0, prefills))
     timeout_s = profile.options.get("fanout_timeout_s") or min(60.0, profile.case_timeout_s / 2)
     readings: list[StepReading] = []
     shm.reclaim_orphans()
-    with transport.ipc_dir() as folder:
+    with transport.ipc_dir() as folder, contextlib.ExitStack() as regions:
+        if core_cache is not None and core_cache.region is not None:
+            regions.callback(core_cache.region.close)
         route = broadcast.make_route(case.transport, case.workers, folder, arena, timeout_s)
         group = None
         clean = False
         try:
-            group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK))
+            group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
             core_base = proportional()
             broadcast.go(group)
             core_held = (0, 0)
             for index in range(total):
-                step = schedule.step(index, requests)
-                payload_crc = crcs[id(step.new_requests[0])] if step.new_requests else 0
+                step = schedule.step(index, prefills)
+                payload_crc = prefills.crc(index // per_round) if step.new_requests else 0
                 envelope = broadcast.Envelope(index, step_checksum(step, payload_crc))
-                encode = Counted(serializer, step)
+                if core_cache is not None:
+                    core_cache.digests(step)
                 cpu0, start = time.process_time(), broadcast.clock()
+                sent, prepared = core_cache.prepare(step) if core_cache is not None else (step, None)
+                encode = Counted(serializer, sent)
                 copied = group.sender.publish(envelope, encode, group.alive)
                 acks = group.acks.collect(index, group.alive)
                 cpu = time.process_time() - cpu0
+                if core_cache is not None:
+                    core_cache.account(step, acks, prepared)
+                    copied += prepared.stored_bytes  # shm: the core's write into the store
                 held = [a.held_at for a in acks]
                 if index == hold:
                     pss, uss = proportional()
@@ -300,24 +470,50 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                             max(held) - min(held),
                             cpu,
                             copied,
-                            encoder_copied(encode.frames, step),
+                            encoder_copied(encode.frames, sent),
                             encode.calls,
                             sum(memoryview(f).nbytes for f in encode.frames),
                         )
                     )
-                del encode, step
+                del encode, step, sent
+            if core_cache is not None:
+                core_cache.mirrored()
             clean = True
         finally:
             reports = broadcast.finish(group, clean) if group is not None else []
     facts = {
         "verification": verification,
-        "payload": payload_bytes(requests[0]),
+        "payload": payload_bytes(prefills.request(0)),
         "schedule": schedule,
         "route": route,
         "core_held": core_held,
         "rounds": rounds,
+        "cache": core_cache,
     }
     return readings, reports, facts
+
+
+def _verified(case: Case, serializer: Any, schedule: Schedule, prefills: Prefills, mode: str) -> Any:
+    """Round-trip the case's steps in-process before any is timed (``conformance.verify``): two
+    prefill steps and a decode step, and with a cache the first prefill step in its all-hit form
+    (every cached tensor a reference)."""
+    per_round = 1 + schedule.decode_steps
+    key = (case.backend, case.workload, f"batch={schedule.batch}")
+    steps = [schedule.step(0, prefills), schedule.step(per_round, prefills), schedule.step(1, prefills)]
+    verification = conformance.verify(serializer, steps, "fanout-step", key)
+    if mode != "none":
+        first = steps[0]
+        hits = msgspec.structs.replace(
+            first, new_requests=[cache.all_refs(r, mode) for r in first.new_requests]
+        )
+        verified = conformance.verify(serializer, [hits], f"fanout-step-{mode}", key)
+        verification.messages += verified.messages
+        verification.of += verified.of
+        verification.seconds += verified.seconds
+        verification.earlier += verified.earlier
+        if verified.keys:
+            verification.keys = [*(verification.keys or []), *verified.keys]
+    return verification
 
 
 def _values(readings: list[StepReading], prefill: bool, schedule: Schedule) -> list[StepReading]:
@@ -351,7 +547,22 @@ def summarize(readings: list[StepReading], reports: list[broadcast.WorkerReport]
             "group_pss_copies": group_pss,
         }
         metrics.update({name: measured(name, [value / payload]) for name, value in worst.items()})
+    if facts["cache"] is not None:
+        metrics.update(cache_metrics(facts["cache"]))
     return metrics
+
+
+def cache_metrics(core: CoreCache) -> dict[str, Measurement]:
+    """A cached case's cache: the hit ratio the workers measured over every prefill step (tensors
+    resolved from a reference / cacheable tensors), what the core's and the fullest worker's cache
+    hold at the end, and the evictions (the core's; every worker's lru evicted as many)."""
+    found: dict[str, Measurement] = {}
+    if core.lookups:
+        found["hit_ratio"] = measured("hit_ratio", [core.hits / core.lookups])
+    found["cache_frontend_bytes"] = measured("cache_frontend_bytes", [core.front.held_bytes])
+    found["cache_engine_bytes"] = measured("cache_engine_bytes", [max(w.held_bytes for w in core.workers)])
+    found["cache_evictions"] = measured("cache_evictions", [core.front.evictions])
+    return found
 
 
 def cpus() -> int:
@@ -370,7 +581,7 @@ class Fanout(Scenario):
         "running batch) to N worker processes; time until the last worker holds the verified step, "
         "the core's CPU and copies, encode calls, each worker's memory"
     )
-    dimensions = (WORKERS, BROADCAST)
+    dimensions = (WORKERS, BROADCAST, caching.CACHE)
     interleaved = True
     figures = (
         Figure(
@@ -412,7 +623,19 @@ class Fanout(Scenario):
             "fanout: timed rounds (a prefill step, its decode steps) per case (default: profile's samples)",
             metavar="R",
         ),
+        caching.CACHE_MB,
     )
+
+    def cases(
+        self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
+    ) -> list[Case]:
+        """Every backend × workers × transport × cache × workload; ``none`` is an uncached case's key."""
+        return caching.with_cache(super().cases(backends, workloads, chosen))
+
+    def rounds(self, case: Case, profile: Profile) -> int:
+        """A cached case is measured whole, in one visit: its hit ratio follows the whole sequence
+        of requests (as the ipc scenario's cached cases)."""
+        return super().rounds(case, profile) if caching.mode(case) == "none" else 1
 
     def unsupported(self, case: Case) -> str | None:
         """A plugin's own requests: the step the core broadcasts is serbench's scheduler output."""
@@ -456,6 +679,11 @@ def _cell(record: Any, name: str, scale: float = 1.0, digits: int = 3) -> str:
     return "—" if metric is None else f"{metric.median / scale:.{digits}g}"
 
 
+def _line(record: Any) -> str:
+    """A row of the scaling tables: backend@transport, and the cache where there is one."""
+    return f"{record.backend}@{record.transport}" + (f" cache={record.cache}" if record.cache else "")
+
+
 def scaling_tables(data: Results) -> list[Table]:
     """The copies/CPU table and which combination scales from the fewest workers to the most."""
     records = [r for r in data.records if r.scenario == "fanout"]
@@ -467,7 +695,7 @@ def scaling_tables(data: Results) -> list[Table]:
         over = isinstance(r.info, FanoutInfo) and r.info.oversubscribed
         rows.append(
             [
-                f"{r.backend}@{r.transport}",
+                _line(r),
                 r.workload,
                 f"{r.workers}" + (" *" if over else ""),
                 _cell(r, "fanout_s", 1e-3),
@@ -494,7 +722,7 @@ def _scales(records: list[Any]) -> Table:
     fewest workers to its most, the best first."""
     groups: dict[tuple[str, str], list[Any]] = {}
     for r in records:
-        groups.setdefault((r.workload, f"{r.backend}@{r.transport}"), []).append(r)
+        groups.setdefault((r.workload, _line(r)), []).append(r)
     rows = []
     for (workload, line), group in groups.items():
         low, high = min(group, key=lambda r: r.workers), max(group, key=lambda r: r.workers)
