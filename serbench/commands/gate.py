@@ -20,7 +20,7 @@ from serbench.commands.options import (
     tolerances,
 )
 from serbench.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError
-from serbench.profiles import PROFILES, Profile
+from serbench.profiles import Profile
 
 if TYPE_CHECKING:
     from serbench.gate import Runtime
@@ -39,6 +39,9 @@ DEFAULT_ROUNDS = 15
 DEFAULT_ROUNDS_COUNTED = 10
 # auto: instructions where valgrind can count (and micro is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")
+# Scenario flags the gate means otherwise: its --measure chooses counts or the clock, and it sets
+# micro's own --measure for its counting run.
+OWN_FLAGS = ("--measure",)
 
 
 def say(message: str) -> None:
@@ -60,7 +63,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     runtimes = side_runtimes(args)
     args.runtime_options = runtime_options(args)
     chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
-    settings = PROFILES["quick"]
+    settings = options.profile(args, OWN_FLAGS)  # quick, with the scenario options given
     repo = gate.repository_root(Path.cwd()) if args.base else None
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
     counting, why = count_plan(args, chosen, settings)
@@ -211,4 +214,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "default: this one)",
         )
     add_comparison_options(parser)
+    options.add_scenario_options(parser, OWN_FLAGS)
     parser.set_defaults(func=cmd_gate)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,10 +235,11 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def add_scenario_options(parser: argparse.ArgumentParser) -> None:
+def add_scenario_options(parser: argparse.ArgumentParser, taken: Collection[str] = ()) -> None:
     """Every scenario's declared options (``scenarios.base.Option``), a group per scenario;
-    an option several scenarios share is added once, in the first one's group."""
-    added: set[str] = set()
+    an option several scenarios share is added once, in the first one's group. ``taken``: flags
+    the command gives a meaning of its own (the gate's ``--measure``), left out."""
+    added: set[str] = set(taken)
     for scenario in SCENARIOS.values():
         new = [option for option in scenario.options if option.flag not in added]
         if not new:
@@ -256,12 +257,13 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def profile(args: argparse.Namespace) -> Profile:
-    """The run profile (``--full`` or quick) with the scenario options that were given."""
+def profile(args: argparse.Namespace, taken: Collection[str] = ()) -> Profile:
+    """The run profile (``--full`` or quick) with the scenario options that were given (but those
+    whose flag is in ``taken``: the command's own, as for ``add_scenario_options``)."""
     given = {
         option.key: getattr(args, option.key)
         for scenario in SCENARIOS.values()
         for option in scenario.options
-        if getattr(args, option.key, None) is not None
+        if option.flag not in taken and getattr(args, option.key, None) is not None
     }
     return PROFILES["full" if getattr(args, "full", False) else "quick"].with_options(**given)
