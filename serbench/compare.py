@@ -411,11 +411,13 @@ def detectable(
 
 
 def exact_verdict(name: str, base: float, head: float) -> str:
-    """Any increase beyond the metric's resolution is a regression (lower is better)."""
-    resolution = metric(name).resolution
-    if head > base + resolution:
+    """Any change beyond the metric's resolution the wrong way is a regression: up, or for a
+    metric where higher is better (a cache's hit ratio) down."""
+    facts = metric(name)
+    worse = (base - head) if facts.higher_is_better else (head - base)
+    if worse > facts.resolution:
         return REGRESSION
-    if head < base - resolution:
+    if worse < -facts.resolution:
         return IMPROVEMENT
     return NO_CHANGE
 

@@ -138,6 +138,9 @@ def test_a_throughput_drop_equal_to_the_threshold_is_caught() -> None:
         ("frames", 5, 1, cmp.IMPROVEMENT),
         ("copies", 1.0, 1.004, cmp.NO_CHANGE),  # below the resolution of RSS readings
         ("copies", 1.0, 3.0, cmp.REGRESSION),
+        ("hit_ratio", 0.94, 0.0, cmp.REGRESSION),  # higher is better: a cache that stopped hitting
+        ("hit_ratio", 0.5, 0.94, cmp.IMPROVEMENT),
+        ("hit_ratio", 0.94, 0.945, cmp.NO_CHANGE),
     ],
 )
 def test_machine_independent_metrics_are_compared_exactly(name: str, base: float, head: float, verdict: str):
