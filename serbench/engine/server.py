@@ -195,12 +195,6 @@ def _cache_state(held: cache.EngineCache | None) -> dict[str, int]:
     return {} if held is None else {"cache_bytes": held.held_bytes, "cache_evictions": held.evictions}
 
 
-def _own(leaf: Any) -> Any:
-    """A tensor that arrived whole, as the engine's own memory (not a view of a region it
-    must give back)."""
-    return leaf.clone() if hasattr(leaf, "clone") else leaf.copy()
-
-
 def _cache(ctrl: Control, bind_address: str, shared_frames: bool) -> cache.EngineCache | None:
     """The session's cache from ``start``'s ``cache`` (None: none); ValueError if it cannot be."""
     wanted = ctrl.data.get("cache")
@@ -212,7 +206,7 @@ def _cache(ctrl: Control, bind_address: str, shared_frames: bool) -> cache.Engin
     if type(capacity) is not int or capacity < 1:
         raise ValueError(f"bad cache capacity in start message: {capacity!r}")
     if wanted["mode"] == "lru":
-        return cache.EngineCache("lru", capacity, own=_own if shared_frames else None)
+        return cache.EngineCache("lru", capacity, own=cache.owned if shared_frames else None)
     if not transport.is_loopback(bind_address):
         raise ValueError(f"refusing a shared-memory cache on non-loopback {bind_address}: it is one host's")
     try:

@@ -382,11 +382,9 @@ def cache_summary(
     """``IpcInfo.cache``: the mode, each side's capacity, the hit ratio the workload defines for the
     requests of the first load (None for a workload that defines none), and the frontend's counts.
     Over lru the engine's evictions must be the frontend's: the two LRUs mirror each other."""
-    if front.mode == "lru" and engine.get("cache_evictions") != front.evictions:
-        raise IntegrityError(
-            f"the engine's lru evicted {engine.get('cache_evictions')} tensors, the frontend's "
-            f"{front.evictions}: the mirrored caches disagree"
-        )
+    disagreement = cache.mirror_disagreement(front, engine.get("cache_evictions"))
+    if disagreement is not None:
+        raise IntegrityError(disagreement)
     defined = workload.defined_hit_ratio(sent) if hasattr(workload, "defined_hit_ratio") else None
     return {
         "mode": front.mode,

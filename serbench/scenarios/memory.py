@@ -210,7 +210,7 @@ class Cached:
 
     def engine_half(self) -> cache.EngineCache:
         """The engine's half, the requests before replayed into it (an lru keeps copies of its own)."""
-        half = cache.EngineCache(self.mode, self.capacity, self.region, own=lambda t: t.clone())
+        half = cache.EngineCache(self.mode, self.capacity, self.region, own=cache.owned)
         for message in self.prelude:
             half.resolve(message)
         return half
