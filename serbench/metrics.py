@@ -168,7 +168,7 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("pinned_bytes", "bytes", "engine pinned host memory", resolution=0.0, log_axis=False),
         # cache (--cache lru|shm, docs/cache.md): measured at the engine, per request where sampled;
-        # a request is a hit when all its cached tensors were, a miss when any travelled
+        # a request is a hit when all its cached tensors were, partial when some, a miss when none
         Metric(
             "hit_ratio",
             "ratio",
@@ -180,8 +180,10 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("request_bytes", "bytes", "bytes to the engine per request (message + store)", resolution=0.0),
         Metric("ttft_hit_s", "s", "TTFT of a cache hit", summary=True),
+        Metric("ttft_partial_s", "s", "TTFT of a partial cache hit", summary=True),
         Metric("ttft_miss_s", "s", "TTFT of a cache miss", summary=True),
         Metric("ingress_hit_s", "s", "ingress of a cache hit"),
+        Metric("ingress_partial_s", "s", "ingress of a partial cache hit"),
         Metric("ingress_miss_s", "s", "ingress of a cache miss"),
         Metric("cache_frontend_bytes", "bytes", "frontend cache resident", resolution=0.0, log_axis=False),
         Metric("cache_engine_bytes", "bytes", "engine cache resident", resolution=0.0, log_axis=False),

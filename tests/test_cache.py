@@ -217,6 +217,10 @@ def test_turns_with_an_lru_measure_the_hit_ratio_the_workload_defines() -> None:
     assert outcome.info.cache["defined_hit_ratio"] == pytest.approx(7 / 13)  # turns of 1, 2, 3, 4, 1, 2
     assert outcome.metrics["hit_ratio"].median == pytest.approx(7 / 13)
     assert "ttft_hit_s" not in outcome.metrics  # every turn sends a new image: no request all hits
+    # a conversation's first turn is a miss, its later turns (an image new, the rest sent before) partial
+    assert len(outcome.metrics["ttft_miss_s"].values) == 2
+    assert len(outcome.metrics["ttft_partial_s"].values) == 4
+    assert "ingress_partial_s" in outcome.metrics
 
 
 def test_an_engine_killed_with_a_populated_store_leaves_no_segment() -> None:

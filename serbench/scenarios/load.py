@@ -358,14 +358,20 @@ def load_metrics(
 
 def cache_metrics(states: Sequence[Tracked], same_clock: bool) -> dict[str, Measurement]:
     """A cached load's metrics: the hit ratio the engine measured (hits / cacheable tensors), the
-    bytes each request moved to the engine, and TTFT (and ingress) of hits and of misses apart."""
+    bytes each request moved to the engine, and TTFT (and ingress) of hits (every cached tensor
+    a hit), partial hits (some) and misses (none) apart: a conversation's turns are partial."""
     lookups = sum(t.lookups for t in states)
     found = sum(t.engine_hits if t.engine_hits is not None else t.hits for t in states)
     measured = {
         "hit_ratio": metrics.measured("hit_ratio", [found / lookups]),
         "request_bytes": metrics.measured("request_bytes", [t.sent_bytes for t in states]),
     }
-    for kind, group in (("hit", [t for t in states if t.hit]), ("miss", [t for t in states if not t.hit])):
+    kinds = {
+        "hit": [t for t in states if t.hit],
+        "partial": [t for t in states if 0 < t.hits < t.lookups],
+        "miss": [t for t in states if not t.hits],
+    }
+    for kind, group in kinds.items():
         if group:
             measured[f"ttft_{kind}_s"] = metrics.measured(
                 f"ttft_{kind}_s", [t.times[0] - t.created for t in group]
