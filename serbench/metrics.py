@@ -191,6 +191,9 @@ METRICS: dict[str, Metric] = {
         # fanout: the engine core → N workers hop (docs/fanout.md), per prefill step unless said
         Metric("fanout_s", "s", "core encode → last worker holds the step", summary=True, headline=True),
         Metric("fanout_p99_s", "s", "core encode → last worker p99", summary=True, statistic_of="fanout_s"),
+        Metric("fanout_hit_s", "s", "core encode → last worker, a cached prefill step all hits"),
+        Metric("fanout_partial_s", "s", "core encode → last worker, a cached prefill step partly hits"),
+        Metric("fanout_miss_s", "s", "core encode → last worker, a cached prefill step no hits"),
         Metric("fanout_spread_s", "s", "first → last worker holding the step"),
         Metric("fanout_decode_s", "s", "core encode → last worker, decode step", summary=True),
         Metric("core_cpu_s", "s", "core CPU per step (all its threads)", summary=True),

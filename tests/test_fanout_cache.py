@@ -47,7 +47,8 @@ def clean():
 def test_a_hit_sends_a_reference_and_the_workers_measure_the_ratio(mode, transport, clean) -> None:
     workload = f"images-2:repeat=1,{SMALL}"
     plain = run_isolated(_run, (_case(workload, None, transport),), 120).metrics
-    cached = run_isolated(_run, (_case(workload, mode, transport),), 120).metrics
+    outcome = run_isolated(_run, (_case(workload, mode, transport),), 120)
+    cached = outcome.metrics
     payload = get_workload(workload).payload_bytes()
     # every timed prefill step resends the warm-up round's two images, which both workers hold
     assert cached["hit_ratio"].median == pytest.approx(get_workload(workload).defined_hit_ratio(4), abs=0.01)
@@ -56,6 +57,10 @@ def test_a_hit_sends_a_reference_and_the_workers_measure_the_ratio(mode, transpo
     assert cached["cache_engine_bytes"].median == cached["cache_frontend_bytes"].median == payload
     assert set(cached["encode_calls"].values) == {1.0}
     assert cached["cache_evictions"].median == 0
+    # each timed prefill step a hit: its time to the last worker is a hit's
+    assert len(cached["fanout_hit_s"].values) == 3 and "fanout_miss_s" not in cached
+    held = outcome.info.cache
+    assert held["mode"] == mode and held["hits"] / held["lookups"] == cached["hit_ratio"].median
 
 
 def test_no_repeats_no_hits_and_the_wire_carries_every_tensor(clean) -> None:
@@ -65,6 +70,7 @@ def test_no_repeats_no_hits_and_the_wire_carries_every_tensor(clean) -> None:
     assert cached["hit_ratio"].median == 0
     assert cached["wire_bytes"].median == pytest.approx(plain["wire_bytes"].median, rel=0.001)
     assert cached["cache_evictions"].median > 0  # capacity two requests: the oldest went
+    assert len(cached["fanout_miss_s"].values) == 3 and "fanout_hit_s" not in cached
 
 
 def _forgetful_workers(case: Case):

@@ -58,7 +58,7 @@ import numpy as np
 
 from serbench import broadcast, cache, conformance, lazy, shm, transport
 from serbench.heap import fresh_memory
-from serbench.metrics import measured
+from serbench.metrics import measured, statistic
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
 from serbench.rss import proportional
@@ -374,6 +374,13 @@ class StepReading:
     encoded_copied: int  # by the encoder
     encode_calls: int
     wire_bytes: int
+    lookups: int = 0  # a cached prefill step: its cacheable tensors, and how many the workers hit
+    hits: int = 0
+
+    @property
+    def cached(self) -> str:
+        """Of a cached prefill step: ``hit`` (every cacheable tensor), ``partial`` or ``miss``."""
+        return "hit" if self.hits == self.lookups else "partial" if self.hits else "miss"
 
 
 def _settings(profile: Profile) -> tuple[int, int, int]:
@@ -455,9 +462,11 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                 copied = group.sender.publish(envelope, encode, group.alive)
                 acks = group.acks.collect(index, group.alive)
                 cpu = time.process_time() - cpu0
+                resolved = broadcast.Resolution()
                 if core_cache is not None:
                     core_cache.account(step, acks, prepared)
                     copied += prepared.stored_bytes  # shm: the core's write into the store
+                    resolved = acks[0].cache  # every worker's: account checked they agree
                 held = [a.held_at for a in acks]
                 if index == hold:
                     pss, uss = proportional()
@@ -473,6 +482,8 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                             encoder_copied(encode.frames, sent),
                             encode.calls,
                             sum(memoryview(f).nbytes for f in encode.frames),
+                            resolved.lookups,
+                            resolved.hits,
                         )
                     )
                 del encode, step, sent
@@ -525,7 +536,7 @@ def summarize(readings: list[StepReading], reports: list[broadcast.WorkerReport]
     pre, dec = _values(readings, True, schedule), _values(readings, False, schedule)
     metrics: dict[str, Measurement] = {
         "fanout_s": measured("fanout_s", [r.to_last_s for r in pre]),
-        "fanout_p99_s": measured("fanout_p99_s", [float(np.percentile([r.to_last_s for r in pre], 99))]),
+        **_statistic("fanout_p99_s", [r.to_last_s for r in pre]),
         "fanout_spread_s": measured("fanout_spread_s", [r.spread_s for r in pre]),
         "core_cpu_s": measured("core_cpu_s", [r.cpu_s for r in pre]),
         "core_copied_bytes": measured("core_copied_bytes", [r.copied + r.encoded_copied for r in pre]),
@@ -549,7 +560,18 @@ def summarize(readings: list[StepReading], reports: list[broadcast.WorkerReport]
         metrics.update({name: measured(name, [value / payload]) for name, value in worst.items()})
     if facts["cache"] is not None:
         metrics.update(cache_metrics(facts["cache"]))
+        for kind in ("hit", "partial", "miss"):
+            times = [r.to_last_s for r in pre if r.lookups and r.cached == kind]
+            if times:
+                metrics[f"fanout_{kind}_s"] = measured(f"fanout_{kind}_s", times)
     return metrics
+
+
+def _statistic(name: str, samples: list[float]) -> dict[str, Measurement]:
+    """``{name: its value}`` for a statistic of ``samples`` (``metrics.statistic``), or nothing
+    where they are too few for one."""
+    value = statistic(name, samples)
+    return {} if value is None else {name: value}
 
 
 def cache_metrics(core: CoreCache) -> dict[str, Measurement]:
@@ -668,6 +690,14 @@ class Fanout(Scenario):
             core_pss_bytes=facts["core_held"][0],
             encoder_copied_bytes=int(np.median([r.encoded_copied for r in readings])) if readings else 0,
         )
+        core = facts["cache"]
+        if core is not None:  # over every prefill step sent, the warm-up round's too
+            info.cache = {
+                "mode": core.front.mode,
+                "capacity_bytes": core.front.capacity,
+                "lookups": core.lookups,
+                "hits": core.hits,
+            }
         return Outcome(summarize(readings, reports, facts), info)
 
     def tables(self, data: Results) -> list[Table]:
