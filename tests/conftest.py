@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from segments import left_named
 
-from serbench import transport
+from serbench import shm, transport
 from serbench.serializers import BUILTINS
 
 # The suite sends Ctrl-C to processes it starts. Started as a background job of a
@@ -105,3 +107,21 @@ def ipc_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     yield tmp_path
     assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
     assert not psutil.Process().children(recursive=True), "process left behind"
+
+
+def _no_children_left(timeout_s: float = 10.0) -> list[psutil.Process]:
+    """This process's children still alive after ``timeout_s`` (those ending are waited for)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    """Before and after: no serbench segment of a dead creator, no child of this process."""
+    shm.reclaim_orphans()
+    before = set(shm.leftovers())
+    yield
+    assert _no_children_left() == []
+    assert not left_named(before)

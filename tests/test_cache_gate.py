@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_gate import clone_working_tree, git
+from test_gate import gate_over_an_appended_commit
 
-from serbench import cache, commands
+from serbench import cache
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 from cache_faults import REENCODE_ON_HIT, inject
@@ -27,21 +27,12 @@ GATE = [
 CASE = f"memory pickle cache=lru × {WORKLOAD}"
 
 
-def _commit(clone: Path, message: str, fault: bool) -> None:
-    module = clone / "serbench" / "cache.py"
-    module.write_text(module.read_text() + (REENCODE_ON_HIT if fault else "\n"))
-    git(clone, "commit", "-qam", message)
-
-
 @pytest.mark.parametrize("fault", [True, False], ids=["re-encode-on-hit", "fault-free"])
 def test_the_gate_flags_a_re_encode_on_hit_and_names_the_case(monkeypatch, tmp_path, capsys, fault) -> None:
-    clone = tmp_path / "clone"
-    clone_working_tree(clone)
-    _commit(clone, "head", fault)
-    monkeypatch.chdir(clone)
-    code = commands.main(["gate", "--base", "HEAD~1", "--out", str(tmp_path / "out"), *GATE])
-    printed = capsys.readouterr().out
-    flagged = [line for line in printed.splitlines() if line.startswith("REGRESSION")]
+    injected = REENCODE_ON_HIT if fault else ""
+    code, printed, flagged = gate_over_an_appended_commit(
+        tmp_path, monkeypatch, capsys, "serbench/cache.py", injected, GATE
+    )
     if fault:
         assert code == 1, printed
         assert any("copies_frontend" in line or "frontend copies" in line for line in flagged), printed

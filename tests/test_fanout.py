@@ -14,7 +14,6 @@ import time
 
 import psutil
 import pytest
-from segments import left_named
 
 from serbench import broadcast, shm
 from serbench import compare as cmp
@@ -38,24 +37,6 @@ def measure(transport: str, workers: int, workload: str = PAYLOAD, backend: str 
     return run_isolated(_run, (case,), 120).metrics
 
 
-def _no_children_left(timeout_s: float = 10.0) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout_s
-    while (left := psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
-
-
-@pytest.fixture
-def clean():
-    """Before and after: no serbench segment of a dead creator, no child of this process."""
-    shm.reclaim_orphans()
-    before = set(shm.leftovers())
-    yield
-    assert _no_children_left() == []
-    assert not left_named(before)
-
-
-@pytest.mark.parametrize("transport", broadcast.KINDS)
 def test_every_transport_encodes_once_and_copies_as_it_must(transport: str, clean) -> None:
     one, two = measure(transport, 1), measure(transport, 2)
     for metrics in (one, two):

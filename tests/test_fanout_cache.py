@@ -10,11 +10,9 @@ asserts a time: bytes, ratios and counts are exact.
 from __future__ import annotations
 
 import pytest
-from segments import left_named
-from test_fanout import _no_children_left
-from test_gate import clone_working_tree, git
+from test_gate import gate_over_an_appended_commit
 
-from serbench import cache, commands, shm
+from serbench import cache
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import Case
@@ -33,17 +31,6 @@ def _case(workload: str, mode: str | None, transport: str = "shm-ring", workers:
     return Case("fanout", "msgspec-frombuffer", workload, transport=transport, workers=workers, cache=mode)
 
 
-@pytest.fixture
-def clean():
-    """Before and after: no serbench segment of a dead creator, no child of this process."""
-    shm.reclaim_orphans()
-    before = set(shm.leftovers())
-    yield
-    assert _no_children_left() == []
-    assert not left_named(before)
-
-
-@pytest.mark.parametrize("mode, transport", [("lru", "shm-ring"), ("lru", "zmq-pub"), ("shm", "zmq-each")])
 def test_a_hit_sends_a_reference_and_the_workers_measure_the_ratio(mode, transport, clean) -> None:
     workload = f"images-2:repeat=1,{SMALL}"
     plain = run_isolated(_run, (_case(workload, None, transport),), 120).metrics
@@ -160,15 +147,10 @@ CASE = f"fanout msgspec-frombuffer@shm-ring workers=1 cache=lru × {WORKLOAD}"
 
 @pytest.mark.parametrize("fault", [True, False], ids=["resend-on-hit", "fault-free"])
 def test_the_gate_flags_a_core_that_resends_cached_tensors(monkeypatch, tmp_path, capsys, fault) -> None:
-    clone = tmp_path / "clone"
-    clone_working_tree(clone)
-    module = clone / "serbench" / "scenarios" / "fanout.py"
-    module.write_text(module.read_text() + (RESEND_ON_HIT if fault else "\n"))
-    git(clone, "commit", "-qam", "head")
-    monkeypatch.chdir(clone)
-    code = commands.main(["gate", "--base", "HEAD~1", "--out", str(tmp_path / "out"), *GATE])
-    printed = capsys.readouterr().out
-    flagged = [line for line in printed.splitlines() if line.startswith("REGRESSION")]
+    injected = RESEND_ON_HIT if fault else ""
+    code, printed, flagged = gate_over_an_appended_commit(
+        tmp_path, monkeypatch, capsys, "serbench/scenarios/fanout.py", injected, GATE
+    )
     if fault:
         assert code == 1, printed
         assert any("wire bytes" in line or "wire_bytes" in line for line in flagged), printed

@@ -234,6 +234,23 @@ def clone_working_tree(clone: Path) -> None:
     git(clone, "commit", "-qm", "the working tree", "--allow-empty")
 
 
+def gate_over_an_appended_commit(
+    tmp_path: Path, monkeypatch, capsys, module: str, text: str, options: list[str]
+) -> tuple[int, str, list[str]]:
+    """``serbench gate --base HEAD~1 OPTIONS`` in a clone of this working tree whose head commit
+    appends ``text`` to ``module`` (a fault a test injects, or a blank line): its exit code, what
+    it printed, and the rows it flagged."""
+    clone = tmp_path / "clone"
+    clone_working_tree(clone)
+    path = clone / module
+    path.write_text(path.read_text() + (text or "\n"))
+    git(clone, "commit", "-qam", "head")
+    monkeypatch.chdir(clone)
+    code = commands.main(["gate", "--base", "HEAD~1", "--out", str(tmp_path / "out"), *options])
+    printed = capsys.readouterr().out
+    return code, printed, [line for line in printed.splitlines() if line.startswith("REGRESSION")]
+
+
 def test_an_unknown_ref_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
     git(tmp_path, "init", "-q")
     (tmp_path / "f").write_text("x")
@@ -287,9 +304,13 @@ def make():
     return get_serializer("msgspec-frombuffer")
 """
 
-# Head's version sends one extra empty frame: a machine-independent regression
-# (frames +1, wire bytes unchanged) that the gate must flag whatever the timing noise.
+# Head's version sends one extra empty frame where its process has GATE_PADDED set: a
+# machine-independent regression (frames +1, wire bytes unchanged) that the gate must flag
+# whatever the timing noise (tests/test_gate_packages.py sets it in one side's interpreter only).
+PADDED = "GATE_PADDED"
 HEAD_BACKEND = """
+import os
+
 from serbench.serializers import get_serializer, unsupported_cases
 
 
@@ -300,12 +321,13 @@ class Padded:
     def __init__(self):
         self.inner = get_serializer("msgspec-frombuffer")
         self.unsupported = unsupported_cases(self.inner)
+        self.pad = [b""] if os.environ.get("GATE_PADDED") else []
 
     def encode(self, obj):
-        return [*self.inner.encode(obj), b""]
+        return [*self.inner.encode(obj), *self.pad]
 
     def decode(self, frames, type_):
-        return self.inner.decode(list(frames)[:-1], type_)
+        return self.inner.decode(list(frames)[: len(frames) - len(self.pad)], type_)
 
 
 def make():
@@ -324,6 +346,7 @@ def test_gate_end_to_end_in_a_fresh_clone(monkeypatch, tmp_path, capsys) -> None
         git(clone, "commit", "-qm", f"{version} backend")
     base_commit, head_commit = git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD")
     monkeypatch.chdir(clone)
+    monkeypatch.setenv(PADDED, "1")
     args = ["--backends", "gate_e2e_backend:make", "--workloads", "text-sonnet", "--rounds", "2"]
     args += ["--measure", "time"]  # counting is tested apart: valgrind would add a minute here
     code = commands.main(["gate", "--base", "HEAD~1", *args])  # default --out: relative to the clone

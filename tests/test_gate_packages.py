@@ -11,41 +11,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_gate import BASE_BACKEND, git
+from test_gate import BASE_BACKEND, HEAD_BACKEND, PADDED, git
 
 from serbench import commands, gate, provenance, results
 from serbench.errors import GateError
 from serbench.profiles import PROFILES
 from serbench.runner import Plan
 from serbench.vllm import adapter
-
-# Head's backend pads each message with an empty frame when its interpreter says so: the
-# regression appears only where both head's path and head's interpreter were used.
-HEAD_BACKEND = """
-import os
-
-from serbench.serializers import get_serializer, unsupported_cases
-
-
-class Padded:
-    name = "padded"
-    safe = True
-
-    def __init__(self):
-        self.inner = get_serializer("msgspec-frombuffer")
-        self.unsupported = unsupported_cases(self.inner)
-        self.pad = [b""] if os.environ.get("GATE_PADDED") else []
-
-    def encode(self, obj):
-        return [*self.inner.encode(obj), *self.pad]
-
-    def decode(self, frames, type_):
-        return self.inner.decode(list(frames)[: len(frames) - len(self.pad)], type_)
-
-
-def make():
-    return Padded()
-"""
 
 
 def _package(folder: Path, name: str, text: str = "") -> Path:
@@ -123,7 +95,7 @@ def test_gate_of_two_package_folders_and_interpreters_outside_any_repository(
         folder.mkdir()
         (folder / "gate_pkg_backend.py").write_text(source)
     python = tmp_path / "padded-python"
-    python.write_text(f'#!/bin/sh\nGATE_PADDED=1 exec {sys.executable} "$@"\n')
+    python.write_text(f'#!/bin/sh\n{PADDED}=1 exec {sys.executable} "$@"\n')  # head pads (test_gate)
     python.chmod(0o755)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
