@@ -31,6 +31,13 @@ kernel isolates, else the last two of four or more. Both sides share that set:
 a base pinned to one core and a head to another would turn any difference
 between the two cores into a verdict.
 
+Each side runs under a ``Runtime``: an interpreter and a folder put first on
+its path (``--base-python``, ``--base-path`` and head's). Without a base
+revision both sides run this serbench through a folder that links only its
+package (``this_serbench``), so what differs is the package gated, a vLLM
+checkout or venv; a worker that ends without a hello there did not start,
+since nothing on either side predates the worker.
+
 ``count`` adds instruction counts (``--measure instructions``, see
 ``serbench.instructions``): after the timed rounds, one worker per side set
 up with the counting profile, each of which counts every micro case in one
