@@ -37,6 +37,7 @@ def measure(transport: str, workers: int, workload: str = PAYLOAD, backend: str 
     return run_isolated(_run, (case,), 120).metrics
 
 
+@pytest.mark.parametrize("transport", broadcast.KINDS)
 def test_every_transport_encodes_once_and_copies_as_it_must(transport: str, clean) -> None:
     one, two = measure(transport, 1), measure(transport, 2)
     for metrics in (one, two):

@@ -31,6 +31,7 @@ def _case(workload: str, mode: str | None, transport: str = "shm-ring", workers:
     return Case("fanout", "msgspec-frombuffer", workload, transport=transport, workers=workers, cache=mode)
 
 
+@pytest.mark.parametrize("mode, transport", [("lru", "shm-ring"), ("lru", "zmq-pub"), ("shm", "zmq-each")])
 def test_a_hit_sends_a_reference_and_the_workers_measure_the_ratio(mode, transport, clean) -> None:
     workload = f"images-2:repeat=1,{SMALL}"
     plain = run_isolated(_run, (_case(workload, None, transport),), 120).metrics

@@ -128,7 +128,7 @@ def _link_tree(source: Path, target: Path, skip: set[str]) -> None:
 def _vllm_copy(folder: Path, slowed: bool) -> Path:
     """``folder`` holding a copy of the installed vLLM as a checkout holds it (``folder/vllm``):
     links to its files but ``v1/serial_utils.py``, a real copy — with ``slowed``, one whose
-    decoder does its work four times (a slowdown no noise of a loaded runner hides). No
+    decoder does its work eight times (a slowdown no noise of a loaded runner hides). No
     ``__pycache__`` links: the copy's bytecode stays its own."""
     installed = Path(importlib.util.find_spec("vllm").origin).parent
     copy = folder / "vllm"
@@ -140,11 +140,11 @@ def _vllm_copy(folder: Path, slowed: bool) -> Path:
         with codec.open("a") as source:
             source.write(
                 "\n\n_decode_once = MsgpackDecoder.decode\n\n\n"
-                "def _decode_four_times(self, bufs):\n"
-                "    for _ in range(3):\n"
+                "def _decode_eight_times(self, bufs):\n"
+                "    for _ in range(7):\n"
                 "        _decode_once(self, bufs)\n"
                 "    return _decode_once(self, bufs)\n\n\n"
-                "MsgpackDecoder.decode = _decode_four_times\n"
+                "MsgpackDecoder.decode = _decode_eight_times\n"
             )
     return folder
 
@@ -154,15 +154,16 @@ def _vllm_copy(folder: Path, slowed: bool) -> Path:
 def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys, slowed: bool) -> None:
     """Two vLLM checkouts: with head's decoder slowed, the vllm backend's decode on vLLM's own
     request is flagged and named (exit 1), its encode is not; the unmodified pair passes (exit
-    0). The tolerance is wide (50 %) so that a loaded runner's noise cannot fail the unmodified
-    pair; the slowdown is four times over. Each side's results name the vLLM it ran."""
+    0). The tolerance is wide (200 %): on a loaded 2-core runner three rounds of an unmodified
+    pair read up to 1.38x [1.05, 1.86]; the slowdown is eight times over. Each side's results
+    name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=slowed)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "vllm"]
     args += ["--workloads", "images-4:layout=vllm-native", "--rounds", "3", "--measure", "time"]
-    code = commands.main([*args, "--max-regression", "50%", "--out", str(out)])
+    code = commands.main([*args, "--max-regression", "200%", "--out", str(out)])
     printed = capsys.readouterr().out
     rows = {
         name: line
