@@ -61,7 +61,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.rounds is not None and args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
     runtimes = side_runtimes(args)
-    args.runtime_options = runtime_options(args)
+    args.runtime_options = runtime_options(args.base, runtimes)
     chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
     settings = options.profile(args, OWN_FLAGS)  # quick, with the scenario options given
     repo = gate.repository_root(Path.cwd()) if args.base else None
@@ -111,16 +111,17 @@ def side_runtimes(args: argparse.Namespace) -> tuple[Runtime, Runtime]:
     return runtimes[0], runtimes[1]
 
 
-def runtime_options(args: argparse.Namespace) -> list[str]:
-    """The ``--base-path`` / ``--base-python`` (and head's) options given, absolute, with ``--base``
-    when it was given too: what a reproduce line needs; none for a gate of serbench revisions."""
-    given = [
-        (f"--{side}-{kind}", getattr(args, f"{side}_{kind}"))
-        for side in ("base", "head")
-        for kind in ("path", "python")
-    ]
-    options = [text for flag, value in given if value for text in (flag, os.path.abspath(value))]
-    return [*(["--base", args.base] if options and args.base else []), *options]
+def runtime_options(base: str | None, runtimes: tuple[Runtime, Runtime]) -> list[str]:
+    """The ``--base-path`` / ``--base-python`` (and head's) options the sides run under, with
+    ``--base`` when it was given too: what a reproduce line needs; none for a gate of serbench
+    revisions run as this process runs."""
+    options = []
+    for side, runtime in zip(("base", "head"), runtimes, strict=True):
+        if runtime.path:
+            options += [f"--{side}-path", str(runtime.path)]
+        if runtime.python != sys.executable:
+            options += [f"--{side}-python", runtime.python]
+    return [*(["--base", base] if options and base else []), *options]
 
 
 def count_plan(
