@@ -25,32 +25,37 @@ kinds serbench measures:
 
 ``none`` is today's behaviour: every tensor travels every time.
 
-The unit cached is one tensor field of one multimodal item at least
-``MIN_BYTES`` large, keyed ``<item hash>/<field key>`` (the item hash is the
-workload's ``mm_hashes`` entry, or the ``identifier`` of the vllm layout). A
-reference travels *inside the backend's own message*, in place of the tensor:
-a string leaf (``PREFIX`` + JSON of ``Ref``), which every backend carries as
-it carries any string, pickle and msgpack alike. It names the tensor's
-``digest`` (CRC of dtype, shape and bytes, computed by the frontend outside
-the timed path): the engine compares the tensor it resolved with it after
-the request (``verify_hits``), so a hit that returns the wrong tensor is an
-integrity failure like a corrupted frame.
+A request type's ``Walk`` says what its cached units are and where a
+reference travels. serbench's own requests (``TENSORS``): one tensor field of
+one multimodal item at least ``MIN_BYTES`` large, keyed ``<item hash>/<field
+key>`` (the item hash is the workload's ``mm_hashes`` entry, or the
+``identifier`` of the vllm layout), the reference in place of the tensor. A
+plugin's request type brings its own walk (``register``): vLLM's own requests
+cache a whole feature as vLLM does (``serbench.vllm.workload.FeatureWalk``).
+Either way a reference travels *inside the backend's own message*: a string
+(``PREFIX`` + JSON of ``Ref``), which every backend carries as it carries any
+string, pickle and msgpack alike. It names the payload's ``digest`` (CRC of
+its arrays' dtype, shape and bytes, computed by the frontend outside the
+timed path): the engine compares what it resolved with it after the request
+(``verify_hits``), so a hit that returns the wrong tensor is an integrity
+failure like a corrupted frame.
 """
 
 from __future__ import annotations
 
-import zlib
+import copy
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
 
 from serbench import lazy, shm
+from serbench.workloads import Workload
 from serbench.workloads.messages import EngineCoreRequest, MultiModalKwargs, MultiModalKwargsItem
-from serbench.workloads.tree import array_bytes, is_array
+from serbench.workloads.tree import array_bytes, is_array, payload_bytes, payload_checksum
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
@@ -92,45 +97,99 @@ def parse_ref(leaf: str) -> Ref:
         raise CacheError(f"malformed cache reference {leaf[:80]!r}: {exc}") from None
 
 
-def cacheable(leaf: Any) -> bool:
-    return is_array(leaf) and leaf.nbytes >= MIN_BYTES
+def cacheable(payload: Any) -> bool:
+    """A payload worth a reference: a tensor, or a plugin's item of them (a mapping, as vLLM's
+    ``MultiModalKwargsItem``), of at least ``MIN_BYTES``."""
+    if is_array(payload):
+        return payload.nbytes >= MIN_BYTES
+    return isinstance(payload, Mapping) and payload_bytes(payload) >= MIN_BYTES
 
 
-def digest(leaf: torch.Tensor | np.ndarray) -> int:
-    """CRC of a tensor's dtype, shape and bytes (``tree.payload_checksum`` of one leaf)."""
-    crc = zlib.crc32(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
-    return zlib.crc32(array_bytes(leaf), crc)
+def digest(payload: Any) -> int:
+    """CRC of a payload's arrays' dtype, shape and bytes (``tree.payload_checksum``)."""
+    return payload_checksum(payload)
 
 
-def map_items(request: EngineCoreRequest, fn: Callable[[str, Any], Any]) -> EngineCoreRequest:
-    """``request`` with each multimodal field's data replaced by ``fn(key, data)``, the key
-    ``<item hash>/<field key>``, in a fixed order (both sides walk it the same). Either layout;
-    a request without multimodal items comes back as it is."""
-    replace = msgspec.structs.replace
-    if request.mm_features:
-        features = [
-            replace(f, data=[replace(e, data=fn(f"{f.identifier}/{e.key}", e.data)) for e in f.data])
-            if f.data is not None
-            else f
-            for f in request.mm_features
-        ]
-        return replace(request, mm_features=features)
-    if request.mm_inputs is None or not request.mm_hashes:
-        return request
-    hashes = iter(request.mm_hashes)
-    by_modality = {}
-    for modality, items in request.mm_inputs.items_by_modality.items():
-        rebuilt = []
-        for item in items:
-            item_hash = next(hashes)
-            fields = {k: replace(e, data=fn(f"{item_hash}/{k}", e.data)) for k, e in item.fields.items()}
-            rebuilt.append(MultiModalKwargsItem(fields))
-        by_modality[modality] = rebuilt
-    return replace(request, mm_inputs=MultiModalKwargs(by_modality))
+class Walk(Protocol):
+    """How the caches meet one request type: where its cached units (payloads) are, where a
+    reference travels in place of one, and what the shm store holds of one."""
+
+    def map(self, request: Any, fn: Callable[[str, Any], Any]) -> Any:
+        """``request`` with each payload, or the reference string sent in its place, replaced by
+        ``fn(key, it)``: a payload, or a reference string (then sent in its place). A fixed order:
+        both sides walk a request the same."""
+        ...
+
+    def stored(self, payload: Any) -> Any:
+        """The array the shm store holds of ``payload``."""
+        ...
+
+    def loaded(self, array: Any) -> Any:
+        """The payload of an array the store holds (``stored``'s inverse; it may view the array)."""
+        ...
 
 
-def digests(request: EngineCoreRequest, known: dict[str, int] | None = None) -> dict[str, int]:
-    """Every cacheable tensor's digest by key (``known`` ones not computed again, and kept)."""
+class Tensors:
+    """serbench's own requests: each multimodal field's tensor is a payload, keyed ``<item
+    hash>/<field key>`` (either layout), its reference a string leaf in the tensor's place; the
+    store holds the tensor."""
+
+    def map(self, request: EngineCoreRequest, fn: Callable[[str, Any], Any]) -> EngineCoreRequest:
+        replace = msgspec.structs.replace
+        if request.mm_features:
+            features = [
+                replace(f, data=[replace(e, data=fn(f"{f.identifier}/{e.key}", e.data)) for e in f.data])
+                if f.data is not None
+                else f
+                for f in request.mm_features
+            ]
+            return replace(request, mm_features=features)
+        if request.mm_inputs is None or not request.mm_hashes:
+            return request
+        hashes = iter(request.mm_hashes)
+        by_modality = {}
+        for modality, items in request.mm_inputs.items_by_modality.items():
+            rebuilt = []
+            for item in items:
+                item_hash = next(hashes)
+                fields = {k: replace(e, data=fn(f"{item_hash}/{k}", e.data)) for k, e in item.fields.items()}
+                rebuilt.append(MultiModalKwargsItem(fields))
+            by_modality[modality] = rebuilt
+        return replace(request, mm_inputs=MultiModalKwargs(by_modality))
+
+    def stored(self, payload: Any) -> Any:
+        return payload
+
+    def loaded(self, array: Any) -> Any:
+        return array
+
+
+TENSORS = Tensors()
+WALKS: dict[type, Walk] = {EngineCoreRequest: TENSORS}  # by request type; plugins' by ``register``
+
+
+def register(workload: Workload) -> None:
+    """Let the caches walk ``workload``'s requests: a plugin's request type brings its walk as
+    ``workload.cache_walk`` (serbench's own requests have theirs). Called where a process builds
+    the workload it caches, before it forks the other side."""
+    walk = getattr(workload, "cache_walk", None)
+    if walk is not None:
+        WALKS[workload.request_type] = walk
+
+
+def walk_of(request: Any) -> Walk:
+    """The walk of ``request``'s type; CacheError for a type no workload registered."""
+    walk = WALKS.get(type(request))
+    if walk is None:
+        kind = type(request)
+        raise CacheError(
+            f"the cache cannot walk {kind.__module__}.{kind.__qualname__} requests (none registered)"
+        )
+    return walk
+
+
+def digests(request: Any, known: dict[str, int] | None = None) -> dict[str, int]:
+    """Every cacheable payload's digest by key (``known`` ones not computed again, and kept)."""
     found = known if known is not None else {}
 
     def take(key: str, leaf: Any) -> Any:
@@ -138,22 +197,24 @@ def digests(request: EngineCoreRequest, known: dict[str, int] | None = None) -> 
             found[key] = digest(leaf)
         return leaf
 
-    map_items(request, take)
+    walk_of(request).map(request, take)
     return found
 
 
-def all_refs(request: EngineCoreRequest, mode: str) -> EngineCoreRequest:
-    """``request`` as an all-hit message (every cacheable tensor a reference): what the backend
+def all_refs(request: Any, mode: str) -> Any:
+    """``request`` as an all-hit message (every cacheable payload a reference): what the backend
     must round-trip before a cached case is timed."""
+    walk = walk_of(request)
 
     def ref(key: str, leaf: Any) -> Any:
         if not cacheable(leaf):
             return leaf
         if mode != "shm":
             return Ref(key, 0).leaf()
-        return Ref(key, 0, 0, leaf.nbytes, str(leaf.dtype), list(leaf.shape)).leaf()
+        array = walk.stored(leaf)
+        return Ref(key, 0, 0, array.nbytes, str(array.dtype), list(array.shape)).leaf()
 
-    return map_items(request, ref)
+    return walk.map(request, ref)
 
 
 # ---------------------------------------------------------------- the LRU, either side
@@ -161,7 +222,8 @@ def all_refs(request: EngineCoreRequest, mode: str) -> EngineCoreRequest:
 
 @dataclass
 class Lru:
-    """A bounded LRU of tensors by key; an entry larger than the capacity is not kept."""
+    """A bounded LRU of payloads by key (sized by their arrays); one larger than the capacity is
+    not kept."""
 
     capacity: int
     entries: OrderedDict[str, Any] = field(default_factory=OrderedDict)
@@ -174,26 +236,30 @@ class Lru:
             self.entries.move_to_end(key)
         return tensor
 
-    def put(self, key: str, tensor: Any) -> None:
-        """Keep ``tensor`` as the newest entry (replacing one under the same key: a sender that sent
-        a tensor its receiver holds leaves both LRUs in the same order), evicting the oldest."""
-        if tensor.nbytes > self.capacity:
+    def put(self, key: str, payload: Any) -> None:
+        """Keep ``payload`` as the newest entry (replacing one under the same key: a sender that sent
+        a payload its receiver holds leaves both LRUs in the same order), evicting the oldest."""
+        size = payload_bytes(payload)
+        if size > self.capacity:
             return
         replaced = self.entries.pop(key, None)
         if replaced is not None:
-            self.held_bytes -= replaced.nbytes
-        self.entries[key] = tensor
-        self.held_bytes += tensor.nbytes
+            self.held_bytes -= payload_bytes(replaced)
+        self.entries[key] = payload
+        self.held_bytes += size
         while self.held_bytes > self.capacity:
             _, old = self.entries.popitem(last=False)
-            self.held_bytes -= old.nbytes
+            self.held_bytes -= payload_bytes(old)
             self.evictions += 1
 
 
-def owned(leaf: Any) -> Any:
-    """A tensor that arrived whole, as the receiver's own memory: what an LRU keeps when the
-    frames it views are a region the transport will write again (shared memory)."""
-    return leaf.clone() if hasattr(leaf, "clone") else leaf.copy()
+def owned(payload: Any) -> Any:
+    """A payload that arrived whole, as the receiver's own memory: what an LRU keeps when the
+    frames it views are a region the transport will write again (shared memory). A plugin's
+    payload (vLLM's item) is copied whole, its tensors with it."""
+    if is_array(payload):
+        return payload.clone() if hasattr(payload, "clone") else payload.copy()
+    return copy.deepcopy(payload)
 
 
 def mirror_disagreement(
@@ -218,6 +284,8 @@ class Entry:
     offset: int
     length: int
     serial: int
+    dtype: str  # of the array stored
+    shape: list[int]
     pins: int = 0
 
 
@@ -247,7 +315,7 @@ class Store:
         return self.entries.get(key)
 
     def put(self, key: str, leaf: Any) -> Entry | None:
-        """Copy ``leaf`` into the store; None when it cannot have room now."""
+        """Copy the array ``leaf`` into the store; None when it cannot have room now."""
         length = leaf.nbytes
         span = -(-length // ALIGN) * ALIGN
         if span > self.size:
@@ -262,7 +330,7 @@ class Store:
             self.evictions += 1
         dst = np.frombuffer(self.region.view[start : start + length], np.uint8)
         np.copyto(dst, np.frombuffer(array_bytes(leaf), np.uint8))
-        entry = Entry(start, length, self.writes)
+        entry = Entry(start, length, self.writes, str(leaf.dtype), list(leaf.shape))
         self.writes += 1
         self.entries[key] = entry
         self.head = start + span
@@ -306,13 +374,12 @@ class FrontendCache:
     def evictions(self) -> int:
         return self.lru.evictions if self.lru is not None else self.store.evictions
 
-    def prepare(
-        self, request: EngineCoreRequest, known: dict[str, int]
-    ) -> tuple[EngineCoreRequest, Prepared]:
-        """The message to send for ``request``: each cacheable tensor the engine holds (or, over
+    def prepare(self, request: Any, known: dict[str, int]) -> tuple[Any, Prepared]:
+        """The message to send for ``request``: each cacheable payload the engine holds (or, over
         shm, that fits the store) replaced by a reference; ``known`` holds their digests."""
         done = Prepared()
         pins: list[Entry] = []
+        walk = walk_of(request)
 
         def swap(key: str, leaf: Any) -> Any:
             if not cacheable(leaf):
@@ -327,21 +394,19 @@ class FrontendCache:
             entry = self.store.get(key)
             hit = entry is not None
             if not hit:
-                entry = self.store.put(key, leaf)
+                entry = self.store.put(key, walk.stored(leaf))
                 if entry is None:
                     return leaf  # no room that nothing in flight uses: it travels inline
                 done.stored_bytes += entry.length
             entry.pins += 1
             pins.append(entry)
-            ref = Ref(
-                key, known[key], entry.offset, entry.length, str(leaf.dtype), list(leaf.shape), entry.serial
-            )
+            ref = Ref(key, known[key], entry.offset, entry.length, entry.dtype, entry.shape, entry.serial)
             if not hit:
                 return ref.leaf()
             done.hits += 1
             return self.hit(key, leaf, ref)
 
-        message = map_items(request, swap)
+        message = walk.map(request, swap)
         if pins:
             self.pinned.setdefault(request.request_id, []).extend(pins)
         self.lookups += done.lookups
@@ -362,9 +427,9 @@ class FrontendCache:
 
 @dataclass
 class Resolved:
-    """What the engine's cache did to one request: its cacheable tensors (``lookups``), those it
-    had before this request (``found``: its hits, as the engine measures them), and every tensor it
-    resolved from a reference (to check against the references' digests)."""
+    """What the engine's cache did to one request: its cacheable payloads (``lookups``), those it
+    had before this request (``found``: its hits, as the engine measures them), and every payload
+    it resolved from a reference (to check against the references' digests)."""
 
     lookups: int = 0
     found: int = 0
@@ -414,10 +479,11 @@ class EngineCache:
     def evictions(self) -> int:
         return self.lru.evictions if self.lru is not None else 0
 
-    def resolve(self, request: EngineCoreRequest) -> tuple[EngineCoreRequest, Resolved]:
+    def resolve(self, request: Any) -> tuple[Any, Resolved]:
         """``request`` with every reference resolved; CacheError naming the request and the key
         for one that cannot be (evicted, never sent, or outside the store)."""
         done = Resolved()
+        walk = walk_of(request)
 
         def take(key: str, leaf: Any) -> Any:
             if is_ref(leaf):
@@ -426,26 +492,28 @@ class EngineCache:
                     raise CacheError(f"request {request.request_id!r}: reference to {ref.key!r} in {key!r}")
                 done.lookups += 1
                 done.found += self.lru is not None or self.seen.get(key, (None,))[0] == ref.serial
-                tensor = self._lookup(ref)
-                if tensor is None:
+                held = self._lookup(ref)
+                if held is None:
                     raise CacheError(
                         f"request {request.request_id!r} references {key!r}, which the engine's "
                         f"{self.mode} cache no longer holds (evicted or never sent): the two caches disagree"
                     )
-                done.hits.append((ref, tensor))
-                return tensor
+                payload = held if self.lru is not None else walk.loaded(held)
+                done.hits.append((ref, payload))
+                return payload
             if cacheable(leaf):
                 done.lookups += 1
                 if self.lru is not None:
                     self.lru.put(key, self.own(leaf))
             return leaf
 
-        resolved = map_items(request, take)
+        resolved = walk.map(request, take)
         self.lookups += done.lookups
         self.hits += done.found
         return resolved, done
 
     def _lookup(self, ref: Ref) -> Any | None:
+        """What the cache holds under ``ref``: the payload (lru), the array stored of it (shm)."""
         if self.lru is not None:
             return self.lru.get(ref.key)
         if ref.offset < 0:
@@ -456,7 +524,7 @@ class EngineCache:
 
 
 def verify_hits(request_id: str, hits: Iterable[tuple[Ref, Any]]) -> str | None:
-    """Compare each resolved tensor with its reference's digest; why not, or None."""
+    """Compare each resolved payload with its reference's digest; why not, or None."""
     for ref, tensor in hits:
         actual = digest(tensor)
         if actual != ref.digest:

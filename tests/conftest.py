@@ -75,6 +75,7 @@ SLOW_MODULES = {
     "test_staging",
     "test_verified",
     "test_vllm",
+    "test_vllm_scenarios",
     "test_worker",
 }
 

@@ -10,18 +10,16 @@ import subprocess
 import sys
 import textwrap
 
-import msgspec
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("vllm.v1.serial_utils", reason="vLLM not installed: make test installs the pinned one")
 
-from serbench import conformance, environment, runner
+from serbench import conformance, environment
 from serbench.engine.protocol import IntegrityError
-from serbench.profiles import PROFILES
-from serbench.results import Accelerator, Case
-from serbench.scenarios import get_scenario, stream
+from serbench.results import Accelerator
+from serbench.scenarios import stream
 from serbench.scenarios.load import Tracked, account
 from serbench.serializers import DecodeError, get_serializer
 from serbench.specs import SpecError
@@ -294,20 +292,3 @@ def test_ipc_frontend_checks_every_native_step(vllm, monkeypatch):
     monkeypatch.setattr(stream, "get_serializer", lambda backend: CorruptsThirdStep())
     with pytest.raises(IntegrityError, match="step 3: logprob logprobs differ"):
         stream.measure("vllm", spec, 0.002, None, "ipc")
-
-
-@pytest.mark.parametrize(
-    ("case", "built"),
-    [
-        (Case("fanout", "pickle", NATIVE, transport="shm-ring", workers=2), "fan-out's scheduler step"),
-        (Case("ipc", "vllm", NATIVE, transport="ipc", cache="lru"), "the multimodal cache"),
-    ],
-)
-def test_scenarios_built_on_serbenchs_requests_declare_vllms_unsupported(case, built):
-    """Fan-out's step and the multimodal cache carry serbench's own requests: a case of vLLM's is
-    recorded unsupported, saying why, whatever its backend; the same case of serbench's model runs."""
-    outcome = runner.run_case(case, PROFILES["quick"])
-    assert isinstance(outcome, runner.Unsupported)
-    assert built in outcome.reason and "vllm.v1.engine.EngineCoreRequest" in outcome.reason
-    model = msgspec.structs.replace(case, workload=NATIVE.replace("vllm-native", "vllm"))
-    assert get_scenario(case.scenario).unsupported(model) is None

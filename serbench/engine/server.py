@@ -176,6 +176,7 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
         )
     workload = ctrl.data.get("workload")
     steps = get_workload(workload) if isinstance(workload, str) else Workload()
+    cache.register(steps)  # a plugin's request type brings its cache walk (a remote engine's own)
     region = _attach(ctrl, bind_address)
     engine_cache = _cache(ctrl, bind_address, region is not None)
     return Session(
@@ -310,7 +311,7 @@ class Engine:
             if placed is not None:
                 frames = _placed_frames(session, placed, frames)
             request = session.decoder.decode(frames, session.workload.request_type)
-            if session.cache is not None and isinstance(request, EngineCoreRequest):
+            if session.cache is not None and isinstance(request, session.workload.request_type):
                 request, resolved = session.cache.resolve(request)
             decoded = clock()
         except cache.CacheError as exc:

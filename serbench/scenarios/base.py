@@ -21,8 +21,6 @@ from serbench.profiles import Profile
 from serbench.results import Case, Results, ScenarioInfo
 from serbench.stats import Measurement
 from serbench.views import Figure, Table
-from serbench.workloads import get_workload
-from serbench.workloads.messages import EngineCoreRequest
 
 
 @dataclass
@@ -145,16 +143,3 @@ class Scenario:
     def run(self, case: Case, profile: Profile) -> Outcome:
         """Measure one case: its metrics (``metrics.measured``) and the scenario's typed info."""
         raise NotImplementedError
-
-
-def own_requests_only(case: Case, built: str) -> str | None:
-    """Why a scenario part built on serbench's own request model (``built``: what it is) cannot
-    take ``case``'s workload, whose requests are a plugin's own type (``layout=vllm-native``);
-    None for serbench's own requests."""
-    kind = get_workload(case.workload).request_type
-    if kind is EngineCoreRequest:
-        return None
-    return (
-        f"{built} is built on serbench's own request model; this workload's requests are "
-        f"{kind.__module__}.{kind.__qualname__}"
-    )

@@ -6,7 +6,10 @@ zmq-each, zmq-pub, shm-ring, torch-dist). A step is what a core sends its
 tensor-parallel workers (``StepInput``, vLLM's ``SchedulerOutput`` cut to what
 has bytes): at prefill the newly scheduled request of the workload with its
 multimodal tensors, and for the running batch the last token ids, positions,
-the block table of each request and the tokens scheduled. Each round is one
+the block table of each request and the tokens scheduled. A workload whose
+requests are a plugin's own type (``layout=vllm-native``: vLLM's own
+``EngineCoreRequest``) is carried as that type (``step_type``), so every
+typed decoder decodes the new requests as the engine would. Each round is one
 prefill step followed by ``--fanout-decode-steps`` decode steps (the running
 batch only). The batch is ``--fanout-batch`` requests (default 32) whose
 context is the workload's prompt plus the tokens generated so far, in blocks
@@ -46,6 +49,7 @@ sent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import zlib
@@ -69,7 +73,6 @@ from serbench.scenarios.base import (
     Option,
     Outcome,
     Scenario,
-    own_requests_only,
     positive_int,
 )
 from serbench.scenarios.memory import miniature
@@ -78,7 +81,7 @@ from serbench.stats import Measurement
 from serbench.views import MEDIAN, Figure, Table
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
-from serbench.workloads.tree import is_array, iter_leaves, map_leaves, payload_bytes, payload_checksum
+from serbench.workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
@@ -119,10 +122,36 @@ class StepInput(msgspec.Struct):
     finished_ids: list[str]
 
 
+@functools.cache
+def step_type(request_type: type) -> type[StepInput]:
+    """The step that carries ``request_type``'s requests: ``StepInput`` for serbench's own, else a
+    subclass whose ``new_requests`` are that type (a plugin's, as vLLM's own ``EngineCoreRequest``),
+    so that a typed decoder (vLLM's ``MsgpackDecoder``, msgspec's) decodes them as the engine's
+    would. Made once per type and named in this module, where pickle finds it."""
+    if request_type is EngineCoreRequest:
+        return StepInput
+    name = f"StepInput_{request_type.__module__}_{request_type.__qualname__}".replace(".", "_")
+    made = msgspec.defstruct(
+        name, [("new_requests", list[request_type])], bases=(StepInput,), module=__name__
+    )
+    globals()[name] = made
+    return made
+
+
+def _shape_of(leaf: Any) -> Any:
+    """``_skeleton``'s stand-in for a leaf msgpack has no form of: an array's dtype and shape, a
+    slice's bounds (vLLM's flat fields)."""
+    if is_array(leaf):
+        return f"{leaf.dtype}{tuple(leaf.shape)}"
+    if isinstance(leaf, slice):
+        return [leaf.start, leaf.stop, leaf.step]
+    raise TypeError(f"a step cannot hold a {type(leaf).__name__}")
+
+
 def _skeleton(step: Any) -> bytes:
-    """Every field of a step but the arrays' bytes (dtype and shape instead), as msgpack."""
-    shape = map_leaves(step, lambda leaf: f"{leaf.dtype}{tuple(leaf.shape)}" if is_array(leaf) else leaf)
-    return msgspec.msgpack.encode(shape)
+    """Every leaf of a step in order (``tree.iter_leaves``: serbench's Structs and a plugin's
+    dataclasses and mappings alike), the arrays' dtype and shape in place of their bytes, as msgpack."""
+    return msgspec.msgpack.encode(list(iter_leaves(step)), enc_hook=_shape_of)
 
 
 def step_checksum(step: Any, payload_crc: int | None = None) -> int:
@@ -173,13 +202,15 @@ class Schedule:
         }
 
     def step(self, index: int, prefills: Prefills) -> StepInput:
-        """Step ``index``: a prefill step (a new request) at the start of each round, else decode."""
+        """Step ``index``: a prefill step (a new request) at the start of each round, else decode;
+        of the type that carries the workload's requests (``step_type``)."""
         per_round = 1 + self.decode_steps
+        made = step_type(self.workload.request_type)
         if index % per_round:
-            return StepInput(index, [], [], **self.running(index))
+            return made(index, [], [], **self.running(index))
         request = prefills.request(index // per_round)
-        new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]
-        return StepInput(index, [request], new_blocks, **self.running(index))
+        new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]  # a list or an array
+        return made(index, [request], new_blocks, **self.running(index))
 
     def prefill(self, index: int) -> bool:
         return index % (1 + self.decode_steps) == 0
@@ -191,14 +222,17 @@ class Prefills:
     Uncached, the steps alternate between ``DISTINCT_REQUESTS`` requests of the workload, built
     once. With a cache (``fresh``), prefill step k carries the workload's request k, so that its
     repeats (``images-N:repeat=R``, ``turns=T``) are what the caches meet; each is built when
-    its step comes, and the one before dropped.
+    its step comes, and the one before dropped. The requests are the workload's type (serbench's
+    own, or a plugin's), whose walk the caches learn here (``cache.register``).
     """
 
     def __init__(self, workload: Workload, fresh: bool) -> None:
         self.workload, self.fresh = workload, fresh
-        self.built: dict[int, tuple[EngineCoreRequest, int]] = {}
+        self.built: dict[int, tuple[Any, int]] = {}
+        if fresh:
+            cache.register(workload)  # before the workers fork: they resolve the same type
 
-    def _get(self, k: int) -> tuple[EngineCoreRequest, int]:
+    def _get(self, k: int) -> tuple[Any, int]:
         index = k if self.fresh else k % DISTINCT_REQUESTS
         if index not in self.built:
             if self.fresh:
@@ -207,7 +241,7 @@ class Prefills:
             self.built[index] = (request, payload_checksum(request))
         return self.built[index]
 
-    def request(self, k: int) -> EngineCoreRequest:
+    def request(self, k: int) -> Any:
         return self._get(k)[0]
 
     def crc(self, k: int) -> int:
@@ -398,7 +432,7 @@ def _work(
 ) -> broadcast.Work:
     def open_decoder() -> Any:
         serializer = get_serializer(backend)
-        return lambda frames: serializer.decode(frames, StepInput)
+        return lambda frames: serializer.decode(frames, type(warmup))  # the workload's step type
 
     def warm(decode: Any) -> None:
         frames = [bytes(memoryview(f).cast("B")) for f in get_serializer(backend).encode(warmup)]
@@ -658,10 +692,6 @@ class Fanout(Scenario):
         """A cached case is measured whole, in one visit: its hit ratio follows the whole sequence
         of requests (as the ipc scenario's cached cases)."""
         return super().rounds(case, profile) if caching.mode(case) == "none" else 1
-
-    def unsupported(self, case: Case) -> str | None:
-        """A plugin's own requests: the step the core broadcasts is serbench's scheduler output."""
-        return own_requests_only(case, "fan-out's scheduler step")
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         reason = broadcast.unavailable(case.transport or "")

@@ -80,7 +80,6 @@ from serbench.scenarios.base import (
     Option,
     Outcome,
     Scenario,
-    own_requests_only,
     positive_int,
 )
 from serbench.scenarios.load import (
@@ -293,6 +292,7 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
     pool = RequestPool(workload, cfg.num_prompts, fresh=cached or getattr(workload, "repeating", False))
     verification = conformance.verify(serializer, pool.requests, "request", (backend, workload_spec))
     if cached:  # the all-hit form of each: references in place of the tensors
+        cache.register(workload)  # a plugin's request type: its walk, before the engine forks
         refs = [cache.all_refs(r, cfg.cache) for r in pool.requests]
         verified = conformance.verify(serializer, refs, f"request-{cfg.cache}", (backend, workload_spec))
         verification.messages += verified.messages
@@ -517,11 +517,6 @@ class Ipc(Scenario):
     ) -> list[Case]:
         """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
         return caching.with_cache(super().cases(backends, workloads, chosen))
-
-    def unsupported(self, case: Case) -> str | None:
-        """A cached case of a plugin's own requests: the cache keys and replaces serbench's
-        model of the multimodal features."""
-        return own_requests_only(case, "the multimodal cache") if caching.mode(case) != "none" else None
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits only where requests go one at a time (the payload default): each is

@@ -435,6 +435,7 @@ def repeat(
     """The case's measurements (fresh sides and ipc folder each), its payload bytes, and the
     cost of verifying the request's round trip before them."""
     workload = get_workload(case.workload)
+    cache.register(workload)
     index = measured_index(workload)
     message = workload.request(index)
     # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not

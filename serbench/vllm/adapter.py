@@ -83,6 +83,25 @@ def decoder(type_: Any) -> Any:
     return load().MsgpackDecoder(type_)
 
 
+@cache
+def _item_codec() -> tuple[Any, Any]:
+    vllm = load()
+    return encoder(float("inf")), decoder(vllm.MultiModalKwargsItem)
+
+
+def item_bytes(item: Any) -> np.ndarray:
+    """A ``MultiModalKwargsItem`` as one buffer of vLLM's own encoding, every tensor inline: what
+    vLLM's shared-memory processor cache writes into its store."""
+    (frame,) = _item_codec()[0].encode(item)
+    return np.frombuffer(frame, np.uint8)
+
+
+def item_of(buffer: Any) -> Any:
+    """The ``MultiModalKwargsItem`` of ``item_bytes``' buffer (a tensor or array of its bytes); its
+    tensors view the buffer, as vLLM's receiver's view its store."""
+    return _item_codec()[1].decode(memoryview(np.asarray(buffer)))
+
+
 def field_elem(modality: str, key: str, data: Any, field: Any) -> Any:
     """A ``MultiModalFieldElem``: releases before the elements lost ``modality`` and ``key`` take them."""
     elem = load().MultiModalFieldElem

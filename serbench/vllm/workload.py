@@ -15,14 +15,22 @@ vLLM's ``LogprobsTensors.tolists()``, one ``EngineCoreOutput`` per request holdi
 its row of that ``LogprobsLists`` (numpy arrays in 0.33) and a ``FinishReason``,
 in an ``EngineCoreOutputs``; its requests are vLLM's ``EngineCoreRequest``s.
 
+The multimodal cache (docs/cache.md) walks vLLM's own requests with
+``FeatureWalk`` (``Native.cache_walk``), as vLLM's sender and receiver caches
+meet them: a whole feature per entry, a hit sent as the feature with ``data=None``.
+
 Registered under the entry-point group ``serbench.layouts``
 (``serbench.workloads.get_workload``); version differences live in ``adapter``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import msgspec
+import numpy as np
 
 from serbench.specs import Spec, SpecError
 from serbench.vllm import adapter
@@ -56,10 +64,42 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
     return native(build(Spec(spec.name, {**spec.options, "layout": native.model_layout})))
 
 
+class FeatureWalk:
+    """How serbench's multimodal cache (``serbench.cache.Walk``) meets vLLM's own requests, as vLLM's
+    processor caches do: a payload is one ``MultiModalFeatureSpec``'s whole item
+    (``MultiModalKwargsItem``), keyed by its ``identifier``; a reference travels as vLLM sends a
+    hit, the feature with ``data=None``, serbench's reference string in its ``mm_hash`` (the field
+    vLLM keys its processor cache by); the receiver fills ``data`` back (and ``mm_hash`` as built:
+    None). The shm store holds the item in vLLM's own encoding, as vLLM's shm cache does."""
+
+    def map(self, request: Any, fn: Callable[[str, Any], Any]) -> Any:
+        if not request.mm_features:
+            return request
+        return msgspec.structs.replace(request, mm_features=[_through(f, fn) for f in request.mm_features])
+
+    def stored(self, payload: Any) -> np.ndarray:
+        return adapter.item_bytes(payload)
+
+    def loaded(self, array: Any) -> Any:
+        return adapter.item_of(array)
+
+
+def _through(feature: Any, fn: Callable[[str, Any], Any]) -> Any:
+    """``feature`` with its item, or the reference sent in its place, through ``fn``."""
+    sent = feature.data if feature.data is not None else feature.mm_hash
+    value = fn(feature.identifier, sent)
+    if value is sent:
+        return feature
+    if isinstance(value, str):  # a reference: sent as vLLM sends a cached feature
+        return dataclasses.replace(feature, data=None, mm_hash=value)
+    return dataclasses.replace(feature, data=value, mm_hash=None)
+
+
 class Native(Workload):
     """serbench's workload ``model`` with its requests as vLLM's own ``EngineCoreRequest``s; everything
     else is the model's. ``model_layout`` is the model's layout whose content it carries."""
 
+    cache_walk = FeatureWalk()  # how the multimodal cache meets these requests (serbench.cache)
     model_layout: str
     model_words: str  # what the model's description says of its layout, left out of this one's
 
