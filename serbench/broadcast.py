@@ -34,6 +34,8 @@ fanout scenario's ``--cache``): after decoding it swaps the references in a
 step for the tensors its cache holds, and its ack says what its cache did
 (``Resolution``), which the core checks against its own half.
 
+Workers on other hosts (torch-dist): ``serbench.remote_workers``.
+
 Processes (``Group``): the core is the calling process. It forks its N
 workers before it builds any message (so no worker inherits the payload),
 each worker sets glibc's heap to map large blocks afresh, opens its end,
@@ -61,16 +63,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import msgspec
 import numpy as np
+import psutil
 import zmq
 
 from serbench import lazy, shm
 from serbench.heap import fresh_memory
 from serbench.isolation import end_trees
-from serbench.rss import peak_above, proportional, reset_peak
+from serbench.rss import live_memory, peak_above, reset_peak
 from serbench.serializers.base import quiet_readonly_views
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
@@ -82,6 +86,7 @@ SLOT_BYTES = 1 << 20
 WAKE_POLL_S = 0.005
 READY_TIMEOUT_S = 120.0
 PR_SET_PDEATHSIG = 1
+PEER_GRACE_S = 2.0  # a gloo call failed: how long the group has to learn which worker died
 
 clock = time.perf_counter  # CLOCK_MONOTONIC: one clock for every process of a host
 _context = mp.get_context("fork")
@@ -120,10 +125,11 @@ class Route:
     arena_bytes: int = 0
     rendezvous: str = ""  # torch-dist: tcp://HOST:PORT of rank 0's store
     timeout_s: float = 30.0  # per step: a worker silent for longer has hung
+    remote: str = ""  # remote workers: tcp://HOST:PORT where the core listens (``rendezvous_address``)
 
     @property
     def acks(self) -> str:
-        return f"ipc://{self.folder}/acks"
+        return _endpoint(self.remote, 2) if self.remote else f"ipc://{self.folder}/acks"
 
     def endpoint(self, name: str) -> str:
         return f"ipc://{self.folder}/{name}"
@@ -148,10 +154,47 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def make_route(kind: str, workers: int, folder: Path, arena_bytes: int = 0, timeout_s: float = 30.0) -> Route:
-    """A route for ``kind``; ValueError for a kind this module does not know."""
+def rendezvous_address(text: str) -> str:
+    """``tcp://HOST:PORT`` where a core meets remote workers, normalized; ValueError says what is
+    wrong. HOST is the core host's address as the workers reach it (the core binds it: no
+    wildcard); the core uses PORT, PORT+1 and PORT+2."""
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or not parts.hostname or port is None or not 0 < port < 65533:
+        raise ValueError(f"expected tcp://HOST:PORT with PORT below 65533, got {text!r}")
+    if parts.hostname in ("0.0.0.0", "::", "*"):
+        raise ValueError(f"{text}: give the core's address as the workers reach it, not a wildcard")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"tcp://{host}:{port}"
+
+
+def _endpoint(address: str, offset: int) -> str:
+    """``tcp://HOST:PORT`` → ``tcp://HOST:PORT+offset``."""
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + offset}"
+
+
+def remote_route(workers: int, address: str, timeout_s: float) -> Route:
+    """The route of a torch-dist group whose core listens at ``address`` (``rendezvous_address``)."""
+    return Route(
+        "torch-dist", workers, "", rendezvous=_endpoint(address, 1), timeout_s=timeout_s, remote=address
+    )
+
+
+def make_route(
+    kind: str, workers: int, folder: Path, arena_bytes: int = 0, timeout_s: float = 30.0, remote: str = ""
+) -> Route:
+    """A route for ``kind`` (with ``remote``, a torch-dist group of remote workers); ValueError for
+    a kind this module does not know, or one that cannot reach another host."""
     if kind not in KINDS:
         raise ValueError(f"unknown broadcast transport {kind!r}; transports: {', '.join(KINDS)}")
+    if remote:
+        if kind != "torch-dist":
+            raise ValueError(f"{kind} reaches workers on this host only; remote workers need torch-dist")
+        return remote_route(workers, remote, timeout_s)
     names = (region_name(), region_name()) if kind == "shm-ring" else ("", "")
     rendezvous = f"tcp://127.0.0.1:{free_port()}" if kind == "torch-dist" else ""
     arena = _aligned(arena_bytes) * 2 if kind == "shm-ring" else 0  # two steps' worth: no wait on reuse
@@ -389,8 +432,22 @@ class ShmRing(Sender):
                 mapping.close()
 
 
+def interface_toward(host: str) -> str:
+    """The network interface this host reaches ``host`` through (``lo`` for itself on loopback):
+    the one gloo must bind when GLOO_SOCKET_IFNAME does not say."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host.strip("[]"), 9))  # no packet: the kernel only picks the route
+        local = probe.getsockname()[0]
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == local for a in addresses):
+            return name
+    raise BroadcastError(f"no interface holds {local}, the address toward {host}; set GLOO_SOCKET_IFNAME")
+
+
 def _init_gloo(route: Route, rank: int) -> None:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    """Join the group: a local one on loopback, a remote one on the interface toward the core."""
+    toward = urlsplit(route.remote).hostname if route.remote else None
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_toward(toward) if toward else "lo")
     torch.distributed.init_process_group(
         "gloo",
         init_method=route.rendezvous,
@@ -418,11 +475,14 @@ class TorchDist(Sender):
         frames = encode()
         sizes = [_nbytes(f) for f in frames]
         meta = _encode_envelope(msgspec.structs.replace(envelope, sizes=sizes))
-        torch.distributed.broadcast(torch.tensor([len(meta)], dtype=torch.int64), src=0)
-        torch.distributed.broadcast(_as_tensor(meta), src=0)
-        for frame, size in zip(frames, sizes, strict=True):
-            if size:
-                torch.distributed.broadcast(_as_tensor(frame), src=0)
+        try:
+            torch.distributed.broadcast(torch.tensor([len(meta)], dtype=torch.int64), src=0)
+            torch.distributed.broadcast(_as_tensor(meta), src=0)
+            for frame, size in zip(frames, sizes, strict=True):
+                if size:
+                    torch.distributed.broadcast(_as_tensor(frame), src=0)
+        except RuntimeError as exc:  # gloo's errors (DistBackendError among them)
+            _peer_lost(exc, alive)
         return self.route.workers * (8 + len(meta) + sum(sizes))  # gloo's root sends to every rank
 
     def close(self) -> None:
@@ -431,6 +491,20 @@ class TorchDist(Sender):
         ):  # with a peer gone, gloo's teardown may wait for it: the process ends
             with contextlib.suppress(Exception):
                 torch.distributed.destroy_process_group()
+
+
+def _peer_lost(exc: BaseException, alive: Callable[[], None]) -> NoReturn:
+    """A gloo call failed, as it does when a peer is gone: the worker that died (``alive`` raises
+    once the group learns it, within ``PEER_GRACE_S``), else gloo's own first line."""
+    deadline = time.monotonic() + PEER_GRACE_S
+    while time.monotonic() < deadline:
+        alive()
+        time.sleep(0.05)
+    raise BroadcastError(f"torch-dist broadcast failed: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 SENDERS: dict[str, type[Sender]] = {
@@ -580,6 +654,7 @@ class Ack(msgspec.Struct, array_like=True):
     held_at: float  # ``clock()`` right after decode (and, with a cache, resolve)
     error: str = ""  # the step failed its check: why
     cache: Resolution | None = None
+    notice: bool = False  # a remote worker's word that it holds the step, sent before its check
 
 
 _decode_ack = msgspec.msgpack.Decoder(Ack).decode
@@ -601,14 +676,20 @@ class Acks:
     def complete(self, step: int) -> bool:
         return not self.missing(step)
 
+    def arrivals(self, timeout_s: float) -> list[Ack]:
+        """The acks that arrive within ``timeout_s`` (none: an empty list)."""
+        if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            return []
+        found = []
+        while self.sock.poll(0, zmq.POLLIN):
+            found.append(_decode_ack(self.sock.recv()))
+        return found
+
     def poll(self, step: int, timeout_s: float, alive: Callable[[], None]) -> None:
         """Take what arrives within ``timeout_s``; BroadcastError for a worker that reported a
         wrong step or died."""
         alive()
-        if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
-            return
-        while self.sock.poll(0, zmq.POLLIN):
-            ack = _decode_ack(self.sock.recv())
+        for ack in self.arrivals(timeout_s):
             if ack.error:
                 raise BroadcastError(f"worker {ack.worker}, step {ack.step}: {ack.error}")
             self.got.setdefault(ack.step, {}).setdefault(ack.worker, ack)
@@ -676,7 +757,7 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
         baseline = reset_peak()
         conn.send(("ready", baseline))
         conn.recv()  # go: every worker exists, so PSS shares are final
-        base_pss, base_uss = proportional()
+        base_pss, base_uss = live_memory()
         held = (0, 0)
         while True:
             envelope, frames = receiver.receive()
@@ -691,6 +772,8 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
             if work.resolve is not None:
                 decoded, resolution = work.resolve(decoded)
             held_at = clock()
+            if route.remote:  # the core stamps this word's arrival: its clock is not this host's
+                ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, held_at, notice=True)))
             error = ""
             try:
                 if work.hook is not None:
@@ -699,7 +782,7 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
             except ValueError as exc:
                 error = str(exc)[:300]
             if envelope.step == work.hold:  # still holding it: what receiving it cost in memory
-                pss, uss = proportional()
+                pss, uss = live_memory()
                 held = (pss - base_pss, uss - base_uss)
             ack.send(msgspec.msgpack.encode(Ack(index, envelope.step, held_at, error, resolution)))
             del decoded, frames
@@ -722,14 +805,24 @@ class WorkerReport:
     pss_bytes: int = 0  # above its baseline, while holding the ``hold`` step
     uss_bytes: int = 0
     finished: bool = False
+    host: str = ""  # a remote worker: its host's name (a forked one: none)
 
 
-def _exit_reason(proc: Any) -> str:
+def exit_reason(proc: Any) -> str:
     code = proc.exitcode
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
     return f"exited with code {code}"
+
+
+def fork_worker(route: Route, index: int, work: Work) -> tuple[Any, Connection]:
+    """Worker ``index`` forked from this process (``_worker_main``) and this end of its pipe."""
+    receiver, sender = _context.Pipe()
+    proc = _context.Process(target=_worker_main, args=(sender, route, index, work, os.getpid()), daemon=False)
+    proc.start()
+    sender.close()
+    return proc, receiver
 
 
 @dataclass
@@ -748,28 +841,50 @@ class Group:
         for index, (proc, conn, report) in enumerate(zip(self.procs, self.conns, self.reports, strict=False)):
             if report.finished:
                 continue
-            message: tuple = ("gone",)
             if conn.poll(0):
                 with contextlib.suppress(EOFError, OSError):
-                    message = conn.recv()
-                if message[0] == "error":
-                    raise BroadcastError(f"worker {index}: {message[1]}")
-                if message[0] == "done":
-                    report.peak_bytes, (report.pss_bytes, report.uss_bytes) = message[1], message[2]
-                    report.finished = True
+                    file_message(index, report, conn.recv())
+                if report.finished:
                     continue
             if not proc.is_alive():
                 proc.join(0.1)
-                raise BroadcastError(f"worker {index} died ({_exit_reason(proc)})")
+                raise BroadcastError(f"worker {index} died ({exit_reason(proc)})")
+
+    def release(self) -> None:
+        """Every worker may take its PSS baseline (every worker exists) and start."""
+        for conn in self.conns:
+            conn.send("go")
+
+    def end(self) -> None:
+        """End every worker process, finished or not."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        end_trees([p.pid for p in self.procs if p.pid is not None], grace_s=1.0)
+        for proc in self.procs:
+            proc.join(1)
+
+
+def file_message(index: int, report: WorkerReport, message: Sequence[Any]) -> None:
+    """A worker's message on its pipe: its error raises BroadcastError, its report is filed."""
+    if message[0] == "error":
+        raise BroadcastError(f"worker {index}: {message[1]}")
+    if message[0] == "done":
+        report.peak_bytes, (report.pss_bytes, report.uss_bytes) = message[1], message[2]
+        report.finished = True
 
 
 def start(route: Route, work: Work) -> Group:
     """Fork the workers and open the core's end; return once every worker is ready (baseline
     taken). The caller must ``finish`` the group, whatever happens; a start that fails
     finishes what it began itself (a worker that dies during setup leaves no segment)."""
-    group = Group(route)
+    return begun(Group(route), lambda group: _started(group, work))
+
+
+def begun(group: Group, begin: Callable[[Group], Group]) -> Group:
+    """``begin(group)``; on any failure ``group`` finished (every process it started ended) first."""
     try:
-        return _started(group, work)
+        return begin(group)
     except BaseException:
         finish(group, clean=False)
         raise
@@ -780,14 +895,10 @@ def _started(group: Group, work: Work) -> Group:
     ctx = zmq.Context()
     group.acks = Acks(route, ctx)
     group.sender = SENDERS[route.kind](route, ctx)
-    parent = os.getpid()
     for index in range(route.workers):
-        receiver, sender = _context.Pipe()
-        proc = _context.Process(target=_worker_main, args=(sender, route, index, work, parent), daemon=False)
-        proc.start()
-        sender.close()
+        proc, conn = fork_worker(route, index, work)
         group.procs.append(proc)
-        group.conns.append(receiver)
+        group.conns.append(conn)
     group.sender.open()
     deadline = time.monotonic() + READY_TIMEOUT_S
     for index, conn in enumerate(group.conns):
@@ -798,7 +909,7 @@ def _started(group: Group, work: Work) -> Group:
         except EOFError:
             group.procs[index].join(1)
             raise BroadcastError(
-                f"worker {index} died during setup ({_exit_reason(group.procs[index])})"
+                f"worker {index} died during setup ({exit_reason(group.procs[index])})"
             ) from None
         if message[0] != "ready":
             raise BroadcastError(f"worker {index}: {message[1]}")
@@ -809,8 +920,7 @@ def _started(group: Group, work: Work) -> Group:
 
 def go(group: Group) -> None:
     """Release every worker at once (each reads its PSS baseline), then the handshake."""
-    for conn in group.conns:
-        conn.send("go")
+    group.release()
     group.sender.handshake(group.acks, group.alive)
 
 
@@ -827,12 +937,7 @@ def finish(group: Group, clean: bool) -> list[WorkerReport]:
                 group.alive()
                 time.sleep(0.005)
     finally:
-        for conn in group.conns:
-            with contextlib.suppress(OSError):
-                conn.close()
-        end_trees([p.pid for p in group.procs if p.pid is not None], grace_s=1.0)
-        for proc in group.procs:
-            proc.join(1)
+        group.end()
         if group.sender is not None:
             group.sender.close()
         if group.acks is not None:

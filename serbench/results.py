@@ -228,6 +228,7 @@ class FanoutInfo(Info, tag="fanout"):
     worker_uss_bytes: list[int]
     core_pss_bytes: int
     encoder_copied_bytes: int  # of core_copied_bytes, what the encoder built (not viewed)
+    worker_hosts: list[str] | None = None  # remote workers (serbench fanout-worker): each one's host
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, lookups, hits (docs/cache.md)
 
 

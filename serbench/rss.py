@@ -76,7 +76,7 @@ def proportional(pid: int | None = None) -> tuple[int, int]:
     return info.pss, info.uss
 
 
-def held() -> tuple[int, int]:
+def live_memory() -> tuple[int, int]:
     """(PSS, USS) of this process as live memory: free heap memory handed back first.
 
     A large block freed during the measured part stays resident when glibc served it from a
@@ -142,7 +142,7 @@ def _side_main(conn: Connection, side: Side) -> None:
         baseline = reset_peak()
         conn.send(("ready", baseline))
         conn.recv()  # go: every side has its baseline
-        shared = held()
+        shared = live_memory()
         result = side.run(state)
         conn.send(("done", peak_above(baseline), result, *shared))
     except BaseException as exc:

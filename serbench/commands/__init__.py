@@ -11,11 +11,11 @@ import argparse
 import sys
 
 from serbench import __version__
-from serbench.commands import compare, conformance, engine, gate, listing, report, run, system
+from serbench.commands import compare, conformance, engine, fanout_worker, gate, listing, report, run, system
 from serbench.errors import EXIT_USAGE, SerbenchError
 from serbench.specs import SpecError
 
-COMMANDS = (listing, run, report, compare, gate, conformance, system, engine)
+COMMANDS = (listing, run, report, compare, gate, conformance, system, engine, fanout_worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -92,7 +92,7 @@ def plan(args: argparse.Namespace) -> Plan:
     from serbench.runner import Plan
 
     chosen = chosen_dimensions(args)
-    return Plan(
+    planned = Plan(
         backends=split_specs(args.backends) if args.backends else list(BUILTINS),
         workloads=[w for spec in split_specs(args.workloads) for w in expand(spec)]
         if args.workloads
@@ -102,6 +102,28 @@ def plan(args: argparse.Namespace) -> Plan:
         else [name for name, s in SCENARIOS.items() if getattr(s, "default", True)],  # fanout: when named
         dimensions=chosen,
     )
+    check_scoped_options(args, planned)
+    return planned
+
+
+def check_scoped_options(args: argparse.Namespace, planned: Plan) -> None:
+    """UsageError for an option given that applies to one value of a case dimension only
+    (``Option.applies``) in a run whose cases of its scenario have another."""
+    for scenario in SCENARIOS.values():
+        if scenario.name not in planned.scenarios:
+            continue
+        for option in scenario.options:
+            if option.applies is None or getattr(args, option.key, None) is None:
+                continue
+            name, value = option.applies
+            cases = scenario.cases(planned.backends, planned.workloads, planned.dimensions)
+            others = sorted({str(getattr(case, name)) for case in cases if getattr(case, name) != value})
+            if others:
+                flag = dimensions()[name].flag
+                raise UsageError(
+                    f"{option.flag} is for {flag} {value} only; this run's {scenario.name} cases also "
+                    f"have {flag} {','.join(others)}"
+                )
 
 
 def add_max_regression(parser: argparse.ArgumentParser) -> None:

@@ -85,7 +85,9 @@ class Option:
 
     ``flag`` is the option (``--num-prompts``), ``key`` where its value goes
     in ``Profile.options``, ``parse`` turns the text into the value and
-    raises ValueError with the reason when it cannot.
+    raises ValueError with the reason when it cannot. ``applies`` = (a ``Case`` field, a value):
+    the option means something only for the scenario's cases with that value, and the commands
+    refuse it for a run with others (``--fanout-rendezvous``: torch-dist cases only).
     """
 
     flag: str
@@ -94,6 +96,7 @@ class Option:
     help: str
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
+    applies: tuple[str, Any] | None = None
 
 
 class Scenario:

@@ -60,12 +60,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench import broadcast, cache, conformance, lazy, shm, transport
+from serbench import broadcast, cache, conformance, lazy, remote_workers, shm, transport
 from serbench.heap import fresh_memory
 from serbench.metrics import measured, statistic
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
-from serbench.rss import proportional
+from serbench.rss import live_memory
 from serbench.scenarios import caching
 from serbench.scenarios.base import (
     Case,
@@ -76,7 +76,8 @@ from serbench.scenarios.base import (
     positive_int,
 )
 from serbench.scenarios.memory import miniature
-from serbench.serializers import get_serializer
+from serbench.serializers import get_serializer, is_safe
+from serbench.specs import parse_spec
 from serbench.stats import Measurement
 from serbench.views import MEDIAN, Figure, Table
 from serbench.workloads import Workload, get_workload
@@ -449,15 +450,54 @@ def _work(
 WORKER_HOOK = None
 
 
+class WorkerCase(msgspec.Struct, frozen=True):
+    """What a remote worker (``serbench fanout-worker``) is told of a case: all it needs to build
+    the work a forked worker inherits, every step being deterministic from the specs."""
+
+    backend: str
+    workload: str
+    batch: int
+    decode_steps: int
+    hold: int
+    cache: str = "none"
+    capacity: int = 0
+
+
+def _steps(workload_spec: str, batch: int, decode_steps: int, mode: str) -> tuple[Prefills, Schedule]:
+    """A case's prefill requests and schedule (the core's, and a remote worker's warm-up)."""
+    workload = get_workload(workload_spec)
+    prefills = Prefills(workload, fresh=mode != "none")
+    return prefills, Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
+
+
+def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) -> broadcast.Work:
+    """A remote worker's work for the case a core sent (``WorkerCase``). ValueError refuses a
+    case, as ``serbench engine`` refuses a session: a backend named by dotted path (building it
+    imports and calls what the core names), or one that runs code from its input (pickle) on a
+    non-loopback rendezvous, unless ``allow_unsafe``."""
+    spec = msgspec.convert(settings, WorkerCase)
+    flag = "start serbench fanout-worker with --allow-unsafe-deserialization to accept it"
+    if parse_spec(spec.backend).is_dotted_path and not allow_unsafe:
+        raise ValueError(f"refusing backend {spec.backend!r} given by dotted path; {flag}")
+    if not (allow_unsafe or loopback or is_safe(get_serializer(spec.backend))):
+        raise ValueError(f"refusing unsafe backend {spec.backend!r} on a non-loopback rendezvous; {flag}")
+    prefills, schedule = _steps(spec.workload, spec.batch, spec.decode_steps, spec.cache)
+    held = WorkerCache(spec.cache, spec.capacity, None, own=False) if spec.cache != "none" else None
+    return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
+
+
 def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broadcast.WorkerReport], dict]:
-    """Run the case's steps; the readings of the timed ones, the workers' reports and facts."""
+    """Run the case's steps; the readings of the timed ones, the workers' reports and facts. With
+    ``--fanout-rendezvous`` the workers are remote (``serbench fanout-worker``), told the case."""
     fresh_memory()  # the core's PSS counts what it holds, not free heap that glibc kept
     rounds, batch, decode_steps = _settings(profile)
-    workload = get_workload(case.workload)
     serializer = get_serializer(case.backend)
     mode = caching.mode(case)
-    prefills = Prefills(workload, fresh=mode != "none")
-    schedule = Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
+    remote = profile.options.get("fanout_rendezvous") or ""
+    if remote and mode == "shm":
+        raise broadcast.BroadcastError("--cache shm: remote workers cannot map this host's shared memory")
+    prefills, schedule = _steps(case.workload, batch, decode_steps, mode)
+    workload = schedule.workload
     per_round = 1 + decode_steps
     total = (1 + rounds) * per_round  # the first round warms up
     verification = _verified(case, serializer, schedule, prefills, mode)
@@ -476,12 +516,16 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
     with transport.ipc_dir() as folder, contextlib.ExitStack() as regions:
         if core_cache is not None and core_cache.region is not None:
             regions.callback(core_cache.region.close)
-        route = broadcast.make_route(case.transport, case.workers, folder, arena, timeout_s)
+        route = broadcast.make_route(case.transport, case.workers, folder, arena, timeout_s, remote)
+        told = WorkerCase(case.backend, case.workload, batch, decode_steps, hold, mode, capacity)
         group = None
         clean = False
         try:
-            group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
-            core_base = proportional()
+            if remote:
+                group = remote_workers.start(route, msgspec.to_builtins(told))
+            else:
+                group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
+            core_base = live_memory()
             broadcast.go(group)
             core_held = (0, 0)
             for index in range(total):
@@ -503,7 +547,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                     resolved = acks[0].cache  # every worker's: account checked they agree
                 held = [a.held_at for a in acks]
                 if index == hold:
-                    pss, uss = proportional()
+                    pss, uss = live_memory()
                     core_held = (pss - core_base[0], uss - core_base[1])
                 if index >= per_round:
                     readings.append(
@@ -680,6 +724,16 @@ class Fanout(Scenario):
             metavar="R",
         ),
         caching.CACHE_MB,
+        Option(
+            "--fanout-rendezvous",
+            "fanout_rendezvous",
+            broadcast.rendezvous_address,
+            "fanout, --transport torch-dist: listen at tcp://HOST:PORT (this host's address as the "
+            "workers reach it; PORT..PORT+2) for `serbench fanout-worker`s on other hosts instead of "
+            "forking the workers",
+            metavar="tcp://HOST:PORT",
+            applies=("transport", "torch-dist"),
+        ),
     )
 
     def cases(
@@ -693,14 +747,16 @@ class Fanout(Scenario):
         of requests (as the ipc scenario's cached cases)."""
         return super().rounds(case, profile) if caching.mode(case) == "none" else 1
 
-    def run(self, case: Case, profile: Profile) -> Outcome:
+    def unsupported(self, case: Case) -> str | None:
+        """A transport this torch lacks (torch-dist without gloo)."""
         reason = broadcast.unavailable(case.transport or "")
-        if reason is not None:
-            raise broadcast.BroadcastError(f"unsupported: {case.transport}: {reason}")
+        return f"{case.transport}: {reason}" if reason is not None else None
+
+    def run(self, case: Case, profile: Profile) -> Outcome:
         readings, reports, facts = measure(case, profile)
         count = cpus()
-        over = oversubscribed(case.workers or 1, count)
         route, schedule = facts["route"], facts["schedule"]
+        over = not route.remote and oversubscribed(case.workers or 1, count)  # remote: the core alone here
         info = FanoutInfo(
             payload_bytes=facts["payload"],
             verification=facts["verification"],
@@ -719,6 +775,7 @@ class Fanout(Scenario):
             worker_uss_bytes=[w.uss_bytes for w in reports],
             core_pss_bytes=facts["core_held"][0],
             encoder_copied_bytes=int(np.median([r.encoded_copied for r in readings])) if readings else 0,
+            worker_hosts=[w.host for w in reports] if route.remote else None,
         )
         core = facts["cache"]
         if core is not None:  # over every prefill step sent, the warm-up round's too

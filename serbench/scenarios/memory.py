@@ -77,7 +77,7 @@ from serbench.isolation import run_isolated
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import MemoryInfo, Phase, Verification
-from serbench.rss import Reading, Side, held, measure, status_bytes
+from serbench.rss import Reading, Side, live_memory, measure, status_bytes
 from serbench.scenarios import caching, device
 from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.serializers import get_serializer
@@ -304,7 +304,7 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
         if wrong:
             raise ValueError(wrong)
     steps["used"] = stamp()
-    holding = held()
+    holding = live_memory()
     transport.send(engine.push, [transport.PING])
     if not transport.is_ping(transport.recv(engine.pull, RECV_TIMEOUT_S)):
         raise ValueError("the frontend answered something other than its reading")
@@ -339,7 +339,7 @@ def frontend_run(route: Route, state: tuple[Any, zmq.Socket, zmq.Socket, shm.Reg
     if not transport.is_ping(transport.recv(pull, RECV_TIMEOUT_S)):
         raise ValueError("the engine answered something other than its acknowledgement")
     acknowledged = stamp()
-    holding = held()
+    holding = live_memory()
     transport.send(push, [transport.PING])
     if region is not None:
         region.unlink()
