@@ -10,6 +10,7 @@ loop, ``-m "not slow"``) leaves them to ``make test``, which runs everything.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 import time
@@ -126,3 +127,21 @@ def clean() -> Iterator[None]:
     yield
     assert _no_children_left() == []
     assert not left_named(before)
+
+
+# The vLLM plugin's tests (tests/test_vllm*.py) run against the real vLLM, which `make test`
+# installs; they skip only where it is not installed (`make check`'s install has none).
+NEEDS_VLLM = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vLLM not installed: make test installs the pinned one"
+)
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    """vLLM's modules (``adapter.load``), imported when a test first needs them, not at collection:
+    the import costs ~15 s of CPU, which every test process paid before it collected a test; now
+    only a process that runs a vLLM test pays, once. Module-scoped so that the cases a test forks
+    inherit it instead of importing it again."""
+    from serbench.vllm import adapter
+
+    return adapter.load()

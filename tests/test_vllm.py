@@ -1,6 +1,7 @@
 """The vLLM plugin against the real vLLM (docs/vllm.md): `make test` installs the pinned release.
 
-vLLM's import costs ~10 s of CPU, so the module imports it once; the one test of a machine
+vLLM's import costs ~15 s of CPU: every test here uses the ``vllm`` fixture (tests/conftest.py),
+which imports it once per test process, when the first of them runs; the one test of a machine
 without vLLM blocks the import in a fresh interpreter.
 """
 
@@ -13,8 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-
-pytest.importorskip("vllm.v1.serial_utils", reason="vLLM not installed: make test installs the pinned one")
+from conftest import NEEDS_VLLM
 
 from serbench import conformance, environment
 from serbench.engine.protocol import IntegrityError
@@ -27,6 +27,8 @@ from serbench.vllm import adapter
 from serbench.workloads import Running, get_workload
 from serbench.workloads.tree import iter_leaves, payload_bytes
 
+pytestmark = [NEEDS_VLLM, pytest.mark.usefixtures("vllm")]
+
 NATIVE = "images-2:layout=vllm-native,profile=llava"
 
 
@@ -34,11 +36,6 @@ def roundtrip(spec: str, message):
     backend = get_serializer(spec)
     frames = [bytes(memoryview(f).cast("B")) for f in backend.encode(message)]
     return frames, backend.decode(frames, type(message))
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    return adapter.load()
 
 
 @pytest.fixture(scope="module")

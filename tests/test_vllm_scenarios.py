@@ -3,8 +3,8 @@
 either hop, keeps vLLM's features as vLLM's caches do (a hit sent as the feature with ``data=None``).
 
 Cases run as the runner runs them (``run_case`` in a forked child), with few rounds and prompts;
-vLLM is imported here first, so no child pays for it. Nothing asserts a time: bytes, ratios, counts
-and types are exact.
+vLLM is imported before the first test (the ``vllm`` fixture), so no child pays for it. Nothing
+asserts a time: bytes, ratios, counts and types are exact.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-pytest.importorskip("vllm.v1.serial_utils", reason="vLLM not installed: make test installs the pinned one")
+from conftest import NEEDS_VLLM
 
 from serbench import cache, conformance, runner
 from serbench.isolation import CaseFailed, run_isolated
@@ -24,6 +23,8 @@ from serbench.scenarios.base import Outcome
 from serbench.scenarios.ipc import Settings, measure
 from serbench.vllm import adapter
 from serbench.workloads import get_workload
+
+pytestmark = [NEEDS_VLLM, pytest.mark.usefixtures("vllm")]
 
 NATIVE = "images-2:layout=vllm-native,profile=llava,repeat=1"  # 1.35 MB an image, the same two again
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=2, fanout_decode_steps=1, fanout_timeout_s=20.0)
