@@ -72,6 +72,7 @@ import psutil
 import zmq
 
 from serbench import lazy, shm
+from serbench.endpoints import tcp_endpoint
 from serbench.heap import fresh_memory
 from serbench.isolation import end_trees
 from serbench.rss import live_memory, peak_above, reset_peak
@@ -158,16 +159,9 @@ def rendezvous_address(text: str) -> str:
     """``tcp://HOST:PORT`` where a core meets remote workers, normalized; ValueError says what is
     wrong. HOST is the core host's address as the workers reach it (the core binds it: no
     wildcard); the core uses PORT, PORT+1 and PORT+2."""
-    parts = urlsplit(text)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "tcp" or not parts.hostname or port is None or not 0 < port < 65533:
-        raise ValueError(f"expected tcp://HOST:PORT with PORT below 65533, got {text!r}")
-    if parts.hostname in ("0.0.0.0", "::", "*"):
+    host, port = tcp_endpoint(text, ports=3)
+    if host.strip("[]") in ("0.0.0.0", "::", "*"):
         raise ValueError(f"{text}: give the core's address as the workers reach it, not a wildcard")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"tcp://{host}:{port}"
 
 

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import zmq
 
+from serbench.endpoints import tcp_endpoint
 from serbench.isolation import kill_tree
 
 IPC_PREFIX = "serbench-ipc-"
@@ -90,14 +91,7 @@ def ipc_addresses(folder: Path) -> Addresses:
 
 def tcp_addresses(url: str) -> Addresses:
     """``tcp://HOST:PORT`` → requests on PORT, outputs on PORT+1; ValueError if malformed."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "tcp" or not parts.hostname or port is None or not 0 < port < 65535:
-        raise ValueError(f"expected tcp://HOST:PORT with PORT below 65535, got {url!r}")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    host, port = tcp_endpoint(url, ports=2)
     return Addresses(f"tcp://{host}:{port}", f"tcp://{host}:{port + 1}")
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib.util
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -145,3 +146,31 @@ def vllm():
     from serbench.vllm import adapter
 
     return adapter.load()
+
+
+def failing_in_background(fn: Callable, args: tuple) -> Callable[[], str]:
+    """``fn(*args)`` started in a forked child (``run_isolated``) from a thread, for a test that
+    kills part of the case; the function returned waits for the case and returns the one line it
+    failed with (asserting that it failed, in one line)."""
+    from serbench.isolation import CaseFailed, run_isolated
+
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            run_isolated(fn, args, 120)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def failure() -> str:
+        thread.join(60)
+        assert not thread.is_alive()
+        error = outcome.get("error")
+        assert isinstance(error, CaseFailed), error
+        assert "\n" not in str(error), error
+        return str(error)
+
+    return failure

@@ -9,11 +9,11 @@ case in one line with no process and no shared-memory segment left.
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import psutil
 import pytest
+from conftest import failing_in_background
 
 from serbench import broadcast, shm
 from serbench import compare as cmp
@@ -158,26 +158,14 @@ def _maps_ring(proc: psutil.Process) -> bool:
 def test_kill_9_leaves_nothing_behind(victim: str, clean) -> None:
     case = Case("fanout", "pickle", "text-sonnet", transport="shm-ring", workers=2)
     long = PROFILE.with_options(fanout_rounds=100_000)
-    outcome: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            run_isolated(_run, (case, long), 120)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    failure = failing_in_background(_run, (case, long))
     deadline = time.monotonic() + 60
     while not (children := psutil.Process().children()) and time.monotonic() < deadline:
         time.sleep(0.01)
     core = children[0]
     workers = _workers_of(core, 2)
     (workers[1] if victim == "worker" else core).kill()
-    thread.join(60)
-    assert not thread.is_alive()
-    message = str(outcome["error"])
-    assert isinstance(outcome["error"], CaseFailed) and "\n" not in message
+    message = failure()
     # a worker: "worker 1 died (killed by SIGKILL)" (or "died during setup (…)" if it was still
     # starting); the core: "process crashed (SIGKILL)"
     assert ("died" in message if victim == "worker" else "crashed" in message) and "SIGKILL" in message

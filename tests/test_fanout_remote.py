@@ -14,14 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
 import torch  # noqa: F401  imported before any case is forked, as the runner does
-from conftest import _no_children_left
+from conftest import _no_children_left, failing_in_background
 
 from serbench import broadcast, shm
 from serbench.commands import main
@@ -154,26 +153,14 @@ def test_a_remote_worker_checks_the_step_and_its_failure_ends_only_the_case(host
 def test_a_remote_worker_killed_mid_run_fails_the_case_in_one_line(hosts: Hosts) -> None:
     case = _case("text-sonnet", 2)
     long = hosts.profile.with_options(fanout_rounds=100_000)
-    outcome: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            run_isolated(_run, (case, long), 120)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    failure = failing_in_background(_run, (case, long))
     deadline = time.monotonic() + 60
     while len(hosts.workers()) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(1.0)  # past setup: stepping
     victim = hosts.workers()[0]
     victim.kill()
-    thread.join(60)
-    assert not thread.is_alive()
-    message = str(outcome["error"])
-    assert isinstance(outcome["error"], CaseFailed) and "\n" not in message
+    message = failure()
     assert "died" in message and "SIGKILL" in message
     assert hosts.idle()  # the other worker ended with the case; the hosts wait for the next
     assert all(proc.poll() is None for proc in hosts.procs)
