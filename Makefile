@@ -15,15 +15,11 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 2 --dist worksteal
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# --no-compile: pip byte-compiles every file it installs (torch's and transformers' thousands),
-# which took 130 of a fresh install's 225 s here; Python compiles what it imports, once, instead.
-PIP := $(BIN)/pip install -q --no-compile --disable-pip-version-check -c constraints.txt
-
 # pip takes half a minute to find that nothing needs installing, so each install step runs
 # again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
 # succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
 $(VENV)/installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $@
 
 install: $(VENV)/installed
@@ -43,8 +39,8 @@ run: install
 # torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
 # docs/vllm.md for what it adds to a fresh machine.
 $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[test,vllm]'
-	$(PIP) --no-deps vllm
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,vllm]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt --no-deps vllm
 	touch $(VENV)/installed $@
 
 install-vllm: $(VENV)/installed-vllm
