@@ -73,9 +73,9 @@ import zmq
 
 from serbench import lazy, shm
 from serbench.endpoints import tcp_endpoint
-from serbench.heap import fresh_memory
+from serbench.heap import fresh_memory, release_free_memory
 from serbench.isolation import end_trees
-from serbench.rss import live_memory, peak_above, reset_peak
+from serbench.rss import live_memory, peak_above, proportional, reset_peak
 from serbench.serializers.base import quiet_readonly_views
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
@@ -748,10 +748,11 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
         ack.setsockopt(zmq.LINGER, 1000)
         ack.connect(route.acks)
         work.warm(decode)
+        release_free_memory()  # before any worker reads a baseline (rss._side_main says why)
         baseline = reset_peak()
         conn.send(("ready", baseline))
         conn.recv()  # go: every worker exists, so PSS shares are final
-        base_pss, base_uss = live_memory()
+        base_pss, base_uss = proportional()
         held = (0, 0)
         while True:
             envelope, frames = receiver.receive()

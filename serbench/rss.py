@@ -83,7 +83,8 @@ def live_memory() -> tuple[int, int]:
     free block the side inherited, and is unmapped when glibc mapped it afresh; which one
     happened follows the parent's heap, not the code measured. Pickle's frontend on
     images-8:repeat=0.5 with an lru cache held 39.7 or 49.4 MB (one image more) run by run
-    by that alone; trimmed first, every run reads what is still in use."""
+    by that alone; trimmed first, every run reads what is still in use. (A side's baseline needs
+    no trim: ``_side_main`` hands back what setup freed before any side reads one.)"""
     release_free_memory()
     return proportional()
 
@@ -139,10 +140,13 @@ def _side_main(conn: Connection, side: Side) -> None:
     try:
         fresh_memory()
         state = side.setup()
+        # What setup freed, handed back before the baseline (and before any side reads one): a
+        # trim after ``go`` would drop pages another side still shares, moving its reading.
+        release_free_memory()
         baseline = reset_peak()
         conn.send(("ready", baseline))
         conn.recv()  # go: every side has its baseline
-        shared = live_memory()
+        shared = proportional()
         result = side.run(state)
         conn.send(("done", peak_above(baseline), result, *shared))
     except BaseException as exc:

@@ -197,7 +197,7 @@ def test_copies_do_not_depend_on_the_allocator_settings_the_sides_inherit() -> N
     copies = {name: _copies_after(setting) for name, setting in SETTINGS.items()}
     defaults = copies["glibc's defaults"]
     for name, value in defaults.items():
-        assert all(abs(other[name] - value) <= 0.05 for other in copies.values()), (name, copies)
+        assert all(abs(other[name] - value) <= 0.05 for other in copies.values()), f"{name}: {copies}"
 
 
 def test_repetitions_are_fresh_processes_that_agree(run: Run) -> None:
