@@ -498,6 +498,7 @@ def _peer_lost(exc: BaseException, alive: Callable[[], None]) -> NoReturn:
 
 
 def first_line(exc: BaseException) -> str:
+    """An error's first line, at most 300 characters: what a one-line failure reason quotes."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
