@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_gate import gate_over_an_appended_commit
+from test_gate import assert_the_gate_judges_the_fault
 
 from serbench import cache
 
@@ -27,19 +27,10 @@ GATE = [
 CASE = f"memory pickle cache=lru × {WORKLOAD}"
 
 
-@pytest.mark.parametrize("fault", [True, False], ids=["re-encode-on-hit", "fault-free"])
+@pytest.mark.parametrize("fault", [REENCODE_ON_HIT, ""], ids=["re-encode-on-hit", "fault-free"])
 def test_the_gate_flags_a_re_encode_on_hit_and_names_the_case(monkeypatch, tmp_path, capsys, fault) -> None:
-    injected = REENCODE_ON_HIT if fault else ""
-    code, printed, flagged = gate_over_an_appended_commit(
-        tmp_path, monkeypatch, capsys, "serbench/cache.py", injected, GATE
-    )
-    if fault:
-        assert code == 1, printed
-        assert any("copies_frontend" in line or "frontend copies" in line for line in flagged), printed
-        assert CASE in printed
-    else:
-        assert code == 0, printed
-        assert not flagged
+    module, metrics = "serbench/cache.py", ("copies_frontend", "frontend copies")
+    assert_the_gate_judges_the_fault(tmp_path, monkeypatch, capsys, module, fault, GATE, metrics, CASE)
 
 
 def test_the_fault_copies_each_hit_in_process() -> None:

@@ -10,7 +10,7 @@ asserts a time: bytes, ratios and counts are exact.
 from __future__ import annotations
 
 import pytest
-from test_gate import gate_over_an_appended_commit
+from test_gate import assert_the_gate_judges_the_fault
 
 from serbench import cache
 from serbench.isolation import CaseFailed, run_isolated
@@ -149,15 +149,7 @@ GATE = [
 CASE = f"fanout msgspec-frombuffer@shm-ring workers=1 cache=lru × {WORKLOAD}"
 
 
-@pytest.mark.parametrize("fault", [True, False], ids=["resend-on-hit", "fault-free"])
+@pytest.mark.parametrize("fault", [RESEND_ON_HIT, ""], ids=["resend-on-hit", "fault-free"])
 def test_the_gate_flags_a_core_that_resends_cached_tensors(monkeypatch, tmp_path, capsys, fault) -> None:
-    injected = RESEND_ON_HIT if fault else ""
-    code, printed, flagged = gate_over_an_appended_commit(
-        tmp_path, monkeypatch, capsys, "serbench/scenarios/fanout.py", injected, GATE
-    )
-    if fault:
-        assert code == 1, printed
-        assert any("wire bytes" in line or "wire_bytes" in line for line in flagged), printed
-        assert CASE in printed
-    else:
-        assert code == 0 and flagged == [], printed
+    module, metrics = "serbench/scenarios/fanout.py", ("wire bytes", "wire_bytes")
+    assert_the_gate_judges_the_fault(tmp_path, monkeypatch, capsys, module, fault, GATE, metrics, CASE)

@@ -251,6 +251,30 @@ def gate_over_an_appended_commit(
     return code, printed, [line for line in printed.splitlines() if line.startswith("REGRESSION")]
 
 
+def assert_the_gate_judges_the_fault(
+    tmp_path: Path,
+    monkeypatch,
+    capsys,
+    module: str,
+    fault: str,
+    options: list[str],
+    metrics: tuple[str, ...],
+    case: str,
+) -> None:
+    """``gate_over_an_appended_commit`` with ``fault`` appended to ``module``: a fault makes the
+    gate exit 1 with a row of one of ``metrics`` flagged and ``case`` named; no fault ("") makes it
+    exit 0 with no row flagged."""
+    code, printed, flagged = gate_over_an_appended_commit(
+        tmp_path, monkeypatch, capsys, module, fault, options
+    )
+    if fault:
+        assert code == 1, printed
+        assert any(name in line for line in flagged for name in metrics), printed
+        assert case in printed
+    else:
+        assert code == 0 and flagged == [], printed
+
+
 def test_an_unknown_ref_is_a_usage_error(monkeypatch, tmp_path, capsys) -> None:
     git(tmp_path, "init", "-q")
     (tmp_path / "f").write_text("x")
