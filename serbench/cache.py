@@ -34,7 +34,7 @@ plugin's request type brings its own walk (``register``): vLLM's own requests
 cache a whole feature as vLLM does (``serbench.vllm.workload.FeatureWalk``).
 Either way a reference travels *inside the backend's own message*: a string
 (``PREFIX`` + JSON of ``Ref``), which every backend carries as it carries any
-string, pickle and msgpack alike. It names the payload's ``digest`` (CRC of
+string, pickle and msgpack alike. It names the payload's digest (``tree.payload_checksum``: CRC of
 its arrays' dtype, shape and bytes, computed by the frontend outside the
 timed path): the engine compares what it resolved with it after the request
 (``verify_hits``), so a hit that returns the wrong tensor is an integrity
@@ -103,11 +103,6 @@ def cacheable(payload: Any) -> bool:
     if is_array(payload):
         return payload.nbytes >= MIN_BYTES
     return isinstance(payload, Mapping) and payload_bytes(payload) >= MIN_BYTES
-
-
-def digest(payload: Any) -> int:
-    """CRC of a payload's arrays' dtype, shape and bytes (``tree.payload_checksum``)."""
-    return payload_checksum(payload)
 
 
 class Walk(Protocol):
@@ -194,7 +189,7 @@ def digests(request: Any, known: dict[str, int] | None = None) -> dict[str, int]
 
     def take(key: str, leaf: Any) -> Any:
         if cacheable(leaf) and key not in found:
-            found[key] = digest(leaf)
+            found[key] = payload_checksum(leaf)
         return leaf
 
     walk_of(request).map(request, take)
@@ -526,7 +521,7 @@ class EngineCache:
 def verify_hits(request_id: str, hits: Iterable[tuple[Ref, Any]]) -> str | None:
     """Compare each resolved payload with its reference's digest; why not, or None."""
     for ref, tensor in hits:
-        actual = digest(tensor)
+        actual = payload_checksum(tensor)
         if actual != ref.digest:
             return (
                 f"request {request_id!r}: the cache resolved {ref.key!r} to a different tensor "
