@@ -43,6 +43,9 @@ def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(obj)
 
 
+_SCALARS = (int, float, str, bytes, type(None))
+
+
 def iter_leaves(obj: Any) -> Iterator[Any]:
     """Yield every non-container leaf of ``obj`` in a fixed depth-first order."""
     if isinstance(obj, msgspec.Struct):
@@ -50,7 +53,10 @@ def iter_leaves(obj: Any) -> Iterator[Any]:
             yield from iter_leaves(getattr(obj, name))
     elif isinstance(obj, (list, tuple)):
         for item in obj:
-            yield from iter_leaves(item)
+            if isinstance(item, _SCALARS):  # a prompt's token ids: thousands, each a leaf
+                yield item
+            else:
+                yield from iter_leaves(item)
     elif isinstance(obj, Mapping):  # a dict, or a mapping class such as vLLM's MultiModalKwargsItem
         for value in obj.values():
             yield from iter_leaves(value)
