@@ -32,13 +32,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from serbench import metrics
 from serbench.compare import REGRESSION, MetricComparison
 from serbench.results import Case
 
 PROFILE_FOLDER = "profiles"  # under a counting run's output folder: one folder per case
 SUFFIX = ".callgrind"
 TOP = 5
-COUNTED = ("encode_instructions", "decode_instructions")
+# The instruction counts a counting run keeps windows of (micro's encode and decode, ipc's two sides).
+COUNTED = tuple(name for name, m in metrics.METRICS.items() if m.tolerance is not None)
 
 _COMPRESSED = re.compile(r"\((\d+)\)(?:\s+(.*))?$")
 _NAMED = {"ob", "fl", "fi", "fe", "fn", "cob", "cfi", "cfl", "cfn"}
@@ -200,6 +202,6 @@ def _growth_line(growth: Growth) -> str:
 
 
 def flagged_counts(rows: Sequence[MetricComparison]) -> list[tuple[Case, str]]:
-    """``(case, metric)`` of every count row (``encode_instructions``, ``decode_instructions``)
+    """``(case, metric)`` of every count row (``COUNTED``)
     among ``rows`` (``compare.MetricComparison``s) that is a regression."""
     return [(r.case, r.metric) for r in rows if r.metric in COUNTED and r.verdict == REGRESSION]

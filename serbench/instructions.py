@@ -70,7 +70,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from itertools import islice
 from pathlib import Path
@@ -171,6 +171,7 @@ _RUNNING_ON_VALGRIND = 0x1001
 _CALLGRIND = (ord("C") << 24) | (ord("T") << 16)  # VG_USERREQ_TOOL_BASE('C', 'T')
 _DUMP_STATS = _CALLGRIND + 0
 _ZERO_STATS = _CALLGRIND + 1
+_TOGGLE_COLLECT = _CALLGRIND + 2
 _START_INSTRUMENTATION = _CALLGRIND + 4
 
 
@@ -490,9 +491,36 @@ def _difference(fn: Callable[[], object], calls: int) -> int:
     return count(fn, 2 * calls) - count(fn, calls)
 
 
-def per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], dict]:
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Leave what runs inside out of the counts (callgrind's collection off, then on again):
+    a counted function's own setting-up of each call, such as the other side of a link making
+    the message it receives. Its cost of switching is what ``per_call``'s ``empty`` subtracts
+    when that is ``skip_nothing``."""
+    request = _client_request()
+    request(_TOGGLE_COLLECT)
+    try:
+        yield
+    finally:
+        request(_TOGGLE_COLLECT)
+
+
+def skip_nothing() -> None:
+    """A call that does nothing but leave nothing out of the counts: ``per_call``'s ``empty``
+    for functions that use ``uncounted`` once per call."""
+    with uncounted():
+        pass
+
+
+def per_call(
+    fns: dict[str, Callable[[], object]], empty: Callable[[], object] | None = None
+) -> tuple[dict[str, float], dict]:
     """Instructions per call of each function (see the module's docstring), and the calls per window.
 
+    ``empty``: the call whose count is subtracted from each function's, the loop's
+    bookkeeping and whatever else every call does that is not the function's work
+    (``skip_nothing`` for functions that leave a part of each call uncounted; by default
+    a call that does nothing).
     Switches instrumentation on in this process for good: call it in a process
     of its own (a case's forked child) that measures nothing else afterwards.
     The counting runs in a new thread, for the fresh glibc arena that gives it.
@@ -500,7 +528,7 @@ def per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], di
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
-    counts, counted = _in_new_thread(lambda: _per_call(fns))
+    counts, counted = _in_new_thread(lambda: _per_call(fns, empty))
     _keep_windows(list(fns), counted["calls_per_window"])
     return counts, counted
 
@@ -620,7 +648,9 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     return outcome["value"]
 
 
-def _per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], dict]:
+def _per_call(
+    fns: dict[str, Callable[[], object]], empty: Callable[[], object] | None
+) -> tuple[dict[str, float], dict]:
     _pools()  # made before the first window, as every window finds it
     _client_request()(_START_INSTRUMENTATION)
     gc.freeze()
@@ -630,6 +660,6 @@ def _per_call(fns: dict[str, Callable[[], object]]) -> tuple[dict[str, float], d
         fn()  # first-call work (imports, caches, specialisation) stays out of the windows
         calls = windows[name] = window(count(fn, 1))
         if calls not in noop:
-            noop[calls] = _difference(lambda: None, calls)
+            noop[calls] = _difference(empty or (lambda: None), calls)
         counts[name] = (_difference(fn, calls) - noop[calls]) / calls
     return counts, {"calls_per_window": windows}

@@ -102,6 +102,22 @@ METRICS: dict[str, Metric] = {
         # A/A gate (0.61 % in 20 A/A trials), so a change above 1 % is the code's
         Metric("encode_instructions", "count", "encode instructions", tolerance=0.01, summary=True),
         Metric("decode_instructions", "count", "decode instructions", tolerance=0.01, summary=True),
+        # ipc --measure instructions: per request, each side's path in the counting process
+        # (serbench.scenarios.ipc_counted): the socket library, the kernel and waiting are not counted
+        Metric(
+            "send_instructions",
+            "count",
+            "frontend instructions (encode → send)",
+            tolerance=0.01,
+            summary=True,
+        ),
+        Metric(
+            "receive_instructions",
+            "count",
+            "engine instructions (received → decoded)",
+            tolerance=0.01,
+            summary=True,
+        ),
         # ipc
         Metric("ttft_s", "s", "TTFT", summary=True, headline=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),

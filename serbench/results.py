@@ -184,6 +184,14 @@ class IpcInfo(Info, tag="ipc"):
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, defined hit ratio (docs/cache.md)
 
 
+class IpcCountedInfo(Info, tag="ipc-counted"):
+    """An ipc case counted (``--measure instructions``): both sides' instructions per request in
+    one counting process (``serbench.scenarios.ipc_counted``), over the case's transport."""
+
+    transport: str
+    calls_per_window: dict[str, int] | None = None
+
+
 class StreamInfo(Info, tag="stream"):
     """The ipc scenario's way back (an output workload: the engine streams its steps)."""
 
@@ -232,7 +240,7 @@ class FanoutInfo(Info, tag="fanout"):
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, lookups, hits (docs/cache.md)
 
 
-ScenarioInfo = MicroInfo | IpcInfo | StreamInfo | MemoryInfo | FanoutInfo
+ScenarioInfo = MicroInfo | IpcInfo | IpcCountedInfo | StreamInfo | MemoryInfo | FanoutInfo
 
 
 class Record(Case, frozen=True, omit_defaults=False):

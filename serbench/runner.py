@@ -114,7 +114,7 @@ def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) ->
     (``conformance.remember``)."""
     conformance.remember(verified)
     scenario = get_scenario(case.scenario)
-    reason = scenario.unsupported(case) or conformance.case_unsupported(
+    reason = scenario.unsupported(case, profile) or conformance.case_unsupported(
         get_serializer(case.backend), case.workload
     )
     if reason is not None:

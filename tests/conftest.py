@@ -63,6 +63,7 @@ SLOW_MODULES = {
     "test_instructions",
     "test_interrupt",
     "test_ipc",
+    "test_ipc_counted",
     "test_memory",
     "test_micro_bench",
     "test_mutants",

@@ -247,13 +247,13 @@ def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
         proc.communicate(timeout=60)
 
 
-def test_gate_counts_only_micro_and_says_why_not(monkeypatch, capsys) -> None:
+def test_gate_counts_only_micro_and_ipc_and_says_why_not(monkeypatch, capsys) -> None:
     args = type("Args", (), {"measure": "instructions"})()
-    ipc = Plan(["x"], ["text-sonnet"], ["ipc"])
-    counting, why = gate_command.count_plan(args, ipc, QUICK)
-    assert counting is None and "has no micro" in why
-    assert "no micro" in capsys.readouterr().err
-    both = Plan(["x"], ["text-sonnet"], ["micro", "ipc"])
+    memory = Plan(["x"], ["text-sonnet"], ["memory", "fanout"])
+    counting, why = gate_command.count_plan(args, memory, QUICK)
+    assert counting is None and "has neither" in why
+    assert "micro and ipc" in capsys.readouterr().err
+    both = Plan(["x"], ["text-sonnet"], ["micro", "memory", "ipc"])
     monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
     assert gate_command.count_plan(args, both, QUICK) == (None, instructions.MISSING)
     assert "valgrind not found" in capsys.readouterr().err
@@ -265,7 +265,7 @@ def test_gate_counts_only_micro_and_says_why_not(monkeypatch, capsys) -> None:
     for measure in ("instructions", "auto"):
         args.measure = measure
         (plan, profile), why = gate_command.count_plan(args, both, QUICK)
-        assert plan.scenarios == ["micro"] and plan.backends == ["x"] and why is None
+        assert plan.scenarios == ["micro", "ipc"] and plan.backends == ["x"] and why is None
         assert profile.options == {"measure": "instructions"}
     assert gate_command.measured_by(True, 10, None).startswith("measured by: instruction counts")
     args.measure = "time"

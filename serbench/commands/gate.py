@@ -37,10 +37,11 @@ DEFAULT_ROUNDS = 15
 # (the counts see 1 %): they are there for what counts miss (memory traffic, the kernel,
 # waiting), and 10 rounds keep the gate within its 3 minutes here (docs/gate.md).
 DEFAULT_ROUNDS_COUNTED = 10
-# auto: instructions where valgrind can count (and micro is measured), the clock otherwise
+# auto: instructions where valgrind can count (and micro or ipc is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")
+COUNTED_SCENARIOS = ("micro", "ipc")  # whose CPU work ``--measure instructions`` counts
 # Scenario flags the gate means otherwise: its --measure chooses counts or the clock, and it sets
-# micro's own --measure for its counting run.
+# the scenarios' own --measure for its counting run.
 OWN_FLAGS = ("--measure",)
 
 
@@ -128,19 +129,20 @@ def count_plan(
     args: argparse.Namespace, plan: Plan, profile: Profile
 ) -> tuple[tuple[Plan, Profile] | None, str | None]:
     """The plan and profile of the instruction-counting run (``--measure instructions``, or
-    ``auto`` where valgrind can count: the micro cases), or None and why not (None when the
-    clock alone was asked for)."""
+    ``auto`` where valgrind can count: the micro and ipc cases), or None and why not (None when
+    the clock alone was asked for)."""
     if args.measure == "time":
         return None, None
     problem = instructions.cannot_launch()
-    if "micro" not in plan.scenarios:
-        problem = "instructions are counted for micro cases and --scenarios has no micro"
+    counted = [name for name in plan.scenarios if name in COUNTED_SCENARIOS]
+    if not counted:
+        problem = "instructions are counted for micro and ipc cases and --scenarios has neither"
     if problem:
         if args.measure == "instructions":
             say(f"note: {problem}: no instruction counts, wall time only")
         return None, problem
     return (
-        dataclasses.replace(plan, scenarios=["micro"]),
+        dataclasses.replace(plan, scenarios=counted),
         profile.with_options(measure="instructions"),
     ), None
 
@@ -149,9 +151,10 @@ def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
     """The summary's first line: how this gate measured (``--measure``), and why without counts."""
     if counted:
         return (
-            f"measured by: instruction counts (callgrind; micro's CPU work, within "
-            f"{metrics.metric('decode_instructions').tolerance:.0%}) and the wall clock ({rounds} paired "
-            "rounds) for what counts cannot see"
+            f"measured by: instruction counts (callgrind, within "
+            f"{metrics.metric('decode_instructions').tolerance:.0%}: micro's encode and decode, ipc's "
+            "send and receive path per request; not syscalls, the socket library's threads or "
+            f"waiting) and the wall clock ({rounds} paired rounds) for what counts cannot see"
         )
     return f"measured by: the wall clock ({rounds} paired rounds)" + (
         f"; no counts: {why_not}" if why_not else ""
@@ -191,11 +194,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--measure",
         choices=MEASURES,
         default="auto",
-        help="instructions: also count each micro case's instructions per encode / decode under "
-        "callgrind (one valgrind process per side) and compare them within "
+        help="instructions: also count each micro case's instructions per encode / decode and each "
+        "ipc case's per request on the frontend's send and the engine's receive path, under "
+        "callgrind (one valgrind process per side), and compare them within "
         f"{metrics.metric('decode_instructions').tolerance * 100:g} %%, beside the wall-clock rounds, "
         f"{DEFAULT_ROUNDS_COUNTED} of them by default (docs/instructions.md); time: the clock alone; "
-        "auto (default): instructions where valgrind is installed and micro is measured, else time",
+        "auto (default): instructions where valgrind is installed and micro or ipc is measured, else time",
     )
     package = parser.add_argument_group(
         "gating another package (e.g. vLLM)",

@@ -47,12 +47,14 @@ STALL_TIMEOUT_S = 10.0  # no output at all while requests are unfinished: lost
 
 
 class EngineLink:
-    """The frontend's end of one session with an engine."""
+    """The frontend's end of one session with an engine. Without sockets (None) its messages go
+    only where ``send``'s ``sender`` hands them (the ipc path counted in one process,
+    ``serbench.scenarios.ipc_counted``)."""
 
     def __init__(
         self,
-        push: zmq.Socket,
-        pull: zmq.Socket,
+        push: zmq.Socket | None,
+        pull: zmq.Socket | None,
         where: str,
         proc: mp.Process | None,
         placer: shm.Placer | None = None,
@@ -68,7 +70,8 @@ class EngineLink:
         self.session = uuid.uuid4().hex
         self.frame_sizes = False  # the engine asked for each message's frame sizes in its header
         self.poller = zmq.Poller()
-        self.poller.register(pull, zmq.POLLIN)
+        if pull is not None:
+            self.poller.register(pull, zmq.POLLIN)
         if proc is not None:
             self.poller.register(proc.sentinel, zmq.POLLIN)
 

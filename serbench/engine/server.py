@@ -308,11 +308,7 @@ class Engine:
         (acknowledged if asked, with the stage's seconds), then check integrity."""
         placed = ctrl.data.get("shm")
         try:
-            if placed is not None:
-                frames = _placed_frames(session, placed, frames)
-            request = session.decoder.decode(frames, session.workload.request_type)
-            if session.cache is not None and isinstance(request, session.workload.request_type):
-                request, resolved = session.cache.resolve(request)
+            request, resolved = decode_request(session, ctrl, frames)
             decoded = clock()
         except cache.CacheError as exc:
             self.events.put(("error", session.id, f"engine cache: {exc}"))
@@ -343,7 +339,7 @@ class Engine:
             decoded = clock()  # with a device, the request is held once it is there
         ack = bool(ctrl.data.get("ack"))
         hits = []
-        if session.cache is not None:
+        if resolved is not None:
             hits = resolved.hits
             ready.update(cache_lookups=resolved.lookups, cache_hits=resolved.found)
         if ack:
@@ -511,6 +507,20 @@ class Engine:
         except zmq.Again:
             log.warning("frontend took no output for %g s: session dropped", SEND_TIMEOUT_S)
             self.session, self.running = None, {}
+
+
+def decode_request(session: Session, ctrl: Control, frames: list) -> tuple[Any, cache.Resolved | None]:
+    """A request message's frames (after its header) as the engine holds the request: its
+    shared-memory references gathered, decoded by the session's backend, its cache references
+    filled in (with what the cache resolved; None without a cache). Raises what those raise
+    (``cache.CacheError`` for a reference the cache cannot resolve)."""
+    placed = ctrl.data.get("shm")
+    if placed is not None:
+        frames = _placed_frames(session, placed, frames)
+    request = session.decoder.decode(frames, session.workload.request_type)
+    if session.cache is None or not isinstance(request, session.workload.request_type):
+        return request, None
+    return session.cache.resolve(request)
 
 
 def _placed_frames(session: Session, placed: Any, inline: list) -> list:

@@ -99,6 +99,25 @@ class Option:
     applies: tuple[str, Any] | None = None
 
 
+# What ``--measure`` chooses for the scenarios that can count instructions under valgrind's callgrind
+# (micro: each encode and decode; ipc: each side's path per request); one valgrind process for the run.
+MEASURES = ("time", "instructions")
+MEASURE = Option(
+    "--measure",
+    "measure",
+    str,
+    "micro and ipc: wall time (default), or instructions under valgrind's callgrind, one valgrind "
+    "process for the run: micro per encode / decode, ipc per request on each side's path "
+    "(docs/instructions.md)",
+    choices=MEASURES,
+)
+
+
+def counting(profile: Profile) -> bool:
+    """Whether the run asked for instruction counts (``--measure instructions``)."""
+    return profile.options.get("measure") == "instructions"
+
+
 class Scenario:
     name: ClassVar[str]
     description: ClassVar[str]
@@ -138,7 +157,7 @@ class Scenario:
     def check(self, profile: Profile) -> None:
         """Refuse, before any case runs, settings this machine cannot measure (UsageError)."""
 
-    def unsupported(self, case: Case) -> str | None:
+    def unsupported(self, case: Case, profile: Profile) -> str | None:
         """Why this scenario cannot measure ``case`` whatever its backend (the case is recorded
         unsupported, never timed), or None; the backend's own declarations come after."""
         return None

@@ -747,7 +747,7 @@ class Fanout(Scenario):
         of requests (as the ipc scenario's cached cases)."""
         return super().rounds(case, profile) if caching.mode(case) == "none" else 1
 
-    def unsupported(self, case: Case) -> str | None:
+    def unsupported(self, case: Case, profile: Profile) -> str | None:
         """A transport this torch lacks (torch-dist without gloo)."""
         reason = broadcast.unavailable(case.transport or "")
         return f"{case.transport}: {reason}" if reason is not None else None

@@ -67,19 +67,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from serbench import cache, conformance, metrics, shm, transport
+from serbench import cache, conformance, instructions, metrics, shm, transport
 from serbench.engine.client import EngineLink, Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S, IntegrityError
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
 from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results
-from serbench.scenarios import caching, device, stream
+from serbench.scenarios import caching, device, ipc_counted, stream
 from serbench.scenarios.base import (
+    MEASURE,
     TRANSPORT,
     Case,
     Option,
     Outcome,
     Scenario,
+    counting,
     positive_int,
 )
 from serbench.scenarios.load import (
@@ -510,6 +512,7 @@ class Ipc(Scenario):
         ),
         caching.CACHE_MB,
         *device.OPTIONS,
+        MEASURE,
     )
 
     def cases(
@@ -526,7 +529,15 @@ class Ipc(Scenario):
         workload = get_workload(case.workload)
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
         alone = workload.kind == "request" and cfg.max_concurrency == 1 and len(cfg.rates) == 1
-        return super().rounds(case, profile) if alone and cfg.cache == "none" else 1
+        return super().rounds(case, profile) if alone and cfg.cache == "none" and not counting(profile) else 1
+
+    def unsupported(self, case: Case, profile: Profile) -> str | None:
+        """Counting instructions, the cases whose path is not counted (``ipc_counted.not_counted``)."""
+        if not (counting(profile) and instructions.launched()):
+            return None
+        workload = get_workload(case.workload)
+        cfg = settings_for(profile, workload, case.link, caching.mode(case))
+        return ipc_counted.not_counted(cfg.cache, workload.kind, cfg.engine, cfg.staging)
 
     def tables(self, data: Results) -> list[Table]:
         """The output path's verdict: per backend row and workload family, the largest measured
@@ -557,4 +568,8 @@ class Ipc(Scenario):
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
         if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
             return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
+        if (
+            counting(profile) and instructions.unavailable() is None
+        ):  # under valgrind a clock measures valgrind
+            return ipc_counted.measure(case.backend, case.workload, cfg.transport)
         return measure(case.backend, case.workload, cfg)

@@ -35,7 +35,7 @@ from serbench import conformance, heap, instructions
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import MicroInfo
-from serbench.scenarios.base import Case, Option, Outcome, Scenario
+from serbench.scenarios.base import MEASURE, Case, Outcome, Scenario, counting
 from serbench.serializers import Serializer, get_serializer
 from serbench.stats import Measurement
 from serbench.timing import interleaved
@@ -101,7 +101,6 @@ def array_count(message: Any) -> int:
 # What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
 # the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
 COUNTED = {"encode_s": "encode_instructions", "decode_s": "decode_instructions"}
-MEASURES = ("time", "instructions")
 
 
 class Micro(Scenario):
@@ -131,20 +130,11 @@ class Micro(Scenario):
     # spells) into the paired ratios the decision reads, instead of leaving one process's
     # interval to stand for the run.
     interleaved = True
-    options = (
-        Option(
-            "--measure",
-            "measure",
-            str,
-            "micro: wall time (default), or instructions per encode / decode counted under "
-            "valgrind's callgrind, one valgrind process for the run (docs/instructions.md)",
-            choices=MEASURES,
-        ),
-    )
+    options = (MEASURE,)
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Counting instructions is one valgrind process for the run: no rounds."""
-        return 1 if profile.options.get("measure") == "instructions" else super().rounds(case, profile)
+        return 1 if counting(profile) else super().rounds(case, profile)
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         serializer = get_serializer(case.backend)
@@ -153,7 +143,7 @@ class Micro(Scenario):
         verification = conformance.verify(serializer, [message], workload.kind, (case.backend, case.workload))
         frames = serializer.encode(message)
         info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
-        if profile.options.get("measure") == "instructions":
+        if counting(profile):
             reason = instructions.unavailable()
             if reason is None:  # under valgrind a wall clock measures valgrind: counts only
                 ops = operations(serializer, message)
