@@ -17,6 +17,8 @@ from ``serbench.compare.compare`` with the gate's default threshold; a trial
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
     python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
+    python scripts/gate_quality.py --measure instructions --scenarios ipc --workloads text-sonnet \
+        --factors 1.02 --out reports/gate-quality-ipc   # both sides of the ipc path, counted
 
 With ``--measure instructions`` a trial is what ``serbench gate --measure
 instructions`` adds to the timed rounds: one worker per side set up to count
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import msgspec
 
-from serbench import compare, gate, results
+from serbench import attribution, compare, gate, results
 from serbench.commands import gate as gate_command
 from serbench.profiles import PROFILES
 from serbench.results import Results
@@ -88,6 +90,7 @@ def run_trial(
     rounds: int,
     measure: str = "time",
     bystanders: Sequence[str] = (),
+    scenarios: Sequence[str] = ("micro",),
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
     ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
@@ -100,8 +103,8 @@ def run_trial(
     ]
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     sides = [
-        gate.Revision("base", REPO, Plan(base_specs, chosen, ["micro"]), profile),
-        gate.Revision("head", REPO, Plan(head_specs, chosen, ["micro"]), profile),
+        gate.Revision("base", REPO, Plan(base_specs, chosen, list(scenarios)), profile),
+        gate.Revision("head", REPO, Plan(head_specs, chosen, list(scenarios)), profile),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -150,8 +153,28 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
             max_regression,
             side_by_side=True,  # the gate's rounds: base and head measured in pairs
         )
-        flagged[factor] = [f"{r.metric} {r.workload} {r.slowdown:.4f}" for r in comparison.regressions]
+        specs = (_spec(trial["backend"], 1.0, slot, number), _spec(trial["backend"], factor, slot, number))
+        flagged[factor] = [
+            f"{r.metric} {r.workload} {r.slowdown:.4f}{_grown(folder, r, specs)}"
+            for r in comparison.regressions
+        ]
     return flagged
+
+
+def _grown(folder: Path, row: compare.MetricComparison, specs: tuple[str, str]) -> str:
+    """For a flagged count row: the three functions whose self instructions per call grew most
+    between the two sides' kept profiles (what the gate's summary names first)."""
+    if row.metric not in attribution.COUNTED:
+        return ""
+    cases = [msgspec.structs.replace(row.case, backend=spec) for spec in specs]
+    sides = [
+        attribution.per_call(attribution.profile_folder(folder / f"{label}-instructions", case), row.metric)
+        for label, case in zip(("base", "head"), cases, strict=True)
+    ]
+    if None in sides:
+        return " [no profiles]"
+    _, grown = attribution.attribute(*sides, top=3)
+    return f" [grew most: {', '.join(g.function for g in grown)}]"
 
 
 def disturbed(folder: Path, max_regression: float, rounds: int | None = None) -> list[str]:
@@ -282,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--measure", choices=("time", "instructions"), default="time")
     parser.add_argument(
+        "--scenarios",
+        default="micro",
+        help="micro (default), or ipc with --measure instructions: both sides' paths",
+    )
+    parser.add_argument(
         "--bystanders",
         default="",
         help="backends measured unchanged on both sides beside the slowed ones (e.g. pickle,flat-mmk): "
@@ -304,8 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     bystanders = [b.strip() for b in args.bystanders.split(",") if b.strip()]
     for t in range(args.trials):
         folder = out / f"trial-{t + 1:02d}"
+        scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
         meta = run_trial(
-            folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure, bystanders
+            folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure, bystanders, scenarios
         )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
