@@ -66,7 +66,7 @@ def not_counted(cache_mode: str, kind: str, engine: str | None, device: Any) -> 
     return None
 
 
-class _Path:
+class Linked:
     """Both sides of one session in this process: the frontend's link and the engine's session,
     with the messages the link handed over and not yet taken."""
 
@@ -112,7 +112,7 @@ class _Path:
 
 
 @contextlib.contextmanager
-def _path(backend: str, workload_spec: str, link_kind: str, request: Any) -> Iterator[_Path]:
+def linked(backend: str, workload_spec: str, link_kind: str, request: Any) -> Iterator[Linked]:
     """A session between a frontend link and an engine session in this process, sending
     ``request``; over ``shm`` a region with room for three of it: the one waiting, the one
     being sent, and the ring's room to wrap."""
@@ -133,7 +133,7 @@ def _path(backend: str, workload_spec: str, link_kind: str, request: Any) -> Ite
         if session.region is not None:
             stack.callback(session.region.close)
             region.unlink()  # both sides mapped it: nothing outlives this process
-        yield _Path(link, session, serializer, request)
+        yield Linked(link, session, serializer, request)
 
 
 def workload_request(workload_spec: str) -> Any:
@@ -149,7 +149,7 @@ def measure(backend: str, workload_spec: str, link_kind: str) -> Outcome:
     info = IpcCountedInfo(
         payload_bytes=workload.payload_bytes(), verification=verification, transport=link_kind
     )
-    with _path(backend, workload_spec, link_kind, request) as path:
+    with linked(backend, workload_spec, link_kind, request) as path:
         path.send()  # both halves once, checked, before anything is counted
         path.check(path.receive())
         path.send()  # between calls one message waits, sent and not taken
