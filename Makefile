@@ -15,11 +15,19 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 2 --dist worksteal
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# pip byte-compiles every file it installs, one at a time: ~130 s of a fresh install, most of it
+# for modules nothing here imports (transformers' hundreds of models, torch's test helpers). So
+# installs skip it (--no-compile), and these recipes let Python write the bytecode of what is
+# imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's
+# do): without either, every process the suite starts compiled torch again.
+PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile -c constraints.txt
+unexport PYTHONDONTWRITEBYTECODE
+
 # pip takes half a minute to find that nothing needs installing, so each install step runs
 # again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
 # succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
 $(VENV)/installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(PIP_INSTALL) -e '.[test]'
 	touch $@
 
 install: $(VENV)/installed
@@ -39,20 +47,14 @@ run: install
 # torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
 # docs/vllm.md for what it adds to a fresh machine.
 $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,vllm]'
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt --no-deps vllm
+	$(PIP_INSTALL) -e '.[test,vllm]'
+	$(PIP_INSTALL) --no-deps vllm
 	touch $(VENV)/installed $@
 
 install-vllm: $(VENV)/installed-vllm
 
-# Where the environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's do), no process caches
-# serbench's own bytecode, so each of the hundreds the suite starts compiled the package again:
-# compiled once here (a few seconds; Python recompiles a file that changed since, as always).
-BYTECODE := $(BIN)/python -m compileall -q serbench tests/plugins benchmarks
-
 test: install-vllm system-deps
 	$(BIN)/lint-imports
-	$(BYTECODE)
 	$(PYTEST)
 
 # The fast tier: the tests not marked slow (tests/conftest.py: none starts a run, an engine, a
@@ -61,6 +63,5 @@ test: install-vllm system-deps
 SMOKE := --backends msgspec-frombuffer --workloads text-sonnet
 check: install
 	$(BIN)/lint-imports
-	$(BYTECODE)
 	$(PYTEST) -m 'not slow'
 	out=$$(mktemp -d) && $(BIN)/serbench run $(SMOKE) --out $$out && rm -r $$out
