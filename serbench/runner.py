@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from serbench import conformance, environment, metrics, protocol
+from serbench import conformance, environment, instructions, metrics, protocol
 from serbench.errors import Terminated
 from serbench.isolation import CaseFailed, Zygote, run_isolated
 from serbench.profiles import Profile
@@ -198,6 +198,12 @@ def visits(cases: list[Case], profile: Profile) -> list[Visit]:
     return planned
 
 
+# A case's time limit is this many times longer where it counts instructions: under callgrind code
+# runs 20-50x slower, and an ipc case of in-band pickle at images-32 took 60-90 s alone and more
+# than 120 s (the quick limit) with three valgrind processes on 2 CPUs.
+COUNTED_SLOWER = 5
+
+
 class _Forks:
     """Where a run's cases are forked from, one zygote, and what its earlier cases verified.
 
@@ -213,7 +219,8 @@ class _Forks:
     def run(self, case: Case, profile: Profile) -> Outcome | Unsupported:
         """The case's outcome (``run_case``), or CaseFailed."""
         args = (case, profile, frozenset(self.verified))
-        outcome = self.zygote.run(run_case, args, profile.case_timeout_s)
+        timeout = profile.case_timeout_s * (COUNTED_SLOWER if instructions.launched() else 1)
+        outcome = self.zygote.run(run_case, args, timeout)
         self.verified.update(_verified_keys(outcome))
         return outcome
 
