@@ -48,7 +48,7 @@ def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> N
     interleaved = [v for v in visits(plan.cases(), QUICK3) if v.rounds > 1]
     assert {v.case.scenario for v in interleaved} == {"micro", "ipc"}
     counting = QUICK3.with_options(measure="instructions")  # one valgrind process for the run
-    assert {v.case.scenario for v in visits(plan.cases(), counting) if v.rounds > 1} == {"ipc"}
+    assert [v for v in visits(plan.cases(), counting) if v.rounds > 1] == []
 
 
 def test_a_visit_measures_its_share_of_the_requests() -> None:
