@@ -15,21 +15,19 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 2 --dist worksteal
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# pip byte-compiles every file it installs, one at a time: 135 s of a fresh `make install-vllm`.
-# The environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's do), so without compiled
-# files every process the suite starts would compile torch again. So installs skip pip's step
-# (--no-compile) and compile the whole environment afterwards in one process per CPU: 60 s here.
-# As pip does, a file that does not compile is skipped (torch's Python 3.12 test helpers).
+# pip byte-compiles every file it installs, one at a time: ~130 s of a fresh install, most of it
+# for modules nothing here imports (transformers' hundreds of models, torch's test helpers). So
+# installs skip it (--no-compile), and these recipes let Python write the bytecode of what is
+# imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's
+# do): without either, every process the suite starts compiled torch again.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile -c constraints.txt
-SITE_PACKAGES = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-COMPILE_ENVIRONMENT = $(BIN)/python -m compileall -qq -j 0 $(SITE_PACKAGES) || true
+unexport PYTHONDONTWRITEBYTECODE
 
 # pip takes half a minute to find that nothing needs installing, so each install step runs
 # again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
 # succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
 $(VENV)/installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e '.[test]'
-	$(COMPILE_ENVIRONMENT)
 	touch $@
 
 install: $(VENV)/installed
@@ -51,19 +49,12 @@ run: install
 $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e '.[test,vllm]'
 	$(PIP_INSTALL) --no-deps vllm
-	$(COMPILE_ENVIRONMENT)
 	touch $(VENV)/installed $@
 
 install-vllm: $(VENV)/installed-vllm
 
-# Where the environment sets PYTHONDONTWRITEBYTECODE, no process caches serbench's own bytecode
-# either, so each of the hundreds the suite starts compiled the package again: compiled once here
-# (a second; Python recompiles a file that changed since, as always).
-BYTECODE := $(BIN)/python -m compileall -q serbench tests/plugins benchmarks
-
 test: install-vllm system-deps
 	$(BIN)/lint-imports
-	$(BYTECODE)
 	$(PYTEST)
 
 # The fast tier: the tests not marked slow (tests/conftest.py: none starts a run, an engine, a
@@ -72,6 +63,5 @@ test: install-vllm system-deps
 SMOKE := --backends msgspec-frombuffer --workloads text-sonnet
 check: install
 	$(BIN)/lint-imports
-	$(BYTECODE)
 	$(PYTEST) -m 'not slow'
 	out=$$(mktemp -d) && $(BIN)/serbench run $(SMOKE) --out $$out && rm -r $$out
