@@ -568,8 +568,7 @@ class Ipc(Scenario):
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
         if workload.kind == "outputs":  # the way back: the engine streams the workload's steps
             return stream.measure(case.backend, case.workload, cfg.step_s, cfg.engine, cfg.transport)
-        if (
-            counting(profile) and instructions.unavailable() is None
-        ):  # under valgrind a clock measures valgrind
+        # counted under valgrind (where a clock would measure valgrind), else timed with a note
+        if counting(profile) and instructions.unavailable() is None:
             return ipc_counted.measure(case.backend, case.workload, cfg.transport)
         return measure(case.backend, case.workload, cfg)
