@@ -494,10 +494,10 @@ def _peer_lost(exc: BaseException, alive: Callable[[], None]) -> NoReturn:
     while time.monotonic() < deadline:
         alive()
         time.sleep(0.05)
-    raise BroadcastError(f"torch-dist broadcast failed: {first_line(exc)}") from None
+    raise BroadcastError(f"torch-dist broadcast failed: {error_line(exc)}") from None
 
 
-def first_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     """An error's first line, at most 300 characters: what a one-line failure reason quotes."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 

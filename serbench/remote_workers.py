@@ -45,9 +45,9 @@ from serbench.broadcast import (
     WorkerReport,
     begun,
     clock,
+    error_line,
     exit_reason,
     file_message,
-    first_line,
     fork_worker,
     remote_route,
 )
@@ -292,7 +292,7 @@ def _joined(group: RemoteGroup, case: dict[str, Any]) -> Group:
         group.pump(0.5)
         group.failed_setup({})
         raise BroadcastError(
-            f"the workers did not join the gloo group at {route.rendezvous}: {first_line(exc)}"
+            f"the workers did not join the gloo group at {route.rendezvous}: {error_line(exc)}"
         ) from None
     group.ready()
     return group
