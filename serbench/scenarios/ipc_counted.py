@@ -70,13 +70,15 @@ class Linked:
     """Both sides of one session in this process: the frontend's link and the engine's session,
     with the messages the link handed over and not yet taken."""
 
-    def __init__(self, link: EngineLink, session: Session, serializer: Serializer, request: Any) -> None:
+    def __init__(
+        self, link: EngineLink, session: Session, serializer: Serializer, request: Any, frames: list
+    ) -> None:
         self.link = link
         self.session = session
         self.serializer = serializer
         self.request = request  # the one request every call sends
         self.checksum = request_checksum(request)
-        self.encoded = frames_checksum(serializer.encode(request))
+        self.encoded = frames_checksum(frames)  # of its frames as encoded
         self.handed: deque[list] = deque()
 
     def hand_over(self, socket: Any, frames: list) -> None:
@@ -118,10 +120,11 @@ def linked(backend: str, workload_spec: str, link_kind: str, request: Any) -> It
     being sent, and the ring's room to wrap."""
     workload = get_workload(workload_spec)
     serializer = get_serializer(backend)
+    frames = serializer.encode(request)
     with contextlib.ExitStack() as stack:
         placer, extra = None, {}
         if link_kind == "shm":
-            largest = shm.placed_bytes(serializer.encode(request))
+            largest = shm.placed_bytes(frames)
             region = stack.enter_context(shm.Region.create(max(3 * largest, shm.INLINE_BELOW)))
             placer = stack.enter_context(shm.Placer(region))
             extra["shm"] = {"name": region.name, "size": region.size}
@@ -133,7 +136,7 @@ def linked(backend: str, workload_spec: str, link_kind: str, request: Any) -> It
         if session.region is not None:
             stack.callback(session.region.close)
             region.unlink()  # both sides mapped it: nothing outlives this process
-        yield Linked(link, session, serializer, request)
+        yield Linked(link, session, serializer, request, frames)
 
 
 def workload_request(workload_spec: str) -> Any:
