@@ -15,19 +15,27 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 2 --dist worksteal
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# pip byte-compiles every file it installs, one at a time: ~130 s of a fresh install, most of it
-# for modules nothing here imports (transformers' hundreds of models, torch's test helpers). So
-# installs skip it (--no-compile), and these recipes let Python write the bytecode of what is
-# imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's
-# do): without either, every process the suite starts compiled torch again.
-PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile -c constraints.txt
+# uv installs (into the venv pip made), not pip: the vllm extra took pip 72 s here, uv 8 s
+# (docs/measurements). uv reads none of pip's configuration, so the machine's find-links and extra
+# indexes (this kind keeps torch's CPU build on disk) are handed on, every index trusted alike as
+# pip does. Like `pip --no-compile`, uv writes no bytecode; these recipes let Python write the
+# bytecode of what is imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this
+# machine's and CI's do): without that, every process the suite starts compiled torch again.
+pip_setting = $(shell $(PYTHON) -m pip config get global.$(1) 2>/dev/null)
+UV := $(BIN)/uv
+INSTALL := $(UV) pip install -q --python $(BIN)/python -c constraints.txt --index-strategy unsafe-best-match \
+	$(addprefix --find-links ,$(call pip_setting,find-links)) \
+	$(addprefix --extra-index-url ,$(call pip_setting,extra-index-url))
 unexport PYTHONDONTWRITEBYTECODE
+
+$(UV): | $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt uv
 
 # pip takes half a minute to find that nothing needs installing, so each install step runs
 # again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
 # succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
-$(VENV)/installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[test]'
+$(VENV)/installed: pyproject.toml constraints.txt | $(UV)
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 install: $(VENV)/installed
@@ -46,9 +54,9 @@ run: install
 # `vllm` extra), then the release constraints.txt pins, without its own dependencies (no CUDA
 # torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
 # docs/vllm.md for what it adds to a fresh machine.
-$(VENV)/installed-vllm: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[test,vllm]'
-	$(PIP_INSTALL) --no-deps vllm
+$(VENV)/installed-vllm: pyproject.toml constraints.txt | $(UV)
+	$(INSTALL) -e '.[test,vllm]'
+	$(INSTALL) --no-deps vllm
 	touch $(VENV)/installed $@
 
 install-vllm: $(VENV)/installed-vllm
