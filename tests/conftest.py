@@ -11,6 +11,7 @@ loop, ``-m "not slow"``) leaves them to ``make test``, which runs everything.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from filelock import FileLock
 from segments import left_named
 
 from serbench import shm, transport
@@ -111,6 +113,43 @@ def ipc_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     yield tmp_path
     assert not list(tmp_path.glob(f"{transport.IPC_PREFIX}*")), "ipc folder left behind"
     assert not psutil.Process().children(recursive=True), "process left behind"
+
+
+@pytest.fixture(scope="session")
+def made_once(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str
+) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``made_once(name, make)``: the folder ``name``, filled by ``make(folder)`` once in the
+    whole test session, whichever of xdist's processes asks first; the others wait for it.
+
+    A module fixture runs again in every test process that gets one of its module's tests, and
+    again in one that ran another module's tests in between (``--dist worksteal`` does both):
+    the fixtures that start a serbench run (under valgrind: over a minute) make their folder here
+    instead. A ``make`` that fails leaves no folder, so the next asker tries again and fails alike.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the session's folder, above each process's own
+    made: dict[str, Path] = {}
+
+    def get(name: str, make: Callable[[Path], None]) -> Path:
+        folder = shared / f"made-once-{name}"
+        if name not in made:
+            done = folder.with_name(f"{folder.name}.done")
+            with FileLock(f"{folder}.lock"):
+                if not done.exists():
+                    shutil.rmtree(folder, ignore_errors=True)
+                    folder.mkdir()
+                    try:
+                        make(folder)
+                    except BaseException:
+                        shutil.rmtree(folder, ignore_errors=True)
+                        raise
+                    done.touch()
+            made[name] = folder
+        return made[name]
+
+    return get
 
 
 def _no_children_left(timeout_s: float = 10.0) -> list[psutil.Process]:

@@ -381,14 +381,19 @@ def test_a_counting_run_that_cannot_set_up_says_why(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def counted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def counted(made_once) -> dict:
     """One run under callgrind: the test backend as is and 10 % slowed."""
     if instructions.cannot_launch():
         pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
-    out, tmp = tmp_path_factory.mktemp("counted"), tmp_path_factory.mktemp("tmp")
-    done = _run(out, f"{SLOWED.format(1.0, 0)},{SLOWED.format(1.10, 1)}", tmp=tmp)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert not list(tmp.iterdir()), "dumps left behind"
+
+    def make(folder: Path) -> None:
+        out, tmp = folder / "out", folder / "tmp"
+        tmp.mkdir()
+        done = _run(out, f"{SLOWED.format(1.0, 0)},{SLOWED.format(1.10, 1)}", tmp=tmp)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert not list(tmp.iterdir()), "dumps left behind"
+
+    out = made_once("micro-counted", make) / "out"
     return {r["backend"]: r for r in json.loads((out / "results.json").read_text())["records"]}
 
 

@@ -66,18 +66,21 @@ def test_what_is_not_counted_says_why() -> None:
 
 
 @pytest.fixture(scope="module")
-def counted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def counted(made_once) -> tuple[dict, Path]:
     """One ipc run under callgrind: the test backend twice as is and once 10 % slowed (text:
     a payload's windows are few calls of millions of instructions, and take longer)."""
     if instructions.cannot_launch():
         pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
-    out = tmp_path_factory.mktemp("counted")
-    backends = ",".join([SLOWED.format(1.0, 0), SLOWED.format(1.0, 1), SLOWED.format(1.10, 2)])
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--measure", "instructions"]
-    command += ["--backends", backends, "--workloads", "text-sonnet", "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+
+    def make(out: Path) -> None:
+        backends = ",".join([SLOWED.format(1.0, 0), SLOWED.format(1.0, 1), SLOWED.format(1.10, 2)])
+        command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--measure", "instructions"]
+        command += ["--backends", backends, "--workloads", "text-sonnet", "--out", str(out)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    out = made_once("ipc-counted", make)
     records = json.loads((out / "results.json").read_text())["records"]
     return {(r["backend"], r["workload"]): r for r in records}, out
 

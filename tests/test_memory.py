@@ -70,20 +70,23 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def run(made_once) -> Run:
     """One ``serbench run`` in a fresh process, as a user runs it. A child of this process
     would inherit the suite's heap, whose free blocks the paths that grow a buffer reuse:
     after tests/benchmarks, in-band pickle's frontend read 2.89 copies instead of 2.00, and
     one more copy of the payload once read as 1.15."""
-    out = tmp_path_factory.mktemp("memory")
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "memory", "--out", str(out)]
-    command += ["--backends", f"pickle,{ZERO_COPY},{COPYING}", "--workloads", "text-sonnet,images-4"]
-    command += ["--memory-repetitions", str(REPEATS)]
-    path = filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])  # TESTS: this module's copying decoder
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    data = results.load(out / "results.json")
+
+    def make(out: Path) -> None:
+        command = [sys.executable, "-m", "serbench", "run", "--scenarios", "memory", "--out", str(out)]
+        command += ["--backends", f"pickle,{ZERO_COPY},{COPYING}", "--workloads", "text-sonnet,images-4"]
+        command += ["--memory-repetitions", str(REPEATS)]
+        # TESTS: this module's copying decoder
+        path = filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    data = results.load(made_once("memory-run", make) / "results.json")
     failed = [f"{r.backend} x {r.workload}: {r.error}" for r in data.records if r.error]
     assert not failed
     return Run({(r.backend, r.workload): r for r in data.records}, render(data))

@@ -210,14 +210,19 @@ def browse(page: Path, tmp: Path) -> tuple[_Elements, Path]:
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> tuple[Path, str]:
+def real_run(made_once) -> tuple[Path, str]:
     """A tiny real ``serbench run`` (micro, two backends, two workloads): its folder and stdout."""
-    out = tmp_path_factory.mktemp("real")
-    command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--quick", "--out", str(out),
-               "--backends", "pickle,msgspec-frombuffer", "--workloads", "text-sonnet,images-4"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out, done.stdout
+
+    def make(out: Path) -> None:
+        command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--quick"]
+        command += ["--out", str(out), "--backends", "pickle,msgspec-frombuffer"]
+        command += ["--workloads", "text-sonnet,images-4"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (out / "stdout.txt").write_text(done.stdout)
+
+    out = made_once("report-real-run", make)
+    return out, (out / "stdout.txt").read_text()
 
 
 @pytest.fixture(scope="module")
