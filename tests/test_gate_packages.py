@@ -154,16 +154,17 @@ def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys) -> None
     """Two vLLM checkouts, head's decoder slowed: the vllm backend's decode on vLLM's own
     request is flagged and named (exit 1); its encode, which both checkouts share, and the
     frames are not — the same gate's unchanged rows are its A/A control (the gate's own tests
-    cover an unmodified pair's exit 0). The tolerance is wide (200 %): on a loaded 2-core
-    runner three rounds of an unmodified pair read up to 1.38x [1.05, 1.86]; the slowdown is
-    eight times over. Each side's results name the vLLM it ran."""
+    cover an unmodified pair's exit 0). The tolerance is 50 %: on a loaded 2-core runner three
+    rounds of an unmodified pair read up to 1.38x [1.05, 1.86], and eight decodes in one call
+    read 1.89x [1.60, 4.68] (the call does more than the decoder's work). Each side's results
+    name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=True)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "vllm"]
     args += ["--workloads", "images-4:layout=vllm-native", "--rounds", "3", "--measure", "time"]
-    code = commands.main([*args, "--max-regression", "200%", "--out", str(out)])
+    code = commands.main([*args, "--max-regression", "50%", "--out", str(out)])
     printed = capsys.readouterr().out
     rows = {
         name: line

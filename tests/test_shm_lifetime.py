@@ -45,10 +45,10 @@ def _mappers(sid: int) -> dict[str, psutil.Process]:
     return found
 
 
-def _start(tmp_path: Path, prompts: int) -> subprocess.Popen:
+def _start(tmp_path: Path, prompts: int, step_ms: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--transport", "shm"]
     command += ["--backends", "msgspec-frombuffer", "--workloads", "images-4", "--out", str(tmp_path / "run")]
-    command += ["--num-prompts", str(prompts), "--step-ms", "20"]
+    command += ["--num-prompts", str(prompts), "--step-ms", str(step_ms)]
     with (tmp_path / "stderr.txt").open("w") as stderr:
         return subprocess.Popen(
             command, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr
@@ -75,7 +75,8 @@ ENDINGS = {
 @pytest.mark.parametrize("how", ["normal", *ENDINGS])
 def test_nothing_is_left_behind(tmp_path: Path, how: str) -> None:
     before = set(shm.leftovers())
-    proc = _start(tmp_path, 20 if how == "normal" else 200)
+    # To the end: few short requests. Ended midway: more and longer than it can finish first.
+    proc = _start(tmp_path, 5, 5) if how == "normal" else _start(tmp_path, 200, 20)
     try:
         _wait_for_both_mappings(proc)
         if how != "normal":
