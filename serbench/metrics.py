@@ -235,7 +235,9 @@ METRICS: dict[str, Metric] = {
             log_axis=False,
         ),
         Metric("worker_rss_copies", "ratio", "worker peak RSS / payload", resolution=0.01, log_axis=False),
-        Metric("worker_pss_copies", "ratio", "worker PSS / payload", resolution=0.01, log_axis=False),
+        # Worker PSS moves with page sharing as the bytes do: 0.011 copies (0.9 MB at images-8) in a
+        # fault-free gate, where 0.01 flagged it
+        Metric("worker_pss_copies", "ratio", "worker PSS / payload", resolution=0.02, log_axis=False),
         Metric("worker_uss_copies", "ratio", "worker USS / payload", resolution=0.01, summary=True),
         Metric("group_pss_copies", "ratio", "core + workers PSS / payload", resolution=0.05, log_axis=False),
     )
