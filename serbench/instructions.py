@@ -477,12 +477,12 @@ def _pools() -> _Pools:
     return _Pools()
 
 
-def window(estimate: float) -> int:
-    """Calls per window for an operation of about ``estimate`` instructions: about
-    ``WINDOW_INSTRUCTIONS`` in all, and whole ``PERIOD``s of calls unless a period alone
-    would hold more than ``PERIOD_LIMIT`` windows' worth (in-band pickle of 38 MB)."""
-    calls = max(1, math.ceil(WINDOW_INSTRUCTIONS / max(estimate, 1.0)))
-    if estimate * PERIOD > PERIOD_LIMIT * WINDOW_INSTRUCTIONS:
+def window(estimate: float, size: int = WINDOW_INSTRUCTIONS) -> int:
+    """Calls per window for an operation of about ``estimate`` instructions: about ``size``
+    in all, and whole ``PERIOD``s of calls unless a period alone would hold more than
+    ``PERIOD_LIMIT`` windows' worth (in-band pickle of 38 MB)."""
+    calls = max(1, math.ceil(size / max(estimate, 1.0)))
+    if estimate * PERIOD > PERIOD_LIMIT * size:
         return calls
     return math.ceil(calls / PERIOD) * PERIOD
 
@@ -513,14 +513,16 @@ def skip_nothing() -> None:
 
 
 def per_call(
-    fns: dict[str, Callable[[], object]], empty: Callable[[], object] | None = None
+    fns: dict[str, Callable[[], object]],
+    empty: Callable[[], object] | None = None,
+    size: int = WINDOW_INSTRUCTIONS,
 ) -> tuple[dict[str, float], dict]:
     """Instructions per call of each function (see the module's docstring), and the calls per window.
 
     ``empty``: the call whose count is subtracted from each function's, the loop's
     bookkeeping and whatever else every call does that is not the function's work
     (``skip_nothing`` for functions that leave a part of each call uncounted; by default
-    a call that does nothing).
+    a call that does nothing). ``size``: the instructions a window holds (``window``).
     Switches instrumentation on in this process for good: call it in a process
     of its own (a case's forked child) that measures nothing else afterwards.
     The counting runs in a new thread, for the fresh glibc arena that gives it.
@@ -528,7 +530,7 @@ def per_call(
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
-    counts, counted = _in_new_thread(lambda: _per_call(fns, empty))
+    counts, counted = _in_new_thread(lambda: _per_call(fns, empty, size))
     _keep_windows(list(fns), counted["calls_per_window"])
     return counts, counted
 
@@ -649,7 +651,7 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
 
 
 def _per_call(
-    fns: dict[str, Callable[[], object]], empty: Callable[[], object] | None
+    fns: dict[str, Callable[[], object]], empty: Callable[[], object] | None, size: int
 ) -> tuple[dict[str, float], dict]:
     _pools()  # made before the first window, as every window finds it
     _client_request()(_START_INSTRUMENTATION)
@@ -658,7 +660,7 @@ def _per_call(
     counts, windows = {}, {}
     for name, fn in fns.items():
         fn()  # first-call work (imports, caches, specialisation) stays out of the windows
-        calls = windows[name] = window(count(fn, 1))
+        calls = windows[name] = window(count(fn, 1), size)
         if calls not in noop:
             noop[calls] = _difference(empty or (lambda: None), calls)
         counts[name] = (_difference(fn, calls) - noop[calls]) / calls
