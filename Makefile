@@ -7,8 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Both tiers run the tests in three processes (pytest-xdist) on a 2-core machine: much of the
-# suite's time is spent waiting on processes it started (engines that sleep a model's step, cases
-# that must time out), and a third fills it: 347 s instead of 383-388 s here (docs/measurements).
+# suite's time is spent waiting on processes it started (engines that sleep a model's step,
+# cases that must time out), and a third fills it: 347-368 s instead of 383-388 s here
+# (docs/measurements).
 PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 3 --dist worksteal
 
 .PHONY: install install-vllm run test check system-deps
@@ -32,9 +33,9 @@ unexport PYTHONDONTWRITEBYTECODE
 $(UV): | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt uv
 
-# pip takes half a minute to find that nothing needs installing, so each install step runs
-# again only when what it installs from (pyproject.toml, constraints.txt) changed since it last
-# succeeded: a stamp file in .venv marks that. A fresh clone has no .venv, so installs.
+# Each install step runs again only when what it installs from (pyproject.toml, constraints.txt)
+# changed since it last succeeded: a stamp file in .venv marks that. A fresh clone has no .venv,
+# so installs.
 $(VENV)/installed: pyproject.toml constraints.txt | $(UV)
 	$(INSTALL) -e '.[test]'
 	touch $@
