@@ -31,7 +31,7 @@ INSTALL := $(UV) pip install -q --python $(BIN)/python -c constraints.txt --inde
 unexport PYTHONDONTWRITEBYTECODE
 
 $(UV): | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt uv
+	$(BIN)/pip install -qq --disable-pip-version-check -c constraints.txt uv
 
 # Each install step runs again only when what it installs from (pyproject.toml, constraints.txt)
 # changed since it last succeeded: a stamp file in .venv marks that. A fresh clone has no .venv,
