@@ -38,6 +38,9 @@ def test_windows_hold_the_target_count_in_whole_hundreds_of_calls_unless_too_lon
     assert instructions.window(target / 30) == 100
     assert instructions.window(target / 101) == 200
     assert instructions.window(target / 1000) == 1000
+    # A smaller window (the ipc path's) holds fewer calls by the same rules.
+    assert instructions.window(target / 101, size=target // 2) == 100
+    assert instructions.window(target / 10, size=target // 2) == 5
 
 
 def test_the_counting_loop_gets_a_fresh_malloc_arena_and_its_errors_come_back() -> None:
