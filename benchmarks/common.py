@@ -27,6 +27,11 @@ import math
 import os
 from typing import Any
 
+# Imported here, once: asv's forkserver (asv.conf.json) imports the suites and forks each
+# benchmark from that process. serbench imports torch on first use, so each benchmark's fork
+# imported it again: 2 of the 2.1 s an images-4 request took to make.
+import torch  # noqa: F401
+
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.runner import run_case
