@@ -40,7 +40,7 @@ PROFILE_FOLDER = "profiles"  # under a counting run's output folder: one folder 
 SUFFIX = ".callgrind"
 TOP = 5
 # The instruction counts a counting run keeps windows of (micro's encode and decode, ipc's two sides).
-COUNTED = tuple(name for name, m in metrics.METRICS.items() if m.tolerance is not None)
+COUNTED = tuple(name for name, m in metrics.METRICS.items() if m.counted)
 
 _COMPRESSED = re.compile(r"\((\d+)\)(?:\s+(.*))?$")
 _NAMED = {"ob", "fl", "fi", "fe", "fn", "cob", "cfi", "cfl", "cfn"}

@@ -544,7 +544,7 @@ def what_would_decide(comparison: Comparison) -> list[str]:
     if not rows:
         return []
     ways = []
-    counts_compared = any(metric(r.metric).tolerance is not None for r in comparison.rows)
+    counts_compared = any(metric(r.metric).counted for r in comparison.rows)
     if any(metric(r.metric).counted_as for r in rows) and not counts_compared:
         ways.append("instruction counts for their CPU work (--measure instructions; needs valgrind)")
     needed = [n for n in map(rounds_to_decide, rows) if n is not None]

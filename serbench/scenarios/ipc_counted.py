@@ -22,9 +22,9 @@ send and receive calls, the kernel and waiting are not counted, and
 ``--transport ipc`` and ``tcp`` count the same: their difference is in what
 is not counted. Each call counts one side; the other side's half of the same
 request runs uncounted (``instructions.uncounted``), and so does the check:
-every decoded request is verified against its checksum (nothing counted that
-was not verified), outside the count because it reads every payload byte,
-and the engine checks off its receive path too. Between two calls one message
+every decoded request is compared bit for bit with the request sent (nothing
+counted that was not verified), outside the count because it reads every
+payload byte, as the engine checks off its receive path too. Between two calls one message
 waits, sent and not yet taken, so that each call has exactly one uncounted
 part, whose switching ``instructions.skip_nothing`` subtracts.
 
