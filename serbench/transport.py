@@ -15,7 +15,8 @@ ipc:// endpoints live in a private folder (mode 0700, made by ``mkdtemp``):
 only this user can connect, which matters when the backend unpickles what
 arrives. The folder can be removed as soon as both sides are connected —
 established unix-socket connections outlive their file — so a process killed
-afterwards leaves nothing behind.
+afterwards leaves nothing behind; one killed before leaves its folder, named
+for it, which the next ``ipc_dir`` removes once it sees that process gone.
 
 The transports a local link can be (``KINDS``): ``ipc`` and ``tcp`` carry
 every frame through ZeroMQ; ``shm`` carries the control frames through the
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import multiprocessing as mp
+import os
 import shutil
 import socket
 import tempfile
@@ -44,12 +46,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+import psutil
 import zmq
 
 from serbench.endpoints import tcp_endpoint
 from serbench.isolation import kill_tree
 
 IPC_PREFIX = "serbench-ipc-"
+CREATOR = "creator"  # the file in an ipc folder that holds its creating process's id
 KINDS = ("ipc", "tcp", "shm")  # how a local frontend and engine are linked
 DEFAULT_KIND = "ipc"
 DEFAULT_BIND = "tcp://127.0.0.1:5555"  # where `serbench engine` listens unless told: loopback only
@@ -74,10 +78,32 @@ def remove_ipc_dir(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def _creator(folder: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int((folder / CREATOR).read_text())
+    return None
+
+
+def reclaim_ipc_dirs() -> list[Path]:
+    """Remove this user's ipc folders whose creating process is gone (killed before it could
+    remove its own); the folders removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{IPC_PREFIX}*"):
+        creator = _creator(folder)
+        if creator is not None and not psutil.pid_exists(creator):
+            remove_ipc_dir(folder)
+            removed.append(folder)
+    return removed
+
+
 @contextlib.contextmanager
 def ipc_dir() -> Iterator[Path]:
-    """A fresh folder for ipc socket files, that only this user can enter, removed after the block."""
+    """A fresh folder for ipc socket files, that only this user can enter, removed after the block.
+    It names its creator (``CREATOR``, not in its name: a socket's path has 107 characters at
+    most), so that ``reclaim_ipc_dirs``, run first, knows when a folder's creator is gone."""
+    reclaim_ipc_dirs()
     folder = Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
+    (folder / CREATOR).write_text(str(os.getpid()))
     try:
         yield folder
     finally:

@@ -250,6 +250,20 @@ def _wait_for(condition, timeout_s: float) -> bool:
     return bool(condition())
 
 
+def test_an_ipc_folder_whose_creator_died_is_removed_by_the_next_one(ipc_sandbox: Path) -> None:
+    child = mp.get_context("fork").Process(target=os._exit, args=(0,))
+    child.start()
+    child.join()
+    orphan, living = ipc_sandbox / f"{transport.IPC_PREFIX}dead", ipc_sandbox / f"{transport.IPC_PREFIX}alive"
+    for folder, creator in ((orphan, child.pid), (living, os.getppid())):
+        folder.mkdir()
+        (folder / transport.CREATOR).write_text(str(creator))
+    with transport.ipc_dir() as folder:
+        assert (folder / transport.CREATOR).read_text() == str(os.getpid())
+        assert not orphan.exists() and living.exists()
+    transport.remove_ipc_dir(living)
+
+
 def test_ctrl_c_mid_case_leaves_no_process_and_no_socket_file(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()

@@ -122,7 +122,9 @@ def _hooked(case: Case, hook):
     ],
 )
 @pytest.mark.parametrize("transport", ["shm-ring", "zmq-pub"])
-def test_a_faulty_worker_fails_the_case_in_one_line(transport: str, hook, expected: str, clean) -> None:
+def test_a_faulty_worker_fails_the_case_in_one_line(
+    transport: str, hook, expected: str, clean, ipc_sandbox
+) -> None:
     case = Case("fanout", "pickle", "text-sonnet", transport=transport, workers=2)
     with pytest.raises(CaseFailed) as failed:
         run_isolated(_hooked, (case, hook), 60)
@@ -154,8 +156,16 @@ def _maps_ring(proc: psutil.Process) -> bool:
         return False
 
 
+def _past_handshake(sandbox, timeout_s: float = 60.0) -> None:
+    """Until the core removed its socket folder: every worker connected, steps under way."""
+    deadline = time.monotonic() + timeout_s
+    while list(sandbox.glob("serbench-ipc-*")):
+        assert time.monotonic() < deadline, "the core never got past its handshake"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("victim", ["worker", "core"])
-def test_kill_9_leaves_nothing_behind(victim: str, clean) -> None:
+def test_kill_9_leaves_nothing_behind(victim: str, clean, ipc_sandbox) -> None:
     case = Case("fanout", "pickle", "text-sonnet", transport="shm-ring", workers=2)
     long = PROFILE.with_options(fanout_rounds=100_000)
     failure = failing_in_background(_run, (case, long))
@@ -164,6 +174,7 @@ def test_kill_9_leaves_nothing_behind(victim: str, clean) -> None:
         time.sleep(0.01)
     core = children[0]
     workers = _workers_of(core, 2)
+    _past_handshake(ipc_sandbox)
     (workers[1] if victim == "worker" else core).kill()
     message = failure()
     # a worker: "worker 1 died (killed by SIGKILL)" (or "died during setup (…)" if it was still

@@ -527,6 +527,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                 group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
             core_base = live_memory()
             broadcast.go(group)
+            transport.remove_ipc_dir(folder)  # every worker connected: a core killed now leaves no socket
             core_held = (0, 0)
             for index in range(total):
                 step = schedule.step(index, prefills)
