@@ -318,12 +318,12 @@ def _preload_torch() -> None:
 
 def _preload(plan: Plan, checks_backends: bool) -> None:
     """Import before any fork what every case or conformance child would otherwise import again:
-    the plan's workload modules and, where anything uses it, torch. A counting worker of text
-    cases alone (its backends checked by its parent) never imports torch: under valgrind that
-    import alone costs half a minute (docs/instructions.md)."""
-    for name in plan.workloads:
-        get_workload(name)  # an image, output or tensor workload imports torch with its module
-    if checks_backends:
+    the plan's workload modules and, where anything uses it, torch (the modules import it on
+    first use). A counting worker of text cases alone (its backends checked by its parent)
+    never imports torch: under valgrind that import alone costs 20 s (docs/instructions.md),
+    which every image case's child paid again before torch was imported here."""
+    workloads = [get_workload(name) for name in plan.workloads]
+    if checks_backends or any(workload.tensors for workload in workloads):
         _preload_torch()
 
 

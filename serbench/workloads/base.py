@@ -41,6 +41,7 @@ class Workload:
     output_len: int
     seed: int
     kind = "request"
+    tensors = True  # its messages carry tensors: a process that will build them imports torch first
     message_type: type = EngineCoreOutputs  # what the engine's steps decode as
     request_type: type = EngineCoreRequest  # what the engine decodes a request as (a plugin's own type)
 

@@ -78,6 +78,7 @@ def tokenize(text: str, vocab: dict[str, int]) -> list[int]:
 class TextSonnet(Workload):
     """550-token sonnet prompts (200 shared), 150 output tokens each."""
 
+    tensors = False
     description = "sonnet-style text, 550 prompt tokens (200 shared prefix), 150 output tokens"
     output_len = OUTPUT_TOKENS
 
