@@ -116,6 +116,22 @@ def test_assert_same_is_bit_exact() -> None:
         conformance.assert_same(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
     with pytest.raises(AssertionError, match="type"):
         conformance.assert_same([torch.zeros(1)], (torch.zeros(1),))
+    with pytest.raises(AssertionError, match=r"\$\[1\]: 3, expected 2"):
+        conformance.assert_same([1, 2], [1, 3])
+    with pytest.raises(AssertionError, match="type bool, expected int"):
+        conformance.assert_same({"n": 1}, {"n": True})
+
+
+def test_a_tensor_viewing_the_same_memory_another_way_is_compared_by_its_bytes() -> None:
+    """Two tensors that share their memory are the same unread only when they read it the same
+    way: a transposed view, a conjugate or a negative view of it reads other bytes."""
+    square = torch.arange(4.0).reshape(2, 2)
+    conformance.assert_same(square, square.view(2, 2))
+    complex_ = torch.tensor([1 + 2j])
+    for other, view in ((square, square.t()), (complex_, complex_.conj()), (complex_, complex_._neg_view())):
+        assert other.data_ptr() == view.data_ptr()
+        with pytest.raises(AssertionError, match="bytes differ"):
+            conformance.assert_same(other, view)
 
 
 ZERO_COPY = ["msgspec-frombuffer", "numpy-intermediate", "flat-mmk", "pickle-oob"]
