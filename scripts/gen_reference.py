@@ -214,7 +214,9 @@ def judged(m: metrics.Metric) -> str:
     if m.counted:
         return f"count, within {m.tolerance:.0%}"
     if m.exact:
-        return "exact" if not m.resolution else f"exact, resolution {format_value(m.resolution, m.unit)}"
+        within = [f"resolution {format_value(m.resolution, m.unit)}"] if m.resolution else []
+        within += [f"within {m.slack * 1e6:g} ppm"] if m.slack else []
+        return ", ".join(["exact", *within])
     return "sampled: median and 95 % CI"
 
 

@@ -411,13 +411,14 @@ def detectable(
 
 
 def exact_verdict(name: str, base: float, head: float) -> str:
-    """Any change beyond the metric's resolution the wrong way is a regression: up, or for a
-    metric where higher is better (a cache's hit ratio) down."""
+    """Any change beyond the metric's resolution (and its slack, relative to base) the wrong way
+    is a regression: up, or for a metric where higher is better (a cache's hit ratio) down."""
     facts = metric(name)
     worse = (base - head) if facts.higher_is_better else (head - base)
-    if worse > facts.resolution:
+    allowed = max(facts.resolution, facts.slack * abs(base))
+    if worse > allowed:
         return REGRESSION
-    if worse < -facts.resolution:
+    if worse < -allowed:
         return IMPROVEMENT
     return NO_CHANGE
 
