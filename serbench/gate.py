@@ -621,12 +621,12 @@ def measure(
 ) -> tuple[Results, Results]:
     """Base and head, each case of ``plan`` measured on both ``rounds`` times under ``profile``;
     the merged results of base and of head, with instruction counts added when ``counting``
-    (the plan and profile of the counting run) is given. Base runs ``base_ref``'s serbench
-    (``serbench_code``; this one without a ref) under ``runtimes[0]``, head the working tree of
-    ``repo`` under ``runtimes[1]``.
+    (the plan and profile of the counting run) is given — or, with no rounds, the counts alone.
+    Base runs ``base_ref``'s serbench (``serbench_code``; this one without a ref) under
+    ``runtimes[0]``, head the working tree of ``repo`` under ``runtimes[1]``.
 
     GateError for anything that stops the measurement: a bad ref, git, a worker
-    that stops or a run that takes too long.
+    that stops or a run that takes too long, or no rounds and no counts.
     """
     try:
         with serbench_code(repo, base_ref, log) as codes:
@@ -637,14 +637,21 @@ def measure(
             for revision in revisions:
                 if revision.runtime != Runtime():
                     log(f"gate: {revision.label} runs {revision.runtime.describe()}")
-            with measurers(revisions, out, log) as started:
-                base_runs, head_runs = interleave(started, rounds, out, log)
-            base, head = results.merge(base_runs), results.merge(head_runs)
+            timed = None
+            if rounds:
+                with measurers(revisions, out, log) as started:
+                    base_runs, head_runs = interleave(started, rounds, out, log)
+                timed = results.merge(base_runs), results.merge(head_runs)
+            counted = None
             if counting is not None:
                 counters = [dataclasses.replace(r, plan=counting[0], profile=counting[1]) for r in revisions]
                 counted = count(counters, out, log)
-                if counted:
-                    base, head = add_counts(base, counted[0]), add_counts(head, counted[1])
     except (subprocess.TimeoutExpired, OSError) as exc:
         raise GateError(str(exc)) from None
-    return base, head
+    if timed is None:
+        if not counted:
+            raise GateError("nothing measured: no counts and no rounds (--rounds N or --measure time)")
+        return counted[0], counted[1]
+    if counted:
+        return add_counts(timed[0], counted[0]), add_counts(timed[1], counted[1])
+    return timed

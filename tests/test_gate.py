@@ -298,7 +298,8 @@ def test_outside_a_git_repository_is_a_usage_error(monkeypatch, tmp_path, capsys
         ([], True, 10, True),  # --measure auto: counts where valgrind is
         ([], False, 15, False),  # and the clock alone where it is not
         (["--measure", "time"], True, 15, False),
-        (["--measure", "instructions"], True, 10, True),
+        (["--measure", "instructions"], True, 0, True),  # micro (and ipc) counted: the counts alone
+        (["--measure", "instructions", "--scenarios", "micro,memory"], True, 10, True),  # memory is timed
         (["--measure", "instructions"], False, 15, False),  # no counts: the clock alone, at full length
         (["--measure", "instructions", "--rounds", "3"], True, 3, True),
     ],
@@ -318,6 +319,20 @@ def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
     monkeypatch.setattr(gate, "measure", measure)
     assert commands.main(["gate", "--base", "HEAD", "--out", str(tmp_path / "out"), *options]) == 2
     assert asked == {"rounds": rounds, "counted": counted}
+
+
+def test_without_rounds_the_gate_is_its_counts_and_without_counts_it_says_so(monkeypatch, tmp_path) -> None:
+    plan = Plan(["pickle"], ["text-sonnet"], ["micro"])
+    counted = [doc([rec({"encode_instructions": metric([100.0], "count")}, side)]) for side in ("a", "b")]
+    monkeypatch.setattr(
+        gate, "serbench_code", lambda repo, ref, log: contextlib.nullcontext((tmp_path, tmp_path))
+    )
+    monkeypatch.setattr(gate, "measurers", lambda *args: pytest.fail("no rounds were asked for"))
+    monkeypatch.setattr(gate, "count", lambda revisions, out, log: counted)
+    assert gate.measure(None, None, plan, QUICK, 0, tmp_path, print, (plan, QUICK)) == tuple(counted)
+    monkeypatch.setattr(gate, "count", lambda revisions, out, log: None)  # a base that cannot count
+    with pytest.raises(GateError, match="nothing measured"):
+        gate.measure(None, None, plan, QUICK, 0, tmp_path, print, (plan, QUICK))
 
 
 BASE_BACKEND = """

@@ -271,6 +271,8 @@ def test_gate_counts_only_micro_and_ipc_and_says_why_not(monkeypatch, capsys) ->
         assert plan.scenarios == ["micro", "ipc"] and plan.backends == ["x"] and why is None
         assert profile.options == {"measure": "instructions"}
     assert gate_command.measured_by(True, 10, None).startswith("measured by: instruction counts")
+    assert "(10 paired rounds)" in gate_command.measured_by(True, 10, None)
+    assert gate_command.measured_by(True, 0, None).endswith("alone: no wall clock (--measure auto adds it)")
     args.measure = "time"
     assert gate_command.count_plan(args, both, QUICK) == (None, None)
 

@@ -68,7 +68,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     repo = gate.repository_root(Path.cwd()) if args.base else None
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
     counting, why = count_plan(args, chosen, settings)
-    rounds = args.rounds or (DEFAULT_ROUNDS if counting is None else DEFAULT_ROUNDS_COUNTED)
+    rounds = timed_rounds(args, chosen, counting is not None)
     how = measured_by(counting is not None, rounds, why)
     say(how)
     try:
@@ -147,6 +147,20 @@ def count_plan(
     ), None
 
 
+def timed_rounds(args: argparse.Namespace, plan: Plan, counted: bool) -> int:
+    """Wall-clock rounds per side: ``--rounds`` as given; else none where ``--measure
+    instructions`` counts every scenario (the counts alone: deterministic, and minutes rather
+    than a quarter of an hour with ipc), ``DEFAULT_ROUNDS_COUNTED`` beside counts, and
+    ``DEFAULT_ROUNDS`` without them."""
+    if args.rounds is not None:
+        return args.rounds
+    if not counted:
+        return DEFAULT_ROUNDS
+    if args.measure == "instructions" and set(plan.scenarios) <= set(COUNTED_SCENARIOS):
+        return 0
+    return DEFAULT_ROUNDS_COUNTED
+
+
 def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
     """The summary's first line: how this gate measured (``--measure``), and why without counts."""
     if counted:
@@ -154,7 +168,12 @@ def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
             f"measured by: instruction counts (callgrind, within "
             f"{metrics.metric('decode_instructions').tolerance:.0%}: micro's encode and decode, ipc's "
             "send and receive path per request; not syscalls, the socket library's threads or "
-            f"waiting) and the wall clock ({rounds} paired rounds) for what counts cannot see"
+            "waiting) "
+            + (
+                f"and the wall clock ({rounds} paired rounds) for what counts cannot see"
+                if rounds
+                else "alone: no wall clock (--measure auto adds it)"
+            )
         )
     return f"measured by: the wall clock ({rounds} paired rounds)" + (
         f"; no counts: {why_not}" if why_not else ""
@@ -185,7 +204,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rounds",
         type=int,
         help=f"runs per revision (default {DEFAULT_ROUNDS}; {DEFAULT_ROUNDS_COUNTED} when instructions "
-        "are counted beside them)",
+        "are counted beside them; none with --measure instructions of micro and ipc alone)",
     )
     parser.add_argument(
         "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
@@ -194,12 +213,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--measure",
         choices=MEASURES,
         default="auto",
-        help="instructions: also count each micro case's instructions per encode / decode and each "
+        help="instructions: count each micro case's instructions per encode / decode and each "
         "ipc case's per request on the frontend's send and the engine's receive path, under "
         "callgrind (one valgrind process per side), and compare them within "
-        f"{metrics.metric('decode_instructions').tolerance * 100:g} %%, beside the wall-clock rounds, "
-        f"{DEFAULT_ROUNDS_COUNTED} of them by default (docs/instructions.md); time: the clock alone; "
-        "auto (default): instructions where valgrind is installed and micro or ipc is measured, else time",
+        f"{metrics.metric('decode_instructions').tolerance * 100:g} %%; with micro and ipc alone, "
+        "the counts alone, without wall-clock rounds unless --rounds asks for them "
+        "(docs/instructions.md); time: the clock alone; auto (default): counts beside "
+        f"{DEFAULT_ROUNDS_COUNTED} wall-clock rounds where valgrind is installed and micro or ipc "
+        "is measured, else time",
     )
     package = parser.add_argument_group(
         "gating another package (e.g. vLLM)",
