@@ -15,8 +15,9 @@ ipc:// endpoints live in a private folder (mode 0700, made by ``mkdtemp``):
 only this user can connect, which matters when the backend unpickles what
 arrives. The folder can be removed as soon as both sides are connected —
 established unix-socket connections outlive their file — so a process killed
-afterwards leaves nothing behind; one killed before leaves its folder, named
-for it, which the next ``ipc_dir`` removes once it sees that process gone.
+afterwards leaves nothing behind; one killed before leaves its folder, whose
+``CREATOR`` file names it, and the next ``ipc_dir`` removes the folder once
+it sees that process gone.
 
 The transports a local link can be (``KINDS``): ``ipc`` and ``tcp`` carry
 every frame through ZeroMQ; ``shm`` carries the control frames through the
