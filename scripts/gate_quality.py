@@ -32,6 +32,7 @@ how much noise the gate had to stay quiet on.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -230,6 +231,17 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
     return scores
 
 
+def _named(factor: float, regressions: list[str]) -> list[tuple[float, str, str]]:
+    """For the rows a slowed slot flagged, each count row's functions that grew most (``_grown``'s
+    names): ``(factor, "METRIC WORKLOAD", "f, g, h")``, to be counted over the trials."""
+    named = []
+    for line in regressions:
+        row, _, grown = line.partition(" [grew most: ")
+        if factor > 1 and grown:
+            named.append((factor, row.rsplit(" ", 1)[0], grown.rstrip("]")))
+    return named
+
+
 def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
     trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
@@ -239,12 +251,14 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     labels: dict[float, dict[str, int]] = {}
     loads = []
     moved_trials = 0
+    named: collections.Counter[tuple[float, str, str]] = collections.Counter()
     for folder in trials:
         meta = json.loads((folder / "trial.json").read_text())
         loads.append((meta["load_before"] + meta["load_after"]) / 2)
         flagged = evaluate(folder, max_regression, rounds)
         for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
+            named.update(_named(factor, regressions))
         for factor, scored in honesty(folder, max_regression, rounds).items():
             total = labels.setdefault(factor, dict.fromkeys(scored, 0))
             for key, value in scored.items():
@@ -268,6 +282,10 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         "smallest_reliably_detected": reliable[0] if reliable else None,
         "labels": {f"{f:g}": scored for f, scored in sorted(labels.items())},
         "bystanders_moved_trials": moved_trials,
+        "grew_most": [
+            {"factor": f, "row": row, "functions": functions, "trials": c}
+            for (f, row, functions), c in sorted(named.items())
+        ],
         "load_average": {"min": min(loads), "mean": sum(loads) / n, "max": max(loads)},
         "cpus": os.cpu_count(),
     }
@@ -282,6 +300,11 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
             f"rows of {factor}x: {scored['rows']}, inconclusive {scored['inconclusive']}, "
             f"said no change / faster {scored['cleared']}, "
             f"of which could not have seen it {scored['overclaimed']}"
+        )
+    for entry in summary["grew_most"]:
+        print(
+            f"flagged at {entry['factor']:g}x, {entry['row']}: grew most {entry['functions']} "
+            f"({entry['trials']}/{n} trials)"
         )
     load = summary["load_average"]
     print(f"1-min load average during trials: {load['min']:.1f}..{load['max']:.1f} (mean {load['mean']:.1f})")

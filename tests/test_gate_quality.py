@@ -94,3 +94,18 @@ def test_a_bystander_whose_rows_moved_is_named_and_counted(tmp_path: Path) -> No
     moved = gate_quality.disturbed(folder, 0.10)
     assert [entry.split()[:4] for entry in moved] == [["pickle", "encode_s", "w", "regression"]]
     assert gate_quality.report(tmp_path, 0.10)["bystanders_moved_trials"] == 1
+
+
+def test_the_functions_named_for_flagged_count_rows_are_tallied_per_row() -> None:
+    """What ``_grown`` names for a slowed slot's count rows, keyed by row without its ratio (the
+    ratio differs in the last digits from trial to trial); wall-clock rows and the A/A slot name
+    nothing."""
+    flagged = {
+        1.0: ["receive_instructions text-sonnet 1.0011 [grew most: f (a.so)]"],
+        1.02: [
+            "receive_instructions text-sonnet 1.0248 [grew most: mpack_decode (m.so), g (p.so)]",
+            "decode_s text-sonnet 1.0400",
+        ],
+    }
+    named = [entry for factor, rows in flagged.items() for entry in gate_quality._named(factor, rows)]
+    assert named == [(1.02, "receive_instructions text-sonnet", "mpack_decode (m.so), g (p.so)")]
