@@ -77,7 +77,12 @@ def status_bytes(field: str, pid: int | str = "self") -> int:
 def proportional(pid: int | None = None) -> tuple[int, int]:
     """(PSS of anonymous and shared memory, USS) of a process (this one by default), in bytes,
     from ``smaps_rollup``; the whole PSS on a kernel that does not split it (before Linux 5.10)."""
-    rollup = Path(f"/proc/{pid or 'self'}/smaps_rollup").read_text().splitlines()[1:]
+    return from_rollup(Path(f"/proc/{pid or 'self'}/smaps_rollup").read_text())
+
+
+def from_rollup(text: str) -> tuple[int, int]:
+    """``proportional``'s (PSS, USS) in bytes from the text of a ``smaps_rollup`` file."""
+    rollup = text.splitlines()[1:]  # the first line names the address range
     kb = {name: int(value.split()[0]) for name, value in (line.split(":", 1) for line in rollup)}
     pss = kb["Pss_Anon"] + kb["Pss_Shmem"] if "Pss_Anon" in kb else kb["Pss"]
     return pss * 1024, (kb["Private_Clean"] + kb["Private_Dirty"]) * 1024

@@ -23,6 +23,7 @@ from serbench.results import Case, Environment, Results, record
 from serbench.runner import Plan
 from serbench.scenarios import fanout
 from serbench.scenarios.base import TRANSPORT
+from serbench.transport import IPC_PREFIX
 
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=2, fanout_decode_steps=1, fanout_timeout_s=5.0)
 PAYLOAD = "tensor-1000000"  # one 1 MB tensor: large frames, quick to build
@@ -159,7 +160,7 @@ def _maps_ring(proc: psutil.Process) -> bool:
 def _past_handshake(sandbox, timeout_s: float = 60.0) -> None:
     """Until the core removed its socket folder: every worker connected, steps under way."""
     deadline = time.monotonic() + timeout_s
-    while list(sandbox.glob("serbench-ipc-*")):
+    while list(sandbox.glob(f"{IPC_PREFIX}*")):
         assert time.monotonic() < deadline, "the core never got past its handshake"
         time.sleep(0.01)
 

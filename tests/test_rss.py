@@ -9,6 +9,7 @@ import numpy as np
 import psutil
 import pytest
 
+from serbench import rss
 from serbench.rss import MeasurementFailed, Side, measure
 
 MiB = 1 << 20
@@ -115,3 +116,24 @@ def test_a_failing_side_fails_the_measurement_and_the_others_are_killed(tmp_path
 def test_a_hanging_setup_times_out():
     with pytest.raises(MeasurementFailed, match="hang timed out"):
         measure([Side("hang", lambda: time.sleep(60), lambda _: {})], timeout_s=1)
+
+
+SPLIT_ROLLUP = """55d0c0000000-7ffd00000000 ---p 00000000 00:00 0                          [rollup]
+Rss:               10240 kB
+Pss:                6000 kB
+Pss_Anon:           3000 kB
+Pss_File:           2500 kB
+Pss_Shmem:           500 kB
+Private_Clean:       100 kB
+Private_Dirty:      2900 kB
+"""
+
+
+def test_pss_counts_anonymous_and_shared_memory_not_library_files() -> None:
+    """Libraries' pages (Pss_File) are shared with whatever else maps them: left out where the
+    kernel splits PSS (5.10+), the whole PSS where it does not; USS is the private pages."""
+    assert rss.from_rollup(SPLIT_ROLLUP) == ((3000 + 500) * 1024, (100 + 2900) * 1024)
+    unsplit = "\n".join(line for line in SPLIT_ROLLUP.splitlines() if not line.startswith("Pss_"))
+    assert rss.from_rollup(unsplit) == (6000 * 1024, 3000 * 1024)
+    pss, uss = rss.proportional()
+    assert uss > 0 and 0 < pss <= rss.status_bytes("VmRSS")
