@@ -25,15 +25,6 @@ to this model, as ``results.load`` converts any); without, by a fresh
 so that both revisions are measured alike. The command, its options and the
 verdict are ``serbench.commands.gate``'s.
 
-Every worker runs with its address space laid out the same way (ASLR off for
-it alone, as ``setarch -R`` runs a program: ``fixed_layout``). Left random, each
-worker drew a layout of its own, kept for the whole gate, and some layouts made
-in-band pickle's images-4 encode 1.2-1.3x slower than others: an unchanged
-backend read as a regression or an improvement between the two sides, however
-many rounds were paired (docs/measurements/gate-verdicts.md). pyperf meets the
-same effect with many worker processes, a layout each; the gate has one per
-side, so it gives both the same one.
-
 Where the machine has CPUs to spare, the workers run on a set of their own,
 as pyperf's ``--affinity`` pins its workers (``worker_cpus``): the CPUs the
 kernel isolates, else the last two of four or more. Both sides share that set:
@@ -58,7 +49,6 @@ before the worker counts by ``serbench run --measure instructions``.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import os
@@ -87,18 +77,6 @@ from serbench.scenarios import SCENARIOS, dimensions
 RUN_TIMEOUT_S = 1800
 COUNTING_GRACE_S = 20.0  # for an ended counting run to stop valgrind, which runs its code slowly
 ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
-ADDR_NO_RANDOMIZE = 0x0040000  # <sys/personality.h>
-QUERY_PERSONALITY = 0xFFFFFFFF  # personality()'s argument that only reads it
-
-
-def fixed_layout(personality: Callable[[int], int]) -> None:
-    """Turn address-space randomization off for this process and what it execs (Linux's
-    ``ADDR_NO_RANDOMIZE`` personality, as ``setarch -R``): the gate's workers then lay out
-    their libraries and heaps alike. ``personality`` is libc's; where it refuses, the
-    layout stays random (the gate measures as before, one layout draw per side)."""
-    current = personality(QUERY_PERSONALITY)
-    if current != -1:
-        personality(current | ADDR_NO_RANDOMIZE)
 
 
 def _cpu_list(text: str) -> set[int]:
@@ -202,15 +180,9 @@ class Revision:
         ``cpus`` when given."""
         first = [self.runtime.path, self.code, os.environ.get("PYTHONPATH")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in first if p)}
-        personality = ctypes.CDLL(None).personality  # looked up here, not between fork and exec
-
-        def prepare() -> None:
-            fixed_layout(personality)
-            if cpus:
-                os.sched_setaffinity(0, cpus)
-
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         command = [self.runtime.python, *command]
-        return subprocess.Popen(command, cwd=self.code, env=env, preexec_fn=prepare, **popen)
+        return subprocess.Popen(command, cwd=self.code, env=env, preexec_fn=pin, **popen)
 
     def run(self, *extra: str, cpus: frozenset[int] | None = None, **popen: Any) -> subprocess.Popen:
         """``python -m serbench run`` with this side's plan and profile as options (``run_options``):

@@ -106,17 +106,6 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     assert unknown.records == []
 
 
-def test_every_worker_runs_with_one_address_space_layout() -> None:
-    """ASLR off for the gate's processes alone: each side would otherwise draw a layout of its own
-    for the whole gate (``gate.fixed_layout``); the gate's own process keeps its personality."""
-    side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
-    ours = Path("/proc/self/personality").read_text()
-    read = ["-c", "print(open('/proc/self/personality').read())"]
-    proc = side.start(read, stdout=subprocess.PIPE, text=True)
-    assert int(proc.communicate(timeout=60)[0], 16) & gate.ADDR_NO_RANDOMIZE
-    assert Path("/proc/self/personality").read_text() == ours
-
-
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
     side = gate.Revision("base", REPO, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
     worker = gate.Worker(side, tmp_path / "base.log")
