@@ -1,7 +1,7 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
 Each trial is one gate run as ``serbench gate`` does it — a ``python -m
-serbench.worker`` worker per side, every case measured on base and head back to back
+serbench.worker`` worker per side and round, every case measured on base and head back to back
 (alternating which goes first), merged per side — except that both sides run
 this working tree and differ only in the backends. Both sides measure the
 same number of cases of ``serbench.testing:slowed`` in the same order (slot
@@ -77,8 +77,7 @@ def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: st
         if counted is None:
             raise SystemExit("this serbench cannot count instructions")
         return counted[0], counted[1]
-    with gate.measurers(sides, folder, log=print) as started:
-        base_runs, head_runs = gate.interleave(started, rounds, folder, log=lambda m: None)
+    base_runs, head_runs = gate.fresh_rounds(sides, rounds, folder, log=lambda m: None)
     return results.merge(base_runs), results.merge(head_runs)
 
 

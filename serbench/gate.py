@@ -1,7 +1,7 @@
 """The CI performance gate's measurement: a base revision against the working tree.
 
 The base revision is checked out in a temporary git worktree (removed
-afterwards). Each side — base and working tree — gets one worker, a
+afterwards). Each side — base and working tree — gets a worker per round, a
 ``python -m serbench.worker`` process with that side's code first on the path
 (``PYTHONPATH`` and the working directory both point at it, and both come
 before the editable install's finder), driven by ``serbench.protocol``: it
@@ -15,6 +15,18 @@ halves of such a pair mostly see the same machine; ``serbench.compare`` takes
 the median of the per-pair ratios, so the few pairs that straddle a change
 are outvoted. The rounds of each side are merged into one ``Results`` whose
 metrics remember the sample count of each round, which is what pairs them.
+
+Why a worker per round (``fresh_rounds``), though a worker could measure every
+round: a process keeps for its whole life some of what it draws when it starts.
+Six workers of one commit read in-band pickle's images-4 encode at 34-44 ms,
+each worker's own measurements within a few percent (not the heap, the hash
+seed, glibc's thresholds or the CPU: docs/measurements/gate-verdicts.md). With
+one worker per side that draw was a difference between base and head that no
+number of rounds averaged away, and an unchanged backend read 1.2x slower or
+faster. Fresh workers every round turn it into round-to-round noise, which the
+paired ratios and their interval see (pyperf spreads its samples over many
+processes for the same reason). It costs a worker start per round (both sides
+at once, seconds).
 
 A revision from before ``serbench.worker`` ends without a hello. Only then is
 its ``serbench run --help`` read: with ``--worker`` it is measured by that
@@ -58,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -481,29 +493,58 @@ def _units(sides: Sequence[Measurer]) -> list[Case | None]:
     return list(dict.fromkeys(case for m in sides for case in m.cases))
 
 
+def one_round(sides: Sequence[Measurer], r: int, out: Path) -> list[list[Results]]:
+    """Round ``r``: every case measured on every side, back to back, the side that goes first
+    alternating from case to case and from round to round (per round only, where a side
+    cannot measure one case). Each side's results, in order; raw measurements stay under
+    ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured on the other only."""
+    runs: list[list[Results]] = [[] for _ in sides]
+    for k, unit in enumerate(_units(sides), start=1):
+        order = list(enumerate(sides))
+        for index, measurer in order if (r + k) % 2 == 0 else order[::-1]:
+            if unit is None or unit in measurer.cases:
+                name = f"{measurer.revision.label}-{r}" + (f"-{k}" if unit else "")
+                runs[index].append(measurer.measure(out / name, unit))
+    return runs
+
+
+def _rounds(
+    workers: Callable[[int], AbstractContextManager[Sequence[Measurer]]],
+    rounds: int,
+    log: Callable[[str], None],
+    out: Path,
+) -> list[list[Results]]:
+    """``rounds`` rounds (``one_round``), round ``r`` by the measurers ``workers(r)`` gives."""
+    runs: list[list[Results]] = []
+    for r in range(1, rounds + 1):
+        start = time.perf_counter()
+        with workers(r) as sides:
+            measured = one_round(sides, r, out)
+        runs = [a + b for a, b in zip(runs, measured, strict=True)] if runs else measured
+        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
+    return runs
+
+
 def interleave(
     sides: Sequence[Measurer], rounds: int, out: Path, log: Callable[[str], None] = print
 ) -> list[list[Results]]:
-    """Measure every side ``rounds`` times, alternating which side goes first (A B, B A, …)
-    from case to case and from round to round (round by round only, where a side
-    cannot measure one case).
+    """Every side measured ``rounds`` times by the same measurers (``one_round``)."""
+    return _rounds(lambda r: nullcontext(sides), rounds, log, out)
 
-    Returns the results of each side, in order; raw measurements stay under
-    ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured on the
-    other only.
-    """
-    runs: list[list[Results]] = [[] for _ in sides]
-    units = _units(sides)
-    for r in range(1, rounds + 1):
-        start = time.perf_counter()
-        for k, unit in enumerate(units, start=1):
-            order = list(enumerate(sides))
-            for index, measurer in order if (r + k) % 2 == 0 else order[::-1]:
-                if unit is None or unit in measurer.cases:
-                    name = f"{measurer.revision.label}-{r}" + (f"-{k}" if unit else "")
-                    runs[index].append(measurer.measure(out / name, unit))
-        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
-    return runs
+
+def fresh_rounds(
+    revisions: Sequence[Revision], rounds: int, out: Path, log: Callable[[str], None] = print
+) -> list[list[Results]]:
+    """Every revision measured ``rounds`` times (``one_round``), each round by workers started
+    for it (``measurers``): what a process draws when it starts (its address-space layout,
+    where its allocations land) changes from round to round instead of holding for the
+    whole gate, so the paired ratios and their interval see it (docs/gate.md, "A fresh
+    worker every round")."""
+    return _rounds(lambda r: measurers(revisions, out, log if r == 1 else _quiet), rounds, log, out)
+
+
+def _quiet(message: str) -> None:
+    """A log that says nothing: the later rounds' workers repeat the first round's notes."""
 
 
 def count(
@@ -639,8 +680,7 @@ def measure(
                     log(f"gate: {revision.label} runs {revision.runtime.describe()}")
             timed = None
             if rounds:
-                with measurers(revisions, out, log) as started:
-                    base_runs, head_runs = interleave(started, rounds, out, log)
+                base_runs, head_runs = fresh_rounds(revisions, rounds, out, log)
                 timed = results.merge(base_runs), results.merge(head_runs)
             counted = None
             if counting is not None:

@@ -83,6 +83,31 @@ def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> No
 MICRO_TEXT = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 
+def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path: Path) -> None:
+    """``fresh_rounds``: a new worker per side each round (what a process draws at its start
+    then varies from round to round), the order still alternating, the first round's notes
+    said once."""
+    calls: list = []
+    started: list[list[FakeMeasurer]] = []
+    notes: list[str] = []
+
+    @contextlib.contextmanager
+    def measurers(revisions, out, log):
+        log("workers pinned to CPU(s) 1")
+        started.append([FakeMeasurer(r.label, calls, None) for r in revisions])
+        yield started[-1]
+
+    monkeypatch.setattr(gate, "measurers", measurers)
+    revisions = [gate.Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    runs = gate.fresh_rounds(revisions, 3, tmp_path, log=notes.append)
+    assert len(started) == 3 and len({id(m) for side in started for m in side}) == 6
+    assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
+    assert [len(r) for r in runs] == [3, 3]
+    assert notes.count("workers pinned to CPU(s) 1") == 1
+    rounds = [note.split(":")[0] for note in notes if note.startswith("round")]
+    assert rounds == ["round 1/3", "round 2/3", "round 3/3"]
+
+
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
     worker = gate.Worker(side, tmp_path / "head.log")
