@@ -1,9 +1,9 @@
 """On a GPU machine: what the device stage costs TTFT, per serializer × transport × staging.
 
-For each transport, one worker (``python -m serbench.worker``) per staging — no device
+For each transport and round, a worker (``python -m serbench.worker``) per staging — no device
 (the reference: the request is ready once decoded), and ``--engine-device
 cuda`` with each ``--pin`` — measures the ipc scenario on the same cases,
-case by case, alternating the order (``serbench.gate.interleave``, as the
+case by case, alternating the order (``serbench.gate.fresh_rounds``, as the
 gate alternates base and head). Then each staging's TTFT (to device-ready)
 is compared with the reference's (``serbench.compare``: ratio of medians,
 bootstrap 95 % CI) and a table says which combinations stay within
@@ -50,8 +50,7 @@ def sides(transports: list[str], pins: list[str], device: str, run_args: list[st
 def measure(out: Path, revisions: list[gate.Revision], rounds: int) -> None:
     """Every side's cases, interleaved case by case; merged results in ``out/<label>.json``."""
     out.mkdir(parents=True, exist_ok=True)
-    with gate.measurers(revisions, out, log=print) as started:
-        runs = gate.interleave(started, rounds, out, log=print)
+    runs = gate.fresh_rounds(revisions, rounds, out, log=print)
     for revision, side_runs in zip(revisions, runs, strict=True):
         results.save(out / f"{revision.label}.json", results.merge(side_runs))
 

@@ -70,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -508,39 +508,21 @@ def one_round(sides: Sequence[Measurer], r: int, out: Path) -> list[list[Results
     return runs
 
 
-def _rounds(
-    workers: Callable[[int], AbstractContextManager[Sequence[Measurer]]],
-    rounds: int,
-    log: Callable[[str], None],
-    out: Path,
-) -> list[list[Results]]:
-    """``rounds`` rounds (``one_round``), round ``r`` by the measurers ``workers(r)`` gives."""
-    runs: list[list[Results]] = []
-    for r in range(1, rounds + 1):
-        start = time.perf_counter()
-        with workers(r) as sides:
-            measured = one_round(sides, r, out)
-        runs = [a + b for a, b in zip(runs, measured, strict=True)] if runs else measured
-        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
-    return runs
-
-
-def interleave(
-    sides: Sequence[Measurer], rounds: int, out: Path, log: Callable[[str], None] = print
-) -> list[list[Results]]:
-    """Every side measured ``rounds`` times by the same measurers (``one_round``)."""
-    return _rounds(lambda r: nullcontext(sides), rounds, log, out)
-
-
 def fresh_rounds(
     revisions: Sequence[Revision], rounds: int, out: Path, log: Callable[[str], None] = print
 ) -> list[list[Results]]:
     """Every revision measured ``rounds`` times (``one_round``), each round by workers started
-    for it (``measurers``): what a process draws when it starts (its address-space layout,
-    where its allocations land) changes from round to round instead of holding for the
-    whole gate, so the paired ratios and their interval see it (docs/gate.md, "A fresh
-    worker every round")."""
-    return _rounds(lambda r: measurers(revisions, out, log if r == 1 else _quiet), rounds, log, out)
+    for it (``measurers``): whatever a process draws when it starts then changes from round
+    to round instead of holding for the whole gate, so the paired ratios and their interval
+    see it (docs/gate.md, "A fresh worker every round"). Each side's results, in order."""
+    runs: list[list[Results]] = [[] for _ in revisions]
+    for r in range(1, rounds + 1):
+        start = time.perf_counter()
+        with measurers(revisions, out, log if r == 1 else _quiet) as sides:
+            for side, measured in zip(runs, one_round(sides, r, out), strict=True):
+                side.extend(measured)
+        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
+    return runs
 
 
 def _quiet(message: str) -> None:

@@ -61,9 +61,9 @@ class FakeMeasurer:
 def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
     calls: list = []
     sides = [FakeMeasurer("base", calls, None), FakeMeasurer("head", calls, None)]
-    runs = gate.interleave(sides, 3, tmp_path, log=lambda _: None)
+    runs = [gate.one_round(sides, r, tmp_path) for r in (1, 2, 3)]
     assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
-    assert [len(r) for r in runs] == [3, 3]
+    assert [[len(side) for side in run] for run in runs] == [[1, 1]] * 3
 
 
 def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> None:
@@ -72,12 +72,12 @@ def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> No
     a, b, new = Case("micro", "x", "w1"), Case("micro", "x", "w2"), Case("micro", "y", "w1")
     calls: list = []
     sides = [FakeMeasurer("base", calls, [a, b]), FakeMeasurer("head", calls, [a, b, new])]
-    runs = gate.interleave(sides, 2, tmp_path, log=lambda _: None)
+    runs = [gate.one_round(sides, r, tmp_path) for r in (1, 2)]
     assert calls == [
         ("base", a), ("head", a), ("head", b), ("base", b), ("head", new),
         ("head", a), ("base", a), ("base", b), ("head", b), ("head", new),
     ]  # fmt: skip
-    assert [len(r) for r in runs] == [4, 6]
+    assert [[len(side) for side in run] for run in runs] == [[2, 3], [2, 3]]
 
 
 MICRO_TEXT = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
