@@ -26,7 +26,9 @@ number of rounds averaged away, and an unchanged backend read 1.2x slower or
 faster. Fresh workers every round turn it into round-to-round noise, which the
 paired ratios and their interval see (pyperf spreads its samples over many
 processes for the same reason). It costs a worker start per round (both sides
-at once, seconds).
+at once, seconds). It does not make cases independent of each other: an
+unchanged backend beside a slowed one still moved in 7 of 20 trials (docs/gate.md,
+Limits).
 
 A revision from before ``serbench.worker`` ends without a hello. Only then is
 its ``serbench run --help`` read: with ``--worker`` it is measured by that
