@@ -58,6 +58,34 @@ class FakeMeasurer:
         return doc([])
 
 
+class Ending:
+    """A measurer that records when it is told to end and when it is waited for."""
+
+    def __init__(self, label: str, events: list) -> None:
+        self.label, self.events = label, events
+
+    def end(self) -> None:
+        self.events.append(("end", self.label))
+
+    def close(self) -> None:
+        self.events.append(("close", self.label))
+
+
+def test_every_worker_is_told_to_end_before_any_is_waited_for() -> None:
+    events: list = []
+    gate.close_all([Ending("base", events), Ending("head", events)])
+    assert events == [("end", "base"), ("end", "head"), ("close", "base"), ("close", "head")]
+
+
+def test_a_closed_worker_process_has_ended(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    gate._end(proc)
+    gate._close(proc)  # a second end of a closed stdin is harmless
+    assert proc.returncode == 0 and proc.stdout.closed
+
+
 def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
     calls: list = []
     sides = [FakeMeasurer("base", calls, None), FakeMeasurer("head", calls, None)]
