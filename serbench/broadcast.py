@@ -38,7 +38,8 @@ Workers on other hosts (torch-dist): ``serbench.remote_workers``.
 
 Processes (``Group``): the core is the calling process. It forks its N
 workers before it builds any message (so no worker inherits the payload),
-each worker sets glibc's heap to map large blocks afresh, opens its end,
+each worker runs on the CPU ``placement`` gave it (the core on the first),
+sets glibc's heap to map large blocks afresh, opens its end,
 warms up its decode on a miniature message, resets its RSS high-water mark
 and says ready. Workers die with the core (``PR_SET_PDEATHSIG``) and leave
 no shared-memory name behind: the core unlinks every name as soon as all
@@ -127,6 +128,7 @@ class Route:
     rendezvous: str = ""  # torch-dist: tcp://HOST:PORT of rank 0's store
     timeout_s: float = 30.0  # per step: a worker silent for longer has hung
     remote: str = ""  # remote workers: tcp://HOST:PORT where the core listens (``rendezvous_address``)
+    cpus: tuple[int, ...] = ()  # ``placement``: the core's CPU, then each forked worker's; () unpinned
 
     @property
     def acks(self) -> str:
@@ -142,6 +144,23 @@ class Route:
     @property
     def data_bytes(self) -> int:
         return self.slots * self.slot_bytes + self.arena_bytes
+
+
+def placement(workers: int) -> tuple[int, ...]:
+    """The CPU of the core, then of each of ``workers`` forked workers: each its own while there
+    are enough of those this process may use, then round again from the core's.
+
+    Unpinned, the kernel placed three processes on two vCPUs as it pleased, and a text step's
+    time to the last worker was 0.2 ms in one run and 1.2 ms in the next (a worker waiting for
+    its CPU); pinned, every median of two runs at N <= 2 but one case's held within 15 %
+    (docs/measurements/fanout.md)."""
+    available = sorted(os.sched_getaffinity(0))
+    return tuple(available[i % len(available)] for i in range(workers + 1))
+
+
+def pin(cpu: int) -> None:
+    """Run this thread, and the threads it starts from now on (ZeroMQ's I/O thread), on ``cpu``."""
+    os.sched_setaffinity(0, {cpu})
 
 
 def region_name() -> str:
@@ -193,7 +212,14 @@ def make_route(
     rendezvous = f"tcp://127.0.0.1:{free_port()}" if kind == "torch-dist" else ""
     arena = _aligned(arena_bytes) * 2 if kind == "shm-ring" else 0  # two steps' worth: no wait on reuse
     return Route(
-        kind, workers, str(folder), names, arena_bytes=arena, rendezvous=rendezvous, timeout_s=timeout_s
+        kind,
+        workers,
+        str(folder),
+        names,
+        arena_bytes=arena,
+        rendezvous=rendezvous,
+        timeout_s=timeout_s,
+        cpus=placement(workers),
     )
 
 
@@ -740,6 +766,8 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
+    if route.cpus:
+        pin(route.cpus[index + 1])
     try:
         fresh_memory()
         ctx = zmq.Context()
@@ -888,6 +916,8 @@ def begun(group: Group, begin: Callable[[Group], Group]) -> Group:
 
 def _started(group: Group, work: Work) -> Group:
     route = group.route
+    if route.cpus:  # before the context: its I/O thread runs where the core does
+        pin(route.cpus[0])
     ctx = zmq.Context()
     group.acks = Acks(route, ctx)
     group.sender = SENDERS[route.kind](route, ctx)

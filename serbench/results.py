@@ -237,6 +237,7 @@ class FanoutInfo(Info, tag="fanout"):
     core_pss_bytes: int
     encoder_copied_bytes: int  # of core_copied_bytes, what the encoder built (not viewed)
     worker_hosts: list[str] | None = None  # remote workers (serbench fanout-worker): each one's host
+    cpus: list[int] | None = None  # the CPU each process was pinned to, the core's first (None: unpinned)
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, lookups, hits (docs/cache.md)
 
 

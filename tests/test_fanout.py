@@ -135,6 +135,24 @@ def test_a_faulty_worker_fails_the_case_in_one_line(
         assert "worker 1" in message
 
 
+def test_placement_gives_the_core_the_first_cpu_and_each_worker_the_next(monkeypatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 3, 7})
+    assert broadcast.placement(1) == (3, 5)
+    assert broadcast.placement(4) == (3, 5, 7, 3, 5)  # more processes than CPUs: round again
+
+
+def _on_one_cpu(worker, step, decoded):
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) != 1:
+        raise RuntimeError(f"worker {worker} may run on CPUs {sorted(cpus)}")
+
+
+def test_the_core_and_every_worker_run_where_the_record_says(clean, ipc_sandbox) -> None:
+    case = Case("fanout", "pickle", "text-sonnet", transport="zmq-pub", workers=2)
+    outcome = run_isolated(_hooked, (case, _on_one_cpu), 60)  # a worker on several CPUs fails it
+    assert outcome.info.cpus == list(broadcast.placement(2))
+
+
 def _workers_of(core: psutil.Process, count: int, timeout_s: float = 60.0) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -771,6 +771,7 @@ class Fanout(Scenario):
             batch=schedule.batch,
             block_size=BLOCK_SIZE,
             ring_bytes=route.data_bytes if route.kind == "shm-ring" else None,
+            cpus=list(route.cpus) or None,
             worker_peak_bytes=[w.peak_bytes for w in reports],
             worker_pss_bytes=[w.pss_bytes for w in reports],
             worker_uss_bytes=[w.uss_bytes for w in reports],
