@@ -152,7 +152,7 @@ def placement(workers: int) -> tuple[int, ...]:
 
     Unpinned, the kernel placed three processes on two vCPUs as it pleased, and a text step's
     time to the last worker was 0.2 ms in one run and 1.2 ms in the next (a worker waiting for
-    its CPU); pinned, every median of two runs at N <= 2 but one case's held within 15 %
+    its CPU); pinned, every such median of four pairs of runs read 0.14-0.32 ms
     (docs/measurements/fanout.md)."""
     available = sorted(os.sched_getaffinity(0))
     return tuple(available[i % len(available)] for i in range(workers + 1))

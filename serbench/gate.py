@@ -251,9 +251,9 @@ def _close(proc: subprocess.Popen) -> None:
 
 
 def close_all(measurers: Sequence[Measurer]) -> None:
-    """Close every measurer, all told to end before any is waited for: a worker's exit (its
-    zygote and interpreter torn down) took ~1.2 s here, and with a worker per side every round
-    one after the other cost that per side per round."""
+    """Close every measurer, all told to end before any is waited for: a worker's exit tears
+    down its zygote and interpreter, and with a worker per side every round, exits waited for
+    one after the other would add up per side per round."""
     for measurer in measurers:
         measurer.end()
     for measurer in measurers:
