@@ -4,10 +4,13 @@ Each trial is one gate run as ``serbench gate`` does it — a ``python -m
 serbench.worker`` worker per side and round, every case measured on base and head back to back
 (alternating which goes first), merged per side — except that both sides run
 this working tree and differ only in the backends. Both sides measure the
-same number of cases of ``serbench.testing:slowed`` in the same order (slot
-0, 1, …): base has ``factor=1.0`` in every slot, head has ``factor=1.0`` in
-slot 0 and each FACTOR in the next slots. Slot 0, base against head, is an
-A/A trial; every other slot an A/B trial with a known slowdown. Verdicts come
+same cases under the same names, in the same order (slot 0, 1, …), as a gate
+of a change to another package sees them: each slot is a ``serbench.testing:slowed``
+backend built by a module of the trial's own (``gate_quality_slots``), a copy per
+side put first on that side's path (``gate.Runtime``); base's copy slows no slot,
+head's slows slot 0 by nothing and each next slot by a FACTOR. Slot 0, base
+against head, is an A/A trial; every other slot an A/B trial with a known
+slowdown. Verdicts come
 from ``serbench.compare.compare`` with the gate's default threshold; a trial
 "alarms" when any row of its case is a regression — exactly what makes
 ``serbench gate`` exit 1.
@@ -44,25 +47,45 @@ import msgspec
 
 from serbench import attribution, compare, gate, results
 from serbench.commands import gate as gate_command
-from serbench.profiles import PROFILES
+from serbench.profiles import PROFILES, Profile
 from serbench.results import Results
 from serbench.runner import Plan
 
 REPO = Path(__file__).resolve().parent.parent
-SLOWED = "serbench.testing:slowed:base={backend},factor={factor},slot={slot}"
-LABEL = "slowed"
+SLOTS = "gate_quality_slots"  # the module whose copy on each side builds its slots
 
 
-def _spec(backend: str, factor: float, slot: int, trial: int | None = None) -> str:
-    """A slot's spec; the trial's number in it gives every trial a process history of its own
-    (other spec strings allocated before each case), so counted trials are not one layout repeated."""
-    label = slot if trial is None else f"{trial}.{slot}"
-    return SLOWED.format(backend=backend, factor=factor, slot=label)
+def slot_spec(backend: str, slot: int, trial: int) -> str:
+    """Slot ``slot``'s spec, the same on both sides (what it is slowed by is each side's
+    ``gate_quality_slots``); the trial's number in it gives every trial a process history of
+    its own (other spec strings allocated before each case), so counted trials are not one
+    layout repeated."""
+    return f"{SLOTS}:slot:base={backend},slot={trial}.{slot}"
+
+
+def slots_module(factors: Sequence[float]) -> str:
+    """The source of one side's ``gate_quality_slots``: slot ``k`` slowed by ``factors[k]``."""
+    return (
+        f'"""gate_quality.py\'s slots for one side: slot k slowed by FACTORS[k]."""\n\n'
+        "from serbench.testing import slowed\n\n"
+        f"FACTORS = {list(factors)!r}\n\n\n"
+        "def slot(base: str, slot: str):\n"
+        "    return slowed(base, str(FACTORS[int(slot.rpartition('.')[2])]), slot)\n"
+    )
+
+
+def side(label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile) -> gate.Revision:
+    """One side of a trial: this working tree, with its own ``gate_quality_slots`` (kept in
+    ``folder/<label>-slots/``) first on its path."""
+    modules = folder / f"{label}-slots"
+    modules.mkdir(parents=True, exist_ok=True)
+    results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors))
+    return gate.Revision(label, REPO, plan, profile, gate.Runtime(path=modules))
 
 
 def _only(doc: Results, backend: str) -> Results:
-    """``doc`` reduced to one backend's records, relabelled so both sides' cases match."""
-    records = [msgspec.structs.replace(r, backend=LABEL) for r in doc.records if r.backend == backend]
+    """``doc`` reduced to one backend's records."""
+    records = [r for r in doc.records if r.backend == backend]
     return msgspec.structs.replace(doc, records=records)
 
 
@@ -95,16 +118,13 @@ def run_trial(
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
     ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
     profile = PROFILES["quick"].with_options(measure=measure)
-    slots = range(len(factors) + 1)
-    base_specs = [*(_spec(backend, 1.0, slot, trial) for slot in slots), *bystanders]
-    head_specs = [
-        *(_spec(backend, f, slot, trial) for slot, f in zip(slots, [1.0, *factors], strict=True)),
-        *bystanders,
-    ]
+    head_factors = [1.0, *factors]
+    slots = [slot_spec(backend, slot, trial) for slot in range(len(head_factors))]
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
+    plan = Plan([*slots, *bystanders], chosen, list(scenarios))
     sides = [
-        gate.Revision("base", REPO, Plan(base_specs, chosen, list(scenarios)), profile),
-        gate.Revision("head", REPO, Plan(head_specs, chosen, list(scenarios)), profile),
+        side("base", folder, [1.0] * len(head_factors), plan, profile),
+        side("head", folder, head_factors, plan, profile),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,7 +140,13 @@ def run_trial(
     }
     results.save(folder / "base.json", base)
     results.save(folder / "head.json", head)
-    facts = {"trial": trial, "backend": backend, "factors": factors, "bystanders": list(bystanders)}
+    facts = {
+        "trial": trial,
+        "backend": backend,
+        "factors": factors,
+        "slots": slots,
+        "bystanders": list(bystanders),
+    }
     _write_json(folder / "trial.json", {**facts, **meta})
     return meta
 
@@ -144,32 +170,29 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     trial = json.loads((folder / "trial.json").read_text())
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     flagged = {}
-    for slot, factor in enumerate([1.0, *trial["factors"]]):
-        number = trial.get("trial")  # absent in trials stored before it was part of the spec
-        reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
+    for factor, spec in zip([1.0, *trial["factors"]], trial["slots"], strict=True):
         comparison = compare.compare(
-            reference,
-            _only(head, _spec(trial["backend"], factor, slot, number)),
+            _only(base, spec),
+            _only(head, spec),
             max_regression,
             side_by_side=True,  # the gate's rounds: base and head measured in pairs
         )
-        specs = (_spec(trial["backend"], 1.0, slot, number), _spec(trial["backend"], factor, slot, number))
         flagged[factor] = [
-            f"{r.metric} {r.workload} {r.slowdown:.4f}{_grown(folder, r, specs)}"
+            f"{r.metric} {r.workload} {r.slowdown:.4f}{_grown(folder, r, spec)}"
             for r in comparison.regressions
         ]
     return flagged
 
 
-def _grown(folder: Path, row: compare.MetricComparison, specs: tuple[str, str]) -> str:
+def _grown(folder: Path, row: compare.MetricComparison, spec: str) -> str:
     """For a flagged count row: the three functions whose self instructions per call grew most
     between the two sides' kept profiles (what the gate's summary names first)."""
     if row.metric not in attribution.COUNTED:
         return ""
-    cases = [msgspec.structs.replace(row.case, backend=spec) for spec in specs]
+    case = msgspec.structs.replace(row.case, backend=spec)
     sides = [
         attribution.per_call(attribution.profile_folder(folder / f"{label}-instructions", case), row.metric)
-        for label, case in zip(("base", "head"), cases, strict=True)
+        for label in ("base", "head")
     ]
     if None in sides:
         return " [no profiles]"
@@ -208,12 +231,10 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
     trial = json.loads((folder / "trial.json").read_text())
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     scores = {}
-    for slot, factor in enumerate([1.0, *trial["factors"]]):
-        number = trial.get("trial")
-        reference = _only(base, _spec(trial["backend"], 1.0, slot, number))
+    for factor, spec in zip([1.0, *trial["factors"]], trial["slots"], strict=True):
         rows = compare.compare(
-            reference,
-            _only(head, _spec(trial["backend"], factor, slot, number)),
+            _only(base, spec),
+            _only(head, spec),
             max_regression,
             side_by_side=True,  # the gate's rounds: base and head measured in pairs
         ).rows

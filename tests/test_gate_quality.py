@@ -16,12 +16,15 @@ gate_quality = by_path.load("scripts/gate_quality.py", "gate_quality")
 BACKEND = "msgspec-frombuffer"
 
 
-def round_doc(seed: int, factors: list[float], scales: list[float]) -> Results:
-    """One round: a case per slot, labelled with the slot's factor, its times scaled by ``scales``."""
+SLOTS = [gate_quality.slot_spec(BACKEND, slot, 1) for slot in range(2)]
+
+
+def round_doc(seed: int, scales: list[float]) -> Results:
+    """One round: a case per slot, its times scaled by ``scales``."""
     return doc(
         [
-            rec({"encode_s": metric(samples(seed + slot, scale, n=15))}, gate_quality._spec(BACKEND, f, slot))
-            for slot, (f, scale) in enumerate(zip(factors, scales, strict=True))
+            rec({"encode_s": metric(samples(seed + slot, scale, n=15))}, spec)
+            for slot, (spec, scale) in enumerate(zip(SLOTS, scales, strict=True))
         ]
     )
 
@@ -29,18 +32,24 @@ def round_doc(seed: int, factors: list[float], scales: list[float]) -> Results:
 def store_trial(folder: Path, factor: float, slowed_rounds: list[bool]) -> None:
     """A trial as run_trial leaves it (raw rounds, merged sides, trial.json); head's slot 1
     is ``factor`` times slower in the rounds marked True."""
-    head_factors = [1.0, factor]
     for r, slowed in enumerate(slowed_rounds, start=1):
-        sides = {"base": ([1.0, 1.0], [1.0, 1.0]), "head": (head_factors, [1.0, factor if slowed else 1.0])}
-        for label, (factors, scales) in sides.items():
+        sides = {"base": [1.0, 1.0], "head": [1.0, factor if slowed else 1.0]}
+        for label, scales in sides.items():
             path = folder / f"{label}-{r}" / "results.json"
-            results.save(path, round_doc(100 * r, factors, scales))
+            results.save(path, round_doc(100 * r, scales))
     for label in ("base", "head"):
         rounds = [
             results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, len(slowed_rounds) + 1)
         ]
         results.save(folder / f"{label}.json", results.merge(rounds))
-    meta = {"backend": BACKEND, "factors": [factor], "load_before": 1.0, "load_after": 1.0, "cpus": 2}
+    meta = {
+        "backend": BACKEND,
+        "factors": [factor],
+        "slots": SLOTS,
+        "load_before": 1.0,
+        "load_after": 1.0,
+        "cpus": 2,
+    }
     (folder / "trial.json").write_text(json.dumps(meta))
 
 
@@ -81,7 +90,7 @@ def test_a_bystander_whose_rows_moved_is_named_and_counted(tmp_path: Path) -> No
     for r in range(1, 4):
         for label, scale in (("base", 1.0), ("head", 1.3)):
             records = [
-                rec({"encode_s": metric(samples(100 * r, n=15))}, gate_quality._spec(BACKEND, 1.0, 0)),
+                rec({"encode_s": metric(samples(100 * r, n=15))}, SLOTS[0]),
                 rec({"encode_s": metric(samples(200 * r, scale, n=15))}, "pickle"),
                 rec({"encode_s": metric(samples(300 * r, n=15))}, "flat-mmk"),
             ]
@@ -89,8 +98,8 @@ def test_a_bystander_whose_rows_moved_is_named_and_counted(tmp_path: Path) -> No
     for label in ("base", "head"):
         rounds = [results.load(folder / f"{label}-{r}" / "results.json") for r in range(1, 4)]
         results.save(folder / f"{label}.json", results.merge(rounds))
-    meta = {"backend": BACKEND, "factors": [], "bystanders": ["pickle", "flat-mmk"], "load_before": 1.0}
-    (folder / "trial.json").write_text(json.dumps({**meta, "load_after": 1.0, "cpus": 2}))
+    meta = {"backend": BACKEND, "factors": [], "slots": SLOTS[:1], "bystanders": ["pickle", "flat-mmk"]}
+    (folder / "trial.json").write_text(json.dumps({**meta, "load_before": 1.0, "load_after": 1.0, "cpus": 2}))
     moved = gate_quality.disturbed(folder, 0.10)
     assert [entry.split()[:4] for entry in moved] == [["pickle", "encode_s", "w", "regression"]]
     assert gate_quality.report(tmp_path, 0.10)["bystanders_moved_trials"] == 1
@@ -109,3 +118,19 @@ def test_the_functions_named_for_flagged_count_rows_are_tallied_per_row() -> Non
     }
     named = [entry for factor, rows in flagged.items() for entry in gate_quality._named(factor, rows)]
     assert named == [(1.02, "receive_instructions text-sonnet", "mpack_decode (m.so), g (p.so)")]
+
+
+def test_both_sides_measure_the_same_cases_and_only_heads_slots_are_slowed(tmp_path: Path) -> None:
+    """A trial's sides share one plan, case names included (as in a gate of another package's
+    change); each side's own ``gate_quality_slots``, first on its path, decides the factors."""
+    plan = gate_quality.Plan([*SLOTS, "pickle"], ["text-sonnet"], ["micro"])
+    profile = gate_quality.PROFILES["quick"]
+    base = gate_quality.side("base", tmp_path, [1.0, 1.0], plan, profile)
+    head = gate_quality.side("head", tmp_path, [1.0, 1.07], plan, profile)
+    assert base.plan == head.plan and base.runtime.path != head.runtime.path
+    for revision, factors in ((base, [1.0, 1.0]), (head, [1.0, 1.07])):
+        module: dict = {}
+        exec((revision.runtime.path / "gate_quality_slots.py").read_text(), module)
+        built = [module["slot"](BACKEND, spec.rpartition("slot=")[2]) for spec in SLOTS]
+        assert [b.factor for b in built] == factors
+        assert {b.inner.name for b in built} == {BACKEND}
