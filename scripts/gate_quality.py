@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -165,8 +166,24 @@ def load_side(folder: Path, label: str, rounds: int | None) -> Results:
     )
 
 
-def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, list[str]]:
-    """Factor → the regressions (``metric workload``) the gate flags for it in this trial."""
+class Flag(NamedTuple):
+    """A row the gate flagged as a regression; for a count row, the functions whose self
+    instructions per call grew most between the sides' kept profiles (``None``: none kept)."""
+
+    metric: str
+    workload: str
+    slowdown: float
+    grown: tuple[str, ...] | None = ()
+
+    def __str__(self) -> str:
+        row = f"{self.metric} {self.workload} {self.slowdown:.4f}"
+        if self.grown is None:
+            return f"{row} [no profiles]"
+        return f"{row} [grew most: {', '.join(self.grown)}]" if self.grown else row
+
+
+def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, list[Flag]]:
+    """Factor → the regressions the gate flags for it in this trial."""
     trial = json.loads((folder / "trial.json").read_text())
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     flagged = {}
@@ -178,26 +195,26 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
             side_by_side=True,  # the gate's rounds: base and head measured in pairs
         )
         flagged[factor] = [
-            f"{r.metric} {r.workload} {r.slowdown:.4f}{_grown(folder, r, spec)}"
-            for r in comparison.regressions
+            Flag(r.metric, r.workload, r.slowdown, _grown(folder, r, spec)) for r in comparison.regressions
         ]
     return flagged
 
 
-def _grown(folder: Path, row: compare.MetricComparison, spec: str) -> str:
+def _grown(folder: Path, row: compare.MetricComparison, spec: str) -> tuple[str, ...] | None:
     """For a flagged count row: the three functions whose self instructions per call grew most
-    between the two sides' kept profiles (what the gate's summary names first)."""
+    between the two sides' kept profiles (what the gate's summary names first); ``()`` for a
+    timed row, ``None`` where a side kept no profile."""
     if row.metric not in attribution.COUNTED:
-        return ""
+        return ()
     case = msgspec.structs.replace(row.case, backend=spec)
     sides = [
         attribution.per_call(attribution.profile_folder(folder / f"{label}-instructions", case), row.metric)
         for label in ("base", "head")
     ]
     if None in sides:
-        return " [no profiles]"
+        return None
     _, grown = attribution.attribute(*sides, top=3)
-    return f" [grew most: {', '.join(g.function for g in grown)}]"
+    return tuple(g.function for g in grown)
 
 
 def disturbed(folder: Path, max_regression: float, rounds: int | None = None) -> list[str]:
@@ -251,17 +268,6 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
     return scores
 
 
-def _named(factor: float, regressions: list[str]) -> list[tuple[float, str, str]]:
-    """For the rows a slowed slot flagged, each count row's functions that grew most (``_grown``'s
-    names): ``(factor, "METRIC WORKLOAD", "f, g, h")``, to be counted over the trials."""
-    named = []
-    for line in regressions:
-        row, _, grown = line.partition(" [grew most: ")
-        if factor > 1 and grown:
-            named.append((factor, row.rsplit(" ", 1)[0], grown.rstrip("]")))
-    return named
-
-
 def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
     """Alarm counts per factor over every stored trial, printed and written to ``summary.json``."""
     trials = sorted(p for p in out.glob("trial-*") if (p / "trial.json").exists())
@@ -278,7 +284,11 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         flagged = evaluate(folder, max_regression, rounds)
         for factor, regressions in flagged.items():
             counts[factor] = counts.get(factor, 0) + bool(regressions)
-            named.update(_named(factor, regressions))
+            named.update(
+                (factor, f"{f.metric} {f.workload}", ", ".join(f.grown))
+                for f in regressions
+                if factor > 1 and f.grown
+            )
         for factor, scored in honesty(folder, max_regression, rounds).items():
             total = labels.setdefault(factor, dict.fromkeys(scored, 0))
             for key, value in scored.items():
@@ -286,7 +296,7 @@ def report(out: Path, max_regression: float, rounds: int | None = None) -> dict:
         marks = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
         print(f"{folder.name} (load {loads[-1]:.1f}): {marks}")
         if flagged[1.0]:
-            print(f"  false alarm: {'; '.join(flagged[1.0])}")
+            print(f"  false alarm: {'; '.join(map(str, flagged[1.0]))}")
         moved = disturbed(folder, max_regression, rounds)
         moved_trials += bool(moved)
         if moved:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import by_path
+import pytest
 from test_compare import doc, metric, rec, samples
 
 from serbench import results
@@ -57,7 +58,7 @@ def test_a_trial_alarms_on_the_slowed_slot_and_not_on_the_identical_one(tmp_path
     store_trial(tmp_path / "trial-01", 1.3, [True] * 3)
     flagged = gate_quality.evaluate(tmp_path / "trial-01", 0.10)
     assert flagged[1.0] == []
-    assert [entry.split()[0] for entry in flagged[1.3]] == ["encode_s"]
+    assert [flag.metric for flag in flagged[1.3]] == ["encode_s"]
 
 
 def test_the_report_counts_trials_and_can_score_only_the_first_rounds(tmp_path: Path) -> None:
@@ -105,19 +106,36 @@ def test_a_bystander_whose_rows_moved_is_named_and_counted(tmp_path: Path) -> No
     assert gate_quality.report(tmp_path, 0.10)["bystanders_moved_trials"] == 1
 
 
-def test_the_functions_named_for_flagged_count_rows_are_tallied_per_row() -> None:
-    """What ``_grown`` names for a slowed slot's count rows, keyed by row without its ratio (the
-    ratio differs in the last digits from trial to trial); wall-clock rows and the A/A slot name
+def test_the_functions_named_for_flagged_count_rows_are_tallied_per_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``_grown`` names for a slowed slot's count rows is tallied by row (without its ratio,
+    which differs in the last digits from trial to trial); wall-clock rows and the A/A slot name
     nothing."""
+    Flag = gate_quality.Flag
     flagged = {
-        1.0: ["receive_instructions text-sonnet 1.0011 [grew most: f (a.so)]"],
+        1.0: [Flag("receive_instructions", "text-sonnet", 1.0011, ("f (a.so)",))],
         1.02: [
-            "receive_instructions text-sonnet 1.0248 [grew most: mpack_decode (m.so), g (p.so)]",
-            "decode_s text-sonnet 1.0400",
+            Flag("receive_instructions", "text-sonnet", 1.0248, ("mpack_decode (m.so)", "g (p.so)")),
+            Flag("decode_s", "text-sonnet", 1.04),
         ],
     }
-    named = [entry for factor, rows in flagged.items() for entry in gate_quality._named(factor, rows)]
-    assert named == [(1.02, "receive_instructions text-sonnet", "mpack_decode (m.so), g (p.so)")]
+    for t in (1, 2):
+        store_trial(tmp_path / f"trial-0{t}", 1.02, [False] * 3)
+    monkeypatch.setattr(gate_quality, "evaluate", lambda *args: flagged)
+    assert gate_quality.report(tmp_path, 0.10)["grew_most"] == [
+        {
+            "factor": 1.02,
+            "row": "receive_instructions text-sonnet",
+            "functions": "mpack_decode (m.so), g (p.so)",
+            "trials": 2,
+        }
+    ]
+    assert [str(f) for f in flagged[1.02]] == [
+        "receive_instructions text-sonnet 1.0248 [grew most: mpack_decode (m.so), g (p.so)]",
+        "decode_s text-sonnet 1.0400",
+    ]
+    assert str(Flag("send_instructions", "w", 1.02, None)) == "send_instructions w 1.0200 [no profiles]"
 
 
 def test_both_sides_measure_the_same_cases_and_only_heads_slots_are_slowed(tmp_path: Path) -> None:
