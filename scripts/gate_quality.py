@@ -3,7 +3,7 @@
 Each trial is one gate run as ``serbench gate`` does it — a ``python -m
 serbench.worker`` worker per side and round, every case measured on base and head back to back
 (alternating which goes first), merged per side — except that both sides run
-this working tree and differ only in the backends. Both sides measure the
+this working tree and differ only in what their slots are slowed by. Both sides measure the
 same cases under the same names, in the same order (slot 0, 1, …), as a gate
 of a change to another package sees them: each slot is a ``serbench.testing:slowed``
 backend built by a module of the trial's own (``gate_quality_slots``), a copy per
