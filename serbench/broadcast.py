@@ -16,8 +16,9 @@ A *transport* here is how one message reaches N readers (``KINDS``):
   core writes once (one memcpy, whatever N) and every worker maps read-only
   and decodes in place. A slot (and its arena block) is written again only
   after every reader set its read flag. Readers do not spin (two vCPUs cannot
-  afford N spinning readers beside the core): they wait on a one-byte PUB
-  wakeup, re-checking the flags every ``WAKE_POLL_S``. Flags are plain bytes
+  afford N spinning readers beside the core): each waits on a one-byte wakeup
+  on a socket of its own (``wake_order`` says in which order they are sent),
+  re-checking the flags every ``WAKE_POLL_S``. Flags are plain bytes
   in shared memory; the writer stores the slot, then clears the read flags,
   then sets ``written`` — on x86's total store order readers see them in that
   order, as vLLM's queue also relies on.
@@ -156,6 +157,20 @@ def placement(workers: int) -> tuple[int, ...]:
     (docs/measurements/fanout.md)."""
     available = sorted(os.sched_getaffinity(0))
     return tuple(available[i % len(available)] for i in range(workers + 1))
+
+
+def wake_order(cpus: tuple[int, ...], workers: int) -> list[int]:
+    """The order the ring's writer wakes its readers: those on CPUs of their own first, then
+    those that share the core's (``placement``), each group by index.
+
+    A reader woken on the core's CPU preempts the core's ZeroMQ I/O thread before it has written
+    the other wakes, so woken first it holds the rest back by its whole step: at N = 2 on two
+    vCPUs a decode step reached the last worker in 2.3 ms instead of 0.3. One PUB socket for
+    every reader wakes them in the order they subscribed, which changed from case to case: the
+    slow mode came and went between runs (docs/measurements/fanout.md)."""
+    if not cpus:
+        return list(range(workers))
+    return sorted(range(workers), key=lambda i: cpus[i + 1] == cpus[0])
 
 
 def pin(cpu: int) -> None:
@@ -378,9 +393,12 @@ class ShmRing(Sender):
         self.arena = shm.Ring(route.arena_bytes) if route.arena_bytes else None
         self.blocks: list[int | None] = [None] * route.slots  # the arena block each slot references
         self.next = 0
-        self.wake = ctx.socket(zmq.PUB)
-        self.wake.setsockopt(zmq.LINGER, 0)
-        self.wake.bind(route.endpoint("wake"))
+        self.wakes = []  # in wake order
+        for index in wake_order(route.cpus, route.workers):
+            sock = ctx.socket(zmq.PUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(route.endpoint(f"wake-{index}"))
+            self.wakes.append(sock)
 
     def attached(self) -> None:
         self.unlink()  # every worker maps both: the memory goes with the last mapping
@@ -440,12 +458,14 @@ class ShmRing(Sender):
         self.flags[slot, 1:] = 0
         self.flags[slot, 0] = 1
         self.next += 1
-        self.wake.send(b"")
+        for sock in self.wakes:
+            sock.send(b"")
         return copied
 
     def close(self) -> None:
         self.unlink()
-        self.wake.close(0)
+        for sock in self.wakes:
+            sock.close(0)
         self.flags = self.data = None  # type: ignore[assignment]
         for mapping in (self.flags_map, self.data_map):
             with contextlib.suppress(BufferError):
@@ -594,7 +614,7 @@ class RingReceiver(Receiver):
         self.wake = ctx.socket(zmq.SUB)
         self.wake.setsockopt(zmq.SUBSCRIBE, b"")
         self.wake.setsockopt(zmq.LINGER, 0)
-        self.wake.connect(route.endpoint("wake"))
+        self.wake.connect(route.endpoint(f"wake-{index}"))
         self.next = 0
 
     def receive(self) -> tuple[Envelope, list[Any]]:

@@ -141,6 +141,13 @@ def test_placement_gives_the_core_the_first_cpu_and_each_worker_the_next(monkeyp
     assert broadcast.placement(4) == (3, 5, 7, 3, 5)  # more processes than CPUs: round again
 
 
+def test_the_ring_wakes_workers_on_cpus_of_their_own_before_those_beside_the_core() -> None:
+    assert broadcast.wake_order((0, 1, 0), 2) == [0, 1]  # worker 1 shares the core's CPU: last
+    assert broadcast.wake_order((0, 1, 0, 1), 3) == [0, 2, 1]
+    assert broadcast.wake_order((4, 0, 4, 2, 4), 4) == [0, 2, 1, 3]
+    assert broadcast.wake_order((), 3) == [0, 1, 2]  # unpinned: by index
+
+
 def _on_one_cpu(worker, step, decoded):
     cpus = os.sched_getaffinity(0)
     if len(cpus) != 1:
