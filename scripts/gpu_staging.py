@@ -13,8 +13,9 @@ bootstrap 95 % CI) and a table says which combinations stay within
     python scripts/gpu_staging.py --out reports/gpu-staging --rounds 4 --transports ipc
     python scripts/gpu_staging.py --analyze reports/gpu-staging         # the table again from stored runs
 
-Everything lands in ``--out``: each side's merged results (``<side>.json``),
-the raw rounds, the workers' logs and ``staging.md`` (the table).
+Everything lands in ``--out``: each side's merged results (``<side>.json``, rewritten
+after every round, so a stopped run keeps its complete rounds), the raw rounds, the
+workers' logs and ``staging.md`` (the table).
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def sides(transports: list[str], pins: list[str], device: str, run_args: list[st
 
 
 def measure(out: Path, revisions: list[gate.Revision], rounds: int) -> None:
-    """Every side's cases, interleaved case by case; merged results in ``out/<label>.json``."""
+    """Every side's cases, interleaved case by case; merged results in ``out/<label>.json``,
+    rewritten after every round: a run stopped in round k keeps rounds 1..k-1 for ``--analyze``
+    (a GPU lease can end mid-run)."""
     out.mkdir(parents=True, exist_ok=True)
-    runs = gate.fresh_rounds(revisions, rounds, out, log=print)
-    for revision, side_runs in zip(revisions, runs, strict=True):
-        results.save(out / f"{revision.label}.json", results.merge(side_runs))
+
+    def save(runs: list[list[results.Results]]) -> None:
+        for revision, side_runs in zip(revisions, runs, strict=True):
+            results.save(out / f"{revision.label}.json", results.merge(side_runs))
+
+    gate.fresh_rounds(revisions, rounds, out, log=print, on_round=save)
 
 
 def _ms(value: float | None) -> str:

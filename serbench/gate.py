@@ -537,12 +537,18 @@ def one_round(sides: Sequence[Measurer], r: int, out: Path) -> list[list[Results
 
 
 def fresh_rounds(
-    revisions: Sequence[Revision], rounds: int, out: Path, log: Callable[[str], None] = print
+    revisions: Sequence[Revision],
+    rounds: int,
+    out: Path,
+    log: Callable[[str], None] = print,
+    on_round: Callable[[list[list[Results]]], None] | None = None,
 ) -> list[list[Results]]:
     """Every revision measured ``rounds`` times (``one_round``), each round by workers started
     for it (``measurers``): whatever a process draws when it starts then changes from round
     to round instead of holding for the whole gate, so the paired ratios and their interval
-    see it (docs/gate.md, "A fresh worker every round"). Each side's results, in order."""
+    see it (docs/gate.md, "A fresh worker every round"). Each side's results, in order;
+    ``on_round`` sees them after every round, so a caller can keep the rounds done so far
+    when a later one is stopped."""
     runs: list[list[Results]] = [[] for _ in revisions]
     for r in range(1, rounds + 1):
         start = time.perf_counter()
@@ -550,6 +556,8 @@ def fresh_rounds(
             for side, measured in zip(runs, one_round(sides, r, out), strict=True):
                 side.extend(measured)
         log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
+        if on_round is not None:
+            on_round(runs)
     return runs
 
 

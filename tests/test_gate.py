@@ -136,6 +136,30 @@ def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path
     assert rounds == ["round 1/3", "round 2/3", "round 3/3"]
 
 
+def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp_path: Path) -> None:
+    """``on_round`` sees every side's results after each round, so a run stopped in round 3
+    (a lease ending, Ctrl-C) has already handed on rounds 1 and 2."""
+    seen: list[list[int]] = []
+
+    @contextlib.contextmanager
+    def measurers(revisions, out, log):
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        yield [FakeMeasurer(r.label, [], None) for r in revisions]
+
+    monkeypatch.setattr(gate, "measurers", measurers)
+    revisions = [gate.Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    with pytest.raises(KeyboardInterrupt):
+        gate.fresh_rounds(
+            revisions,
+            3,
+            tmp_path,
+            log=lambda m: None,
+            on_round=lambda runs: seen.append([len(r) for r in runs]),
+        )
+    assert seen == [[1, 1], [2, 2]]
+
+
 def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
     worker = gate.Worker(side, tmp_path / "head.log")
