@@ -600,6 +600,14 @@ def test_the_legend_on_a_figure_is_the_legend_figure_as_drawn():
     assert np.array_equal(drawn[:top], strip[:top])
 
 
+def test_one_backend_over_each_fanout_transport_draws_a_line_pattern_of_its_own():
+    """Shades of one hue were all that told fan-out's transports apart; now each its dashes."""
+    transports = ("zmq-each", "zmq-pub", "shm-ring", "torch-dist")
+    styles = [plots.line_style(Case("fanout", "pickle", "images-8", t, workers=2), t) for t in transports]
+    assert len({str(s.dash) for s in styles}) == len(transports)
+    assert all(s.marker == styles[0].marker for s in styles)  # still recognisably one backend
+
+
 def test_a_variant_keeps_its_backends_colour_and_differs_in_dashes_hatch_and_fill():
     base, variant = (plots.line_style(Case("memory", s, "images-4"), s) for s in ("flat-mmk", VARIANTS[-1]))
     assert variant.colour == base.colour == plots.backend_colour("flat-mmk")

@@ -72,7 +72,7 @@ class Style:
     colour: str
     label: str
     marker: str = "o"
-    dash: str = "-"
+    dash: str | tuple = "-"  # a matplotlib line style
     hatch: str = ""
     hollow: bool = False
 
@@ -189,13 +189,23 @@ VARIATIONS = {(False, False): ("-", ""), (True, False): ("--", "//"), (False, Tr
               (True, True): ("-.", "//..")}  # fmt: skip
 
 
+# A dimension off its default dots a line; each built-in transport has a pattern of its own, so
+# that one backend's lines over several transports (fan-out's figure) are told apart by more
+# than a shade of one hue.
+TRANSPORT_DASHES = {"tcp": (0, (6, 2)), "zmq-each": (0, (6, 2)), "zmq-pub": (0, (3, 1, 1, 1)),
+                    "torch-dist": (0, (1, 1, 5, 1))}  # fmt: skip
+
+
 def line_style(case: Case, label: str) -> Style:
     """How every figure draws a case's line, from the case alone (the same in every report):
     its ``line_colour``, a marker per backend name, and for a variant (options in its spec)
-    dashes, a hatch and hollow markers; a dimension off its default (``@shm``) dots."""
+    dashes, a hatch and hollow markers; a dimension off its default (``@shm``) dots, or
+    draws its transport's ``TRANSPORT_DASHES``."""
     spec = _parsed(case.backend)
     variant, dimensions = bool(spec.options), case.row != case.backend
     dash, hatch = VARIATIONS[variant, dimensions]
+    if dimensions and not variant:
+        dash = TRANSPORT_DASHES.get(case.transport, dash)
     marker = _builtin_or_hashed(spec.name, BUILTIN_MARKERS, OTHER_MARKERS)
     return Style(line_colour(case), label, marker, dash, hatch, hollow=variant)
 
