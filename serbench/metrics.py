@@ -127,6 +127,36 @@ METRICS: dict[str, Metric] = {
             tolerance=0.01,
             summary=True,
         ),
+        # fanout --measure instructions: per step, the core's publish and worker 0's receive in the
+        # counting process (serbench.scenarios.fanout_counted): ZeroMQ, the kernel and waiting are not
+        Metric(
+            "core_instructions",
+            "count",
+            "core instructions (encode → published)",
+            tolerance=0.01,
+            summary=True,
+        ),
+        Metric(
+            "worker_instructions",
+            "count",
+            "worker instructions (received → decoded)",
+            tolerance=0.01,
+            summary=True,
+        ),
+        Metric(
+            "core_decode_instructions",
+            "count",
+            "core instructions, decode step",
+            tolerance=0.01,
+            summary=True,
+        ),
+        Metric(
+            "worker_decode_instructions",
+            "count",
+            "worker instructions, decode step",
+            tolerance=0.01,
+            summary=True,
+        ),
         # ipc
         Metric("ttft_s", "s", "TTFT", summary=True, headline=True),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),

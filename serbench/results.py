@@ -192,6 +192,15 @@ class IpcCountedInfo(Info, tag="ipc-counted"):
     calls_per_window: dict[str, int] | None = None
 
 
+class FanoutCountedInfo(Info, tag="fanout-counted"):
+    """A fan-out case counted (``--measure instructions``): the core's and a worker's
+    instructions per step in one counting process (``serbench.scenarios.fanout_counted``)."""
+
+    transport: str
+    workers: int
+    calls_per_window: dict[str, int] | None = None
+
+
 class StreamInfo(Info, tag="stream"):
     """The ipc scenario's way back (an output workload: the engine streams its steps)."""
 
@@ -241,7 +250,7 @@ class FanoutInfo(Info, tag="fanout"):
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, lookups, hits (docs/cache.md)
 
 
-ScenarioInfo = MicroInfo | IpcInfo | IpcCountedInfo | StreamInfo | MemoryInfo | FanoutInfo
+ScenarioInfo = MicroInfo | IpcInfo | IpcCountedInfo | StreamInfo | MemoryInfo | FanoutInfo | FanoutCountedInfo
 
 
 class Record(Case, frozen=True, omit_defaults=False):

@@ -59,6 +59,7 @@ SLOW_MODULES = {
     "test_engine",
     "test_fanout",
     "test_fanout_cache",
+    "test_fanout_counted",
     "test_gate",
     "test_gate_packages",
     "test_heap",

@@ -250,12 +250,15 @@ def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
         proc.communicate(timeout=60)
 
 
-def test_gate_counts_only_micro_and_ipc_and_says_why_not(monkeypatch, capsys) -> None:
+def test_gate_counts_only_micro_ipc_and_fanout_and_says_why_not(monkeypatch, capsys) -> None:
     args = type("Args", (), {"measure": "instructions"})()
-    memory = Plan(["x"], ["text-sonnet"], ["memory", "fanout"])
+    memory = Plan(["x"], ["text-sonnet"], ["memory"])
     counting, why = gate_command.count_plan(args, memory, QUICK)
-    assert counting is None and "has neither" in why
-    assert "micro and ipc" in capsys.readouterr().err
+    assert counting is None and "has none" in why
+    assert "micro, ipc and fanout" in capsys.readouterr().err
+    monkeypatch.setattr(instructions, "cannot_launch", lambda: None)
+    (plan, _), _ = gate_command.count_plan(args, Plan(["x"], ["text-sonnet"], ["memory", "fanout"]), QUICK)
+    assert plan.scenarios == ["fanout"]
     both = Plan(["x"], ["text-sonnet"], ["micro", "memory", "ipc"])
     monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
     assert gate_command.count_plan(args, both, QUICK) == (None, instructions.MISSING)

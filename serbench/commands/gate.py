@@ -39,7 +39,7 @@ DEFAULT_ROUNDS = 15
 DEFAULT_ROUNDS_COUNTED = 10
 # auto: instructions where valgrind can count (and micro or ipc is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")
-COUNTED_SCENARIOS = ("micro", "ipc")  # whose CPU work ``--measure instructions`` counts
+COUNTED_SCENARIOS = ("micro", "ipc", "fanout")  # whose CPU work ``--measure instructions`` counts
 # Scenario flags the gate means otherwise: its --measure chooses counts or the clock, and it sets
 # the scenarios' own --measure for its counting run.
 OWN_FLAGS = ("--measure",)
@@ -129,14 +129,14 @@ def count_plan(
     args: argparse.Namespace, plan: Plan, profile: Profile
 ) -> tuple[tuple[Plan, Profile] | None, str | None]:
     """The plan and profile of the instruction-counting run (``--measure instructions``, or
-    ``auto`` where valgrind can count: the micro and ipc cases), or None and why not (None when
+    ``auto`` where valgrind can count: the micro, ipc and fanout cases), or None and why not (None when
     the clock alone was asked for)."""
     if args.measure == "time":
         return None, None
     problem = instructions.cannot_launch()
     counted = [name for name in plan.scenarios if name in COUNTED_SCENARIOS]
     if not counted:
-        problem = "instructions are counted for micro and ipc cases and --scenarios has neither"
+        problem = "instructions are counted for micro, ipc and fanout cases and --scenarios has none"
     if problem:
         if args.measure == "instructions":
             say(f"note: {problem}: no instruction counts, wall time only")
@@ -167,8 +167,8 @@ def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
         return (
             f"measured by: instruction counts (callgrind, within "
             f"{metrics.metric('decode_instructions').tolerance:.0%}: micro's encode and decode, ipc's "
-            "send and receive path per request; not syscalls, the socket library's threads or "
-            "waiting) "
+            "send and receive path per request, fan-out's core and worker per step; not syscalls, "
+            "the socket library's threads or waiting) "
             + (
                 f"and the wall clock ({rounds} paired rounds) for what counts cannot see"
                 if rounds
@@ -204,7 +204,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rounds",
         type=int,
         help=f"runs per revision (default {DEFAULT_ROUNDS}; {DEFAULT_ROUNDS_COUNTED} when instructions "
-        "are counted beside them; none with --measure instructions of micro and ipc alone)",
+        "are counted beside them; none with --measure instructions of counted scenarios alone)",
     )
     parser.add_argument(
         "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"
@@ -214,12 +214,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=MEASURES,
         default="auto",
         help="instructions: count each micro case's instructions per encode / decode and each "
-        "ipc case's per request on the frontend's send and the engine's receive path, under "
+        "ipc case's per request on the frontend's send and the engine's receive path (fanout: "
+        "per step on the core's and a worker's), under "
         "callgrind (one valgrind process per side), and compare them within "
-        f"{metrics.metric('decode_instructions').tolerance * 100:g} %%; with micro and ipc alone, "
+        f"{metrics.metric('decode_instructions').tolerance * 100:g} %%; with counted scenarios alone, "
         "the counts alone, without wall-clock rounds unless --rounds asks for them "
         "(docs/instructions.md); time: the clock alone; auto (default): counts beside "
-        f"{DEFAULT_ROUNDS_COUNTED} wall-clock rounds where valgrind is installed and micro or ipc "
+        f"{DEFAULT_ROUNDS_COUNTED} wall-clock rounds where valgrind is installed and micro, ipc or fanout "
         "is measured, else time",
     )
     package = parser.add_argument_group(

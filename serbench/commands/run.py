@@ -116,7 +116,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         problem = instructions.cannot_launch()
         if problem is None:
             return _counted(args, chosen, settings)
-        print(f"note: {problem}: no instruction counts, micro and ipc measure wall time", file=sys.stderr)
+        print(
+            f"note: {problem}: no instruction counts, micro, ipc and fanout measure wall time",
+            file=sys.stderr,
+        )
     folder = results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
     progress = _progress(len(chosen.cases()))

@@ -106,9 +106,9 @@ MEASURE = Option(
     "--measure",
     "measure",
     str,
-    "micro and ipc: wall time (default), or instructions under valgrind's callgrind, one valgrind "
-    "process for the run: micro per encode / decode, ipc per request on each side's path "
-    "(docs/instructions.md)",
+    "micro, ipc and fanout: wall time (default), or instructions under valgrind's callgrind, one "
+    "valgrind process for the run: micro per encode / decode, ipc per request on each side's "
+    "path, fanout per step on the core's and a worker's (docs/instructions.md)",
     choices=MEASURES,
 )
 

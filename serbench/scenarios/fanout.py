@@ -60,19 +60,20 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench import broadcast, cache, conformance, lazy, remote_workers, shm, transport
+from serbench import broadcast, cache, conformance, instructions, lazy, remote_workers, shm, transport
 from serbench.heap import fresh_memory
 from serbench.metrics import measured, statistic
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
 from serbench.rss import live_memory
-from serbench.scenarios import caching
+from serbench.scenarios import caching, fanout_counted
 from serbench.scenarios.base import (
     Case,
     Dimension,
     Option,
     Outcome,
     Scenario,
+    counting,
     positive_int,
 )
 from serbench.scenarios.memory import miniature
@@ -583,6 +584,33 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
     return readings, reports, facts
 
 
+def counted(case: Case, profile: Profile) -> Outcome:
+    """The case's path counted (``fanout_counted``): its first prefill step, and a decode step
+    where the schedule has them, each verified first as the timed path's are."""
+    _, batch, decode_steps = _settings(profile)
+    prefills, schedule = _steps(case.workload, batch, decode_steps, "none")
+    serializer = get_serializer(case.backend)
+    verification = _verified(case, serializer, schedule, prefills, "none")
+    first = schedule.step(0, prefills)
+    messages = {"prefill": (first, step_checksum(first, prefills.crc(0)))}
+    if not schedule.prefill(1):
+        step = schedule.step(1, prefills)
+        messages["decode"] = (step, step_checksum(step, 0))
+
+    def decode(frames: list[Any]) -> Any:
+        return serializer.decode(frames, type(first))  # the workload's step type
+
+    return fanout_counted.measure(
+        case.transport or "",
+        case.workers or 1,
+        messages,
+        serializer,
+        decode,
+        check_step,
+        verification,
+    )
+
+
 def _verified(case: Case, serializer: Any, schedule: Schedule, prefills: Prefills, mode: str) -> Any:
     """Round-trip the case's steps in-process before any is timed (``conformance.verify``): two
     prefill steps and a decode step, and with a cache the first prefill step in its all-hit form
@@ -745,15 +773,24 @@ class Fanout(Scenario):
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """A cached case is measured whole, in one visit: its hit ratio follows the whole sequence
-        of requests (as the ipc scenario's cached cases)."""
-        return super().rounds(case, profile) if caching.mode(case) == "none" else 1
+        of requests (as the ipc scenario's cached cases); a counted case is one count."""
+        return super().rounds(case, profile) if caching.mode(case) == "none" and not counting(profile) else 1
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
-        """A transport this torch lacks (torch-dist without gloo)."""
+        """A transport this torch lacks (torch-dist without gloo); counting instructions, the cases
+        whose path is not counted (``fanout_counted.not_counted``)."""
         reason = broadcast.unavailable(case.transport or "")
-        return f"{case.transport}: {reason}" if reason is not None else None
+        if reason is not None:
+            return f"{case.transport}: {reason}"
+        if counting(profile) and instructions.launched():
+            remote = profile.options.get("fanout_rendezvous") or ""
+            return fanout_counted.not_counted(case.transport or "", caching.mode(case), remote)
+        return None
 
     def run(self, case: Case, profile: Profile) -> Outcome:
+        # counted under valgrind (where a clock would measure valgrind), else timed
+        if counting(profile) and instructions.unavailable() is None:
+            return counted(case, profile)
         readings, reports, facts = measure(case, profile)
         count = cpus()
         route, schedule = facts["route"], facts["schedule"]
