@@ -9,7 +9,7 @@ is compared with the reference's (``serbench.compare``: ratio of medians,
 bootstrap 95 % CI) and a table says which combinations stay within
 ``--target`` (1.3× by default, the issue's bar)::
 
-    python scripts/gpu_staging.py --out reports/gpu-staging            # ~3-5 min on a 16-core H200 host
+    python scripts/gpu_staging.py --out reports/gpu-staging            # ~8 min on a 16-core H200 host
     python scripts/gpu_staging.py --out reports/gpu-staging --rounds 4 --transports ipc
     python scripts/gpu_staging.py --analyze reports/gpu-staging         # the table again from stored runs
 
