@@ -141,6 +141,7 @@ class Comparison:
     removed: list[Case]
     environment_differences: dict[str, tuple]
     head_errors: dict[Case, str] = field(default_factory=dict)
+    not_measured: dict[Case, str] = field(default_factory=dict)  # unsupported on both sides: why
 
     @property
     def regressions(self) -> list[MetricComparison]:
@@ -486,8 +487,12 @@ def compare(
     base_cases, head_cases = base.by_case(), head.by_case()
     rows: list[MetricComparison] = []
     head_errors: dict[Case, str] = {}
+    not_measured: dict[Case, str] = {}
     for case in base_cases.keys() & head_cases.keys():
         b, h = base_cases[case], head_cases[case]
+        if h.unsupported is not None and b.unsupported is not None:  # neither side could: no failure
+            not_measured[case] = h.unsupported
+            continue
         if h.error is not None:
             head_errors[case] = h.error
             if b.ok:
@@ -509,6 +514,7 @@ def compare(
         removed=sorted(base_cases.keys() - head_cases.keys(), key=case_order),
         environment_differences=environment_differences(base, head),
         head_errors=head_errors,
+        not_measured=not_measured,
     )
 
 

@@ -472,6 +472,8 @@ def _notes(comparison: Comparison, base: Results, head: Results, bullet: str) ->
         lines.append(f"environment differs (--force): {key}: {b!r} → {h!r}")
     for case, error in sorted(comparison.head_errors.items(), key=lambda item: case_order(item[0])):
         lines.append(f"failed in head: {_case_words(case)}: {error}")
+    for case, reason in sorted(comparison.not_measured.items(), key=lambda item: case_order(item[0])):
+        lines.append(f"not measured on either side: {_case_words(case)}: {reason}")
     lines += [f"added: {_case_words(case)}" for case in comparison.added]
     lines += [f"removed: {_case_words(case)}" for case in comparison.removed]
     lines += inconclusive_lines(comparison)

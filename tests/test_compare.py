@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from serbench import compare as cmp
-from serbench import results
+from serbench import results, text
 from serbench.metrics import compared
 from serbench.metrics import metric as metric_facts
 from serbench.results import Case, Environment, Record, Results, record
@@ -165,6 +165,21 @@ def test_failed_in_head_is_a_regression_and_fixed_in_head_is_listed() -> None:
     assert not any(backend == "c" for backend, _ in by_backend)  # failed on both sides: nothing to compare
     assert [r.backend for r in comparison.regressions] == ["a"]
     assert comparison.head_errors[Case("micro", "a", "w")] == "crash"
+
+
+def test_a_case_neither_side_could_measure_is_not_a_failure_in_head() -> None:
+    """Unsupported on both sides (torch-dist under instruction counts, say): listed as not
+    measured with why, not as "failed in head"; unsupported in head alone still fails it."""
+    why = "instructions: not counted here"
+    never = record(Case("micro", "c", "w"), error=f"unsupported: {why}", unsupported=why)
+    dropped = record(Case("micro", "d", "w"), error=f"unsupported: {why}", unsupported=why)
+    base = doc([never, rec({"encode_s": metric(samples(1))}, "d")])
+    comparison = cmp.compare(base, doc([never, dropped]))
+    assert comparison.not_measured == {never.case: why}
+    assert set(comparison.head_errors) == {dropped.case}
+    shown = text.comparison_table(comparison, base, base).splitlines()
+    assert f"not measured on either side: micro c w: {why}" in shown
+    assert not any(line.startswith("failed in head: micro c") for line in shown)
 
 
 def test_regressions_are_worst_first_with_failures_on_top() -> None:
@@ -417,9 +432,11 @@ def test_a_schema_1_file_compares_with_itself_and_as_schema_2(
     assert comparison.added == comparison.removed == []
     assert comparison.environment_differences == {}
     ok = {r.case: r for r in base.of()}
-    failed = {r.case: r.error for r in base.records if not r.ok}
+    failed = {r.case: r.error for r in base.records if not r.ok and r.unsupported is None}
+    unsupported = {r.case: r.unsupported for r in base.records if r.unsupported is not None}
     assert {r.case for r in comparison.rows} == set(ok)
     assert comparison.head_errors == failed  # failed on both sides: nothing else to say
+    assert comparison.not_measured == unsupported
     assert len(comparison.rows) == sum(len(list(filter(compared, r.metrics))) for r in ok.values())
     # a file against itself: no change where the row could have seen its tolerance, else
     # inconclusive (a single value a side, or a noisy run), never anything else
