@@ -253,6 +253,11 @@ def launched() -> bool:
     return _dumps is not None
 
 
+def wall_time_note(problem: str) -> str:
+    """The line a run or a worker asked for counts prints when this machine cannot count."""
+    return f"note: {problem}: no instruction counts, micro, ipc and fanout measure wall time"
+
+
 def cannot_launch() -> str | None:
     """Why this machine cannot count instructions (no valgrind, not x86-64), or None."""
     if platform.machine() not in ("x86_64", "AMD64"):

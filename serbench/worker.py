@@ -233,10 +233,7 @@ def serve(channel: protocol.Channel) -> int:
         problem = instructions.cannot_launch()
         if problem is None:
             return _relay(channel, plan, profile, setup)
-        print(
-            f"note: {problem}: no instruction counts, micro, ipc and fanout measure wall time",
-            file=sys.stderr,
-        )
+        print(instructions.wall_time_note(problem), file=sys.stderr)
     with runner.sigterm_as_interrupt():
         probed = setup.counting.accelerator if setup.counting else None
         runner.work(plan, profile, setup.argv, channel, setup.ask_backends, setup.progress, probed)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import compare, gate, instructions, protocol, text, worker
+from serbench import commands, compare, gate, instructions, protocol, results, text, worker
 from serbench.commands import gate as gate_command
 from serbench.errors import GateError
 from serbench.profiles import PROFILES
@@ -248,6 +248,15 @@ def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
         assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
     finally:
         proc.communicate(timeout=60)
+
+
+def test_a_run_that_cannot_count_says_so_and_measures_wall_time(monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setattr(instructions, "cannot_launch", lambda: instructions.MISSING)
+    argv = ["run", "--scenarios", "micro", "--backends", "pickle", "--workloads", "text-sonnet"]
+    assert commands.main([*argv, "--measure", "instructions", "--out", str(tmp_path / "run")]) == 0
+    assert instructions.wall_time_note(instructions.MISSING) in capsys.readouterr().err
+    (record,) = results.load(tmp_path / "run" / "results.json").records
+    assert "encode_s" in record.metrics and "encode_instructions" not in record.metrics
 
 
 def test_gate_counts_only_micro_ipc_and_fanout_and_says_why_not(monkeypatch, capsys) -> None:

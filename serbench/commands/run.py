@@ -116,10 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         problem = instructions.cannot_launch()
         if problem is None:
             return _counted(args, chosen, settings)
-        print(
-            f"note: {problem}: no instruction counts, micro, ipc and fanout measure wall time",
-            file=sys.stderr,
-        )
+        print(instructions.wall_time_note(problem), file=sys.stderr)
     folder = results.output_folder(args.out, must_be_empty=not args.force)
     path = folder / "results.json"
     progress = _progress(len(chosen.cases()))
