@@ -8,8 +8,9 @@ engine's payload copies for memory, time to the last worker for fanout), the
 decision names the *safe* rows (``compare.row_of``: a backend with its
 transport and other dimensions; ``results.Backend.safe`` declared true) that
 are best within the run's own noise: the best one, and every other whose ratio
-to it has an interval holding 1 (``compare.Estimate.tied``) — ties are shown
-as ties. The ratios and intervals are ``compare.geometric_ratio``'s (one
+to it has an interval holding 1, or is within 5 % of it (``compare.Estimate.tied``,
+``compare.PRACTICAL_TIE``: a difference two runs do not reproduce) — ties are
+shown as ties. The ratios and intervals are ``compare.geometric_ratio``'s (one
 bootstrap per workload, rounds paired where both sides have them). Unsafe rows
 (declared unsafe or undeclared) that beat the chosen set beyond noise are
 listed apart as faster but unsafe, never chosen. Variants (``compare.is_variant``:
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from serbench.compare import (
+    PRACTICAL_TIE,
     Estimate,
     Ranked,
     better,
@@ -277,7 +279,8 @@ def ranking_title(data: Results, scenario: str, baseline: str) -> str:
 def ranking_notes(data: Results, scenario: str, ranked: Sequence[Ranked]) -> list[str]:
     """What a ranking's marks mean: ties, variants, workloads left out of the mean."""
     notes = [
-        "geomean: over the n workloads, with its 95% interval; N=: tied within noise (the interval holds 1)"
+        "geomean: over the n workloads, with its 95% interval; "
+        f"N=: tied (the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%})"
     ]
     if any(r.variant for r in ranked):
         notes.append("vN: variants (specs with options, e.g. threshold=inf), ranked apart")

@@ -18,6 +18,7 @@ import numpy as np
 from serbench.compare import (
     BAD_VERDICTS,
     DEFAULT_BASELINE,
+    PRACTICAL_TIE,
     Comparison,
     MetricComparison,
     case_order,
@@ -190,7 +191,8 @@ def decision_block(data: Results) -> str:
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: median ratio to the first one named with its 95% interval",
-        "  tied: the interval holds 1; unsafe backends are never chosen",
+        f"  tied: the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%}; "
+        "unsafe backends are never chosen",
     ]
     shape = None
     for d in found:
