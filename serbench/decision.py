@@ -229,11 +229,11 @@ def ratio_text(estimate: Estimate) -> str:
 
 
 def chosen_text(decision: Decision, data: Results) -> str:
-    """The rows to use: ``a``, or ``a = b = c (tied within noise)``; or why there are none."""
+    """The rows to use: ``a``, or ``a = b = c (tied)``; or why there are none."""
     if decision.missing:
         return decision.missing
     names = " = ".join(data.row_label(s.row) for s in decision.chosen)
-    return f"{names} (tied within noise)" if decision.tie else names
+    return f"{names} (tied)" if decision.tie else names
 
 
 def why(decision: Decision, data: Results) -> list[str]:
