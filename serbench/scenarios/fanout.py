@@ -604,7 +604,7 @@ def counted(case: Case, profile: Profile) -> Outcome:
         case.transport or "",
         case.workers or 1,
         messages,
-        serializer,
+        serializer.encode,
         decode,
         check_step,
         verification,

@@ -178,7 +178,7 @@ def measure(
     kind: str,
     workers: int,
     messages: dict[str, tuple[Any, int]],
-    serializer: Any,
+    encode: Callable[[Any], list[Any]],
     decode: Callable[[list[Any]], Any],
     check: Callable[[Any, int], None],
     verification: Verification | None,
@@ -188,7 +188,7 @@ def measure(
     sides: dict[str, Callable[[], None]] = {}
     with contextlib.ExitStack() as stack:
         for step_kind, message in messages.items():
-            path = stack.enter_context(linked(kind, workers, message, serializer.encode, decode, check))
+            path = stack.enter_context(linked(kind, workers, message, encode, decode, check))
             path.publish()  # every end once, checked, before anything is counted
             path.settle(0, path.take(0))
             path.others()
