@@ -589,12 +589,6 @@ def noise(data: Results) -> float | None:
 # that declares no tolerance of its own are not told apart within this: the resolution
 # memory's copies are compared at (a hundredth of the payload).
 NO_INTERVAL_TOLERANCE = 0.01
-# Two rows whose ratio is within this of 1 tie even where a run's interval excludes 1: two back
-# to back default runs here reproduced a ratio of two backends to 5.4 % at worst (issue 33's
-# bound is 10 %), so a 2-4 % difference told apart in one run was tied in the next, and the
-# decision changed with it. asv's compare likewise calls a change significant only beyond a
-# factor (1.1 by default) as well as beyond noise.
-PRACTICAL_TIE = 0.05
 
 
 @dataclass(frozen=True)
@@ -607,12 +601,12 @@ class Estimate:
     high: float | None
     n: int
 
-    def tied(self, tolerance: float) -> bool:
+    def tied(self, tolerance: float, margin: float) -> bool:
         """Not told apart from 1 by a difference that matters: the interval holds 1 or the ratio
-        is within ``PRACTICAL_TIE`` of it; without an interval, the ratio is within ``tolerance``."""
+        is within ``margin`` of it; without an interval, the ratio is within ``tolerance``."""
         if self.low is None or self.high is None:
             return abs(math.log(self.ratio)) <= math.log1p(tolerance)
-        return self.low <= 1 <= self.high or abs(math.log(self.ratio)) <= math.log1p(PRACTICAL_TIE)
+        return self.low <= 1 <= self.high or abs(math.log(self.ratio)) <= math.log1p(margin)
 
 
 def tie_tolerance(name: str) -> float:
@@ -620,6 +614,12 @@ def tie_tolerance(name: str) -> float:
     own ``Metric.tolerance``, else ``NO_INTERVAL_TOLERANCE``."""
     facts = metric(name)
     return facts.tolerance if facts.counted else NO_INTERVAL_TOLERANCE
+
+
+def tied(name: str, estimate: Estimate) -> bool:
+    """Whether two rows whose ratio in metric ``name`` is ``estimate`` tie: ``Estimate.tied``
+    with the metric's tolerance without an interval and its ``Metric.practical_tie``."""
+    return estimate.tied(tie_tolerance(name), metric(name).practical_tie)
 
 
 def geometric_ratio(pairs: Sequence[tuple[Measurement, Measurement]]) -> Estimate | None:
@@ -681,7 +681,7 @@ def measurements(data: Results, scenario: str, name: str) -> dict[Case, dict[str
 
 def better(name: str, estimate: Estimate) -> bool:
     """Whether head is better than base by ``estimate`` (head/base) and told apart from it."""
-    if estimate.tied(tie_tolerance(name)):
+    if tied(name, estimate):
         return False
     return estimate.ratio > 1 if metric(name).higher_is_better else estimate.ratio < 1
 
@@ -745,7 +745,7 @@ def _ranks(
     name: str, rows: list[Ranked], measured: dict[Case, dict[str, Measurement]], in_mean: set[str]
 ) -> list[Ranked]:
     """``rows`` (best first) with ranks: a row not told apart from the leader of the rank before
-    it (``Estimate.tied`` on their geometric ratio over the workloads of the mean both have)
+    it (``tied`` on their geometric ratio over the workloads of the mean both have)
     shares its rank; any other opens a rank of its own, at its position."""
     out: list[Ranked] = []
     lead = -1  # index in ``out`` of the current rank's first row
@@ -754,7 +754,7 @@ def _ranks(
             first = measured[out[lead].row]
             common = [w for w in measured[row.row] if w in first and w in in_mean]
             apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common])
-            if apart is not None and apart.tied(tie_tolerance(name)):
+            if apart is not None and tied(name, apart):
                 out[lead] = replace(out[lead], tied=True)
                 out.append(replace(row, rank=out[lead].rank, tied=True))
                 continue

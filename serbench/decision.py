@@ -8,12 +8,13 @@ engine's payload copies for memory, time to the last worker for fanout), the
 decision names the *safe* rows (``compare.row_of``: a backend with its
 transport and other dimensions; ``results.Backend.safe`` declared true) that
 are best within the run's own noise: the best one, and every other whose ratio
-to it has an interval holding 1, or is within 5 % of it (``compare.Estimate.tied``,
-``compare.PRACTICAL_TIE``: a difference two runs do not reproduce) — ties are
-shown as ties. The ratios and intervals are ``compare.geometric_ratio``'s (one
-bootstrap per workload, rounds paired where both sides have them). Unsafe rows
-(declared unsafe or undeclared) that beat the chosen set beyond noise are
-listed apart as faster but unsafe, never chosen. Variants (``compare.is_variant``:
+to it has an interval holding 1, or is within the metric's practical tie of it
+(``compare.tied``, ``metrics.Metric.practical_tie``: 5 %, TTFT 10 %, a
+difference two runs back to back did not reproduce) — ties are shown as ties.
+The ratios and intervals are ``compare.geometric_ratio``'s (one bootstrap per
+workload, rounds paired where both sides have them). Unsafe rows (declared
+unsafe or undeclared) that beat the chosen set beyond noise are listed apart as
+faster but unsafe, never chosen. Variants (``compare.is_variant``:
 ``threshold=inf`` and any other spec with options) are not candidates.
 
 Data and its wording only: ``serbench.text`` prints the decision at the end of a
@@ -26,11 +27,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from serbench.compare import (
-    PRACTICAL_TIE,
     Estimate,
     Ranked,
     better,
@@ -41,8 +41,9 @@ from serbench.compare import (
     is_variant,
     measurements,
     tie_tolerance,
+    tied,
 )
-from serbench.metrics import metric
+from serbench.metrics import PRACTICAL_TIE, metric
 from serbench.results import Case, Results
 from serbench.specs import SpecError, parse_spec
 from serbench.stats import MIN_DISTRIBUTION, Measurement
@@ -155,9 +156,8 @@ def decide(
         (Standing(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
     )
-    tolerance = tie_tolerance(name)
-    tied = [s for s in standings if _safe(data, s.row) and s.estimate.tied(tolerance)]
-    apart = [s for s in standings if _safe(data, s.row) and s not in tied]
+    level = [s for s in standings if _safe(data, s.row) and tied(name, s.estimate)]
+    apart = [s for s in standings if _safe(data, s.row) and s not in level]
     unsafe = [s for s in standings if not _safe(data, s.row) and better(name, s.estimate)]
     return Decision(
         group,
@@ -165,7 +165,7 @@ def decide(
         name,
         workloads,
         workers,
-        chosen=[Standing(best, Estimate(1.0, 1.0, 1.0, len(workloads))), *tied],
+        chosen=[Standing(best, Estimate(1.0, 1.0, 1.0, len(workloads))), *level],
         runner_up=apart[0] if apart else None,
         unsafe=unsafe,
         best={w: rows[best][w] for w in workloads},
@@ -267,6 +267,17 @@ def unsafe_text(decision: Decision, data: Results) -> str:
 # ---------------------------------------------------------------- how a ranking reads (text and report alike)
 
 
+def tie_rule(names: Iterable[str]) -> str:
+    """When two rows tie in the metrics ``names``: "the interval holds 1 or the ratio is within
+    5%", a metric whose ``Metric.practical_tie`` is another named with its own ("(TTFT 10%)")."""
+    margins = {metric(name).label: metric(name).practical_tie for name in names}
+    distinct = set(margins.values()) or {PRACTICAL_TIE}
+    if len(distinct) == 1:
+        return f"the interval holds 1 or the ratio is within {distinct.pop():.0%}"
+    own = ", ".join(f"{label} {margin:.0%}" for label, margin in margins.items() if margin != PRACTICAL_TIE)
+    return f"the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%} ({own})"
+
+
 def ranking_title(data: Results, scenario: str, baseline: str) -> str:
     """What a ranking's factors are: a speed-up (higher is better) or × the baseline's memory
     (``compare.is_memory``, lower is better)."""
@@ -278,13 +289,11 @@ def ranking_title(data: Results, scenario: str, baseline: str) -> str:
 
 def ranking_notes(data: Results, scenario: str, ranked: Sequence[Ranked]) -> list[str]:
     """What a ranking's marks mean: ties, variants, workloads left out of the mean."""
-    notes = [
-        "geomean: over the n workloads, with its 95% interval; "
-        f"N=: tied (the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%})"
-    ]
+    name = headline_metric(data, scenario) or ""
+    rule = f" ({tie_rule([name])})" if name else ""
+    notes = [f"geomean: over the n workloads, with its 95% interval; N=: tied{rule}"]
     if any(r.variant for r in ranked):
         notes.append("vN: variants (specs with options, e.g. threshold=inf), ranked apart")
-    name = headline_metric(data, scenario) or ""
     shown = dict.fromkeys(w for r in ranked for w in r.factors)
     left = [w for w in shown if is_memory(name) and not has_payload(data, scenario, w)]
     if left:

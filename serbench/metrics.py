@@ -16,6 +16,12 @@ import numpy as np
 
 from serbench.stats import MIN_DISTRIBUTION, Measurement, summarize
 
+# Two back to back default runs here reproduced micro's in-process ratios of two backends to 1-2 %
+# (msgspec-frombuffer / numpy-intermediate at images-4: 1.10, 1.11, 1.11, 1.10 in four runs), so a
+# 2-4 % difference that one run told apart and the next did not was a tie. asv's compare likewise
+# calls a change significant only beyond a factor (1.1 by default) as well as beyond noise.
+PRACTICAL_TIE = 0.05
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -48,6 +54,9 @@ class Metric:
     * ``counted_as`` — the counts (instructions) of the CPU work this wall-clock metric
       times: where they were counted, they decide that work and this metric only what
       they cannot see (compare's "counts decide").
+    * ``practical_tie`` — two rows of one run whose ratio in this metric is within this of 1
+      tie in a decision or a ranking even where the run's interval excludes 1: a difference
+      that two runs back to back did not reproduce (``PRACTICAL_TIE`` unless measured apart).
     """
 
     name: str
@@ -64,6 +73,7 @@ class Metric:
     derived: bool = False
     headline: bool = False
     counted_as: tuple[str, ...] = ()
+    practical_tie: float = PRACTICAL_TIE
 
     @property
     def exact(self) -> bool:
@@ -158,7 +168,11 @@ METRICS: dict[str, Metric] = {
             summary=True,
         ),
         # ipc
-        Metric("ttft_s", "s", "TTFT", summary=True, headline=True),
+        # Through real processes, a request at a time: between two default runs the TTFT ratio of two
+        # zero-copy backends at images-32 moved by up to 11 % (flat-mmk / numpy-intermediate 1.08
+        # then 0.97, 12 requests each), so a difference under 10 % is a tie (issue 33's own bound
+        # for ratios two runs must reproduce, and the gate's default --max-regression)
+        Metric("ttft_s", "s", "TTFT", summary=True, headline=True, practical_tie=0.10),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),
         # TTFT's parts, per request (``encode_s`` above is the frontend's encode of it)
         Metric("ingress_s", "s", "ingress (encode → engine decoded)", summary=True),

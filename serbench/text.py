@@ -18,7 +18,6 @@ import numpy as np
 from serbench.compare import (
     BAD_VERDICTS,
     DEFAULT_BASELINE,
-    PRACTICAL_TIE,
     Comparison,
     MetricComparison,
     case_order,
@@ -33,6 +32,7 @@ from serbench.decision import (
     interval_text,
     ranking_notes,
     ranking_title,
+    tie_rule,
     unsafe_text,
     why,
 )
@@ -191,8 +191,7 @@ def decision_block(data: Results) -> str:
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: median ratio to the first one named with its 95% interval",
-        f"  tied: the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%}; "
-        "unsafe backends are never chosen",
+        f"  tied: {tie_rule(d.metric for d in found if not d.missing)}; unsafe backends are never chosen",
     ]
     shape = None
     for d in found:
