@@ -6,9 +6,10 @@ cases of other scenarios only change what else the machine did meanwhile), or
 reads two results files given with ``--results``. For every payload case (a
 workload with tensor bytes) it prints
 
-* the within-run ratio of each backend's ``ttft_s`` and ``ingress_s`` to the
-  reference backend's of the same workload and transport (``--reference``:
-  msgspec-frombuffer by default, or ``best``, each run's fastest), paired by
+* the within-run ratio of ``ttft_s`` and of ``ingress_s`` between every two
+  backends of the same workload and transport (issue 33's "every between-backend
+  ratio"; ``--reference NAME``: each backend's to that one's instead, or
+  ``best``: to each run's fastest), paired by
   round where both were measured in the same interleaved rounds
   (``compare.ratio_estimate``, as a comparison and a ranking read them), and
   whether the two runs' ratios agree within ``--tolerance`` (10 % by default,
@@ -22,7 +23,7 @@ a decision differs or a ratio disagrees beyond ``--tolerance``.
 
     python scripts/ipc_stability.py                       # two fresh runs (~2-3 min each)
     python scripts/ipc_stability.py --results A.json B.json
-    python scripts/ipc_stability.py --reference best --results A.json B.json
+    python scripts/ipc_stability.py --reference msgspec-frombuffer --results A.json B.json
     python scripts/ipc_stability.py -- --backends flat-mmk,pickle   # extra `serbench run` arguments
     python scripts/ipc_stability.py -- --scenarios micro,ipc,memory  # two whole default runs
 """
@@ -30,6 +31,7 @@ a decision differs or a ratio disagrees beyond ``--tolerance``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -47,7 +49,7 @@ from serbench.stats import Measurement
 from serbench.text import table
 
 METRICS = ("ttft_s", "ingress_s")
-REFERENCE = "msgspec-frombuffer"
+ALL = "all"
 BEST = "best"
 
 
@@ -84,28 +86,34 @@ def _pairs(base: Measurement, head: Measurement) -> int:
     return len(rounds) if len(rounds) > 1 and len(rounds) == len(head.rounds or []) else 0
 
 
-def within_run_ratios(
-    path: Path, reference: str = REFERENCE
-) -> dict[tuple[str, str, str], tuple[float, int]]:
-    """(backend row, workload, metric) → (its median over the reference's, pairs or 0), for every
-    payload case beside its reference: the case of ``reference`` with the same workload and
-    other dimensions, or with ``best`` the one of lowest median."""
+def _ratio_pairs(by_backend: dict[str, Record], name: str, reference: str) -> list[tuple[Record, Record]]:
+    """(base, head) records of one group: every two backends once (``ALL``, the base first by
+    name), else each backend over the reference (``BEST``: the one of lowest median)."""
+    if reference == ALL:
+        return list(itertools.combinations([by_backend[spec] for spec in sorted(by_backend)], 2))
+    chosen = reference
+    if reference == BEST:
+        chosen = min(by_backend, key=lambda spec: by_backend[spec].metrics[name].median)
+    if chosen not in by_backend:
+        return []
+    return [(by_backend[chosen], rec) for rec in by_backend.values() if rec.backend != chosen]
+
+
+def within_run_ratios(path: Path, reference: str = ALL) -> dict[tuple[str, str, str], tuple[float, int]]:
+    """(ratio's label, workload, metric) → (its ratio, pairs or 0), for every payload case pair
+    of the same workload and other dimensions that ``_ratio_pairs`` names: the label is the head's
+    row, ``head / base`` with ``ALL``."""
     groups: dict[tuple[Case, str], dict[str, Record]] = {}
     for rec in payload_records(path):
         for name in (n for n in METRICS if n in rec.metrics):
             groups.setdefault((msgspec.structs.replace(rec.case, backend=""), name), {})[rec.backend] = rec
     out = {}
     for (_, name), by_backend in groups.items():
-        chosen = reference
-        if reference == BEST:
-            chosen = min(by_backend, key=lambda spec: by_backend[spec].metrics[name].median)
-        if chosen not in by_backend:
-            continue
-        base = by_backend[chosen].metrics[name]
-        for rec in (r for r in by_backend.values() if r.backend != reference):  # not 1 over itself
-            ratio, _, _ = ratio_estimate(base, rec.metrics[name], pooled=True)
+        for base, head in _ratio_pairs(by_backend, name, reference):
+            ratio, _, _ = ratio_estimate(base.metrics[name], head.metrics[name], pooled=True)
             if ratio is not None:
-                out[rec.row, rec.workload, name] = (ratio, _pairs(base, rec.metrics[name]))
+                label = f"{head.row} / {base.backend}" if reference == ALL else head.row
+                out[label, head.workload, name] = (ratio, _pairs(base.metrics[name], head.metrics[name]))
     return out
 
 
@@ -154,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", nargs=2, type=Path, metavar="RESULTS.json", help="compare these")
     parser.add_argument(
         "--reference",
-        default=REFERENCE,
-        help=f"the backend each ratio is over, or '{BEST}': each run's fastest (default {REFERENCE})",
+        default=ALL,
+        help=f"'{ALL}' (default): every two backends; a backend's name: each one's ratio to it; "
+        f"'{BEST}': to each run's fastest",
     )
     parser.add_argument(
         "--tolerance", type=float, default=0.10, help="worst allowed ratio disagreement (0.10)"
@@ -186,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for (b, w, name), x, y, d in rows
     ]
-    print(f"within-run ratios to {args.reference} (paired over the rounds shown, '-': unpaired):")
+    over = "between every two backends" if args.reference == ALL else f"to {args.reference}"
+    print(f"within-run ratios {over} (paired over the rounds shown, '-': unpaired):")
     headers = ["case", "metric", "run 1 (×)", "run 2 (×)", "pairs", "disagreement", "agree"]
     print(table(headers, cells))
     (backend, workload, name), _, _, worst = rows[0]
