@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -99,13 +99,15 @@ def _ratio_pairs(by_backend: dict[str, Record], name: str, reference: str) -> li
     return [(by_backend[chosen], rec) for rec in by_backend.values() if rec.backend != chosen]
 
 
-def within_run_ratios(path: Path, reference: str = ALL) -> dict[tuple[str, str, str], tuple[float, int]]:
-    """(ratio's label, workload, metric) → (its ratio, pairs or 0), for every payload case pair
-    of the same workload and other dimensions that ``_ratio_pairs`` names: the label is the head's
-    row, ``head / base`` with ``ALL``."""
+def within_run_ratios(
+    records: Iterable[Record], metrics: Sequence[str], reference: str = ALL
+) -> dict[tuple[str, str, str], tuple[float, int]]:
+    """(ratio's label, workload, metric) → (its ratio, pairs or 0), for every two of ``records``
+    of the same workload and other dimensions that ``_ratio_pairs`` names: the label is the
+    head's row, ``head / base`` with ``ALL``."""
     groups: dict[tuple[Case, str], dict[str, Record]] = {}
-    for rec in payload_records(path):
-        for name in (n for n in METRICS if n in rec.metrics):
+    for rec in records:
+        for name in (n for n in metrics if n in rec.metrics):
             groups.setdefault((msgspec.structs.replace(rec.case, backend=""), name), {})[rec.backend] = rec
     out = {}
     for (_, name), by_backend in groups.items():
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         first, second = (run_once(base / name, args.extra) for name in ("a", "b"))
     same_decision = _decisions_table(first, second)
     _medians_table(first, second)
-    ratios = [within_run_ratios(path, args.reference) for path in (first, second)]
+    ratios = [within_run_ratios(payload_records(path), METRICS, args.reference) for path in (first, second)]
     rows = disagreements(*({key: r for key, (r, _) in run.items()} for run in ratios))
     if not rows:
         print(f"no payload case beside a {args.reference} case in both runs", file=sys.stderr)
