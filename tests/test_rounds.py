@@ -15,7 +15,7 @@ from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
 from serbench.scenarios import SCENARIOS, Outcome, Scenario
-from serbench.scenarios.ipc import settings_for
+from serbench.scenarios.ipc import PAYLOAD_VISITS, settings_for
 from serbench.workloads import get_workload
 
 QUICK3 = dataclasses.replace(PROFILES["quick"], rounds=3)
@@ -23,6 +23,8 @@ BACKENDS = ["pickle", "msgspec-frombuffer", "flat-mmk"]
 
 
 def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> None:
+    """A payload group is visited at least ``PAYLOAD_VISITS`` times, whatever fewer the profile asks."""
+    assert QUICK3.rounds < PAYLOAD_VISITS
     plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-2"], ["ipc"])
     planned = visits(plan.cases(), QUICK3)
     a, b, c = BACKENDS
@@ -30,9 +32,9 @@ def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> 
     def group(workload: str) -> list[Visit]:
         order = [[a, b, c], [b, c, a], [c, a, b]]
         return [
-            Visit(Case("ipc", backend, workload, transport="ipc"), r, 3)
-            for r, backends in enumerate(order)
-            for backend in backends
+            Visit(Case("ipc", backend, workload, transport="ipc"), r, PAYLOAD_VISITS)
+            for r in range(PAYLOAD_VISITS)
+            for backend in order[r % 3]
         ]
 
     def whole(backend: str) -> Visit:
