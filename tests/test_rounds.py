@@ -15,7 +15,7 @@ from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
 from serbench.scenarios import SCENARIOS, Outcome, Scenario
-from serbench.scenarios.ipc import PAYLOAD_VISITS, settings_for
+from serbench.scenarios.ipc import Ipc, settings_for
 from serbench.workloads import get_workload
 
 QUICK3 = dataclasses.replace(PROFILES["quick"], rounds=3)
@@ -23,8 +23,8 @@ BACKENDS = ["pickle", "msgspec-frombuffer", "flat-mmk"]
 
 
 def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> None:
-    """A payload group is visited at least ``PAYLOAD_VISITS`` times, whatever fewer the profile asks."""
-    assert QUICK3.rounds < PAYLOAD_VISITS
+    """A payload group is visited at least ``Ipc.min_rounds`` times, whatever fewer the profile asks."""
+    assert QUICK3.rounds < Ipc.min_rounds
     plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-2"], ["ipc"])
     planned = visits(plan.cases(), QUICK3)
     a, b, c = BACKENDS
@@ -32,8 +32,8 @@ def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> 
     def group(workload: str) -> list[Visit]:
         order = [[a, b, c], [b, c, a], [c, a, b]]
         return [
-            Visit(Case("ipc", backend, workload, transport="ipc"), r, PAYLOAD_VISITS)
-            for r in range(PAYLOAD_VISITS)
+            Visit(Case("ipc", backend, workload, transport="ipc"), r, Ipc.min_rounds)
+            for r in range(Ipc.min_rounds)
             for backend in order[r % 3]
         ]
 

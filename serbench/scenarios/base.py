@@ -127,6 +127,10 @@ class Scenario:
     # Its cases of a run are measured in interleaved rounds (``serbench.runner``): every backend of
     # a group in turn, each visit ``Profile.share`` of the samples, so between-backend ratios pair.
     interleaved: ClassVar[bool] = False
+    # At least this many rounds where the profile has rounds at all: a scenario whose visits'
+    # levels differ more than its samples within one visit (a process, a slow spell) steadies
+    # its between-backend ratios with visits, not with samples.
+    min_rounds: ClassVar[int] = 1
 
     def cases(
         self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
@@ -146,8 +150,11 @@ class Scenario:
     def rounds(self, case: Case, profile: Profile) -> int:
         """How many interleaved visits measure ``case``: the profile's rounds for an interleaved
         scenario, else 1 (one process measures it whole). A scenario narrows it to the cases whose
-        samples mean the same whichever visit takes them."""
-        return profile.rounds if self.interleaved else 1
+        samples mean the same whichever visit takes them. At least ``min_rounds`` where the
+        profile has more than one."""
+        if not self.interleaved or profile.rounds == 1:
+            return 1
+        return max(profile.rounds, self.min_rounds)
 
     def tables(self, data: Results) -> list[Table]:
         """Tables only this scenario can compute from its records in ``data`` (shown after the

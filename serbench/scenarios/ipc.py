@@ -169,12 +169,6 @@ class Settings:
 
 
 CACHED_PROMPTS = 8  # a cached case's requests unless --num-prompts says: a fixed count, no time budget
-# A payload case's interleaved visits, at least. Each visit's requests share one engine process,
-# and its level moved TTFT by 10-20 % from visit to visit (msgspec-frombuffer at images-32, one
-# run: 203, 239 and 220 ms, 8-9 requests each), so a between-backend ratio's noise falls with
-# visits, not with requests per visit: with 3, doubling the requests left two zero-copy
-# backends' ratio 9-12 % apart between runs.
-PAYLOAD_VISITS = 6
 
 
 def settings_for(
@@ -528,19 +522,23 @@ class Ipc(Scenario):
         """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
         return caching.with_cache(super().cases(backends, workloads, chosen))
 
+    # Each visit's requests share one engine process, and its level moved TTFT by 10-20 % from
+    # visit to visit (msgspec-frombuffer at images-32, one run: 203, 239 and 220 ms, 8-9 requests
+    # each): with 3 visits, doubling the requests left two zero-copy backends' ratio 9-12 % apart
+    # between runs; with 6 in the same budget, within 8.2 %.
+    min_rounds = 6
+
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits only where requests go one at a time (the payload default), and there
-        at least ``PAYLOAD_VISITS`` where the profile has rounds: each request is measured alone,
+        at least ``min_rounds`` where the profile has rounds: each request is measured alone,
         so which visit sends it does not change what it measures. An open-loop load (text at its
         rate, a rate given, a sweep), a cached case (its hit ratio follows the whole sequence of
         requests) and the way back (one batch streamed) are measured whole."""
         workload = get_workload(case.workload)
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
         alone = workload.kind == "request" and cfg.max_concurrency == 1 and len(cfg.rates) == 1
-        rounds = super().rounds(case, profile)
-        if rounds == 1 or not alone or cfg.cache != "none" or counting(profile):
-            return 1
-        return max(rounds, PAYLOAD_VISITS)
+        whole = not alone or cfg.cache != "none" or counting(profile)
+        return 1 if whole else super().rounds(case, profile)
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
         """Counting instructions, the cases whose path is not counted (``ipc_counted.not_counted``)."""
