@@ -224,7 +224,9 @@ def notes(m: metrics.Metric) -> str:
     """The roles a metric plays beyond its comparison."""
     said = []
     if m.headline:
-        said.append("headline (ranking)")
+        sampled = not (m.exact or m.counted)  # the practical tie is for ratios with an interval
+        tie = f"; ties within {m.practical_tie:.0%}" if sampled else ""
+        said.append(f"headline (ranking, decision{tie})")
     if m.summary:
         said.append("terminal summary")
     if m.derived:

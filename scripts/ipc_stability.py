@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [within_run_ratios(payload_records(path), METRICS, args.reference) for path in (first, second)]
     rows = disagreements(*({key: r for key, (r, _) in run.items()} for run in ratios))
     if not rows:
-        print(f"no payload case beside a {args.reference} case in both runs", file=sys.stderr)
+        print(f"no two payload cases to compare ({args.reference}) in both runs", file=sys.stderr)
         return 2
     cells = [
         [
