@@ -127,9 +127,9 @@ class Scenario:
     # Its cases of a run are measured in interleaved rounds (``serbench.runner``): every backend of
     # a group in turn, each visit ``Profile.share`` of the samples, so between-backend ratios pair.
     interleaved: ClassVar[bool] = False
-    # At least this many rounds where the profile has rounds at all: a scenario whose visits'
-    # levels differ more than its samples within one visit (a process, a slow spell) steadies
-    # its between-backend ratios with visits, not with samples.
+    # At least this many rounds where the profile has rounds at all: for a scenario whose visits'
+    # levels (a process, a slow spell) differ more than the samples within one visit, more visits
+    # weigh each level less in its between-backend ratios.
     min_rounds: ClassVar[int] = 1
 
     def cases(

@@ -524,8 +524,10 @@ class Ipc(Scenario):
 
     # Each visit's requests share one engine process, and its level moved TTFT by 10-20 % from
     # visit to visit (msgspec-frombuffer at images-32, one run: 203, 239 and 220 ms, 8-9 requests
-    # each): with 3 visits, doubling the requests left two zero-copy backends' ratio 9-12 % apart
-    # between runs; with 6 in the same budget, within 8.2 %.
+    # each), so the visits, more than the requests in each, set a between-backend ratio's noise.
+    # Measured: the worst ratio of two zero-copy backends at images-32 between two default runs
+    # was 9.0 and 12.2 % apart with 3 visits of the same budget, 8.2, 5.6 and 12.8 % with 6 (no
+    # longer a run): a modest gain on this VM.
     min_rounds = 6
 
     def rounds(self, case: Case, profile: Profile) -> int:
