@@ -106,8 +106,8 @@ from serbench.workloads.tree import array_bytes, is_array, iter_leaves
 # had two or three of its five at twice that, while an in-band pickle one takes 1 s and varies less.
 # 30 (10 a visit): at images-4 a zero-copy request takes ~50 ms and single requests ranged 38-82 ms,
 # so 12 (4 a visit) in 4 s left between-backend TTFT ratios 20-34 % apart in two default runs.
-# 12 s: with 6 s a zero-copy case at images-32 sent 11-12 requests, and the TTFT ratio of two of
-# them moved 11 % between two default runs (1.08 then 0.97), beyond issue 33's 10 %.
+# 12 s: ``Ipc.min_rounds`` (6) visits of 2 s, about 4 zero-copy requests each at images-32 (with
+# 6 s and 3 visits such a case sent 11-12 requests; doubling them alone steadied no ratio).
 # No warm-up request: once the engine frees each request when it is done, the first request's
 # ingress was 0.70-1.15x the median of the next five (24 payload cases of a default run). The quick
 # floor, a yardstick: 10 round trips (the median of the first 10 of 20 was within 4 % of all 20's
