@@ -39,6 +39,7 @@ def records(path: Path, max_workers: int) -> list[Record]:
 
 
 def medians(path: Path, max_workers: int) -> dict[tuple[str, str, str], float]:
+    """(row, workload, metric) → median of the sampled fanout metrics of those cases."""
     return {
         (rec.row, rec.workload, name): rec.metrics[name].median
         for rec in records(path, max_workers)
