@@ -269,7 +269,10 @@ def test_ipc_frontend_checks_every_native_step(vllm, monkeypatch):
     assert len(out.metrics["step_decode_s"].values) == out.info.full_steps
 
     class CorruptsThirdStep:
-        """The vllm backend, except that the third step it decodes has one logprob changed."""
+        """The vllm backend, except that the third step it decodes has one logprob changed.
+
+        Output 0 is the one changed: an early step may carry fewer requests than the batch while
+        the engine is still admitting them (CI once saw step 3 with only one)."""
 
         name = "vllm"
 
@@ -283,7 +286,7 @@ def test_ipc_frontend_checks_every_native_step(vllm, monkeypatch):
             message = self.inner.decode(frames, type_)
             self.steps += type_ is vllm.EngineCoreOutputs
             if self.steps == 3 and type_ is vllm.EngineCoreOutputs:
-                corrupt_logprob(message)
+                corrupt_logprob(message, index=0)
             return message
 
     monkeypatch.setattr(stream, "get_serializer", lambda backend: CorruptsThirdStep())
