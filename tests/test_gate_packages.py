@@ -45,18 +45,20 @@ def test_code_ahead_on_the_path_is_named_by_its_folder_and_commit(monkeypatch, t
     importlib.invalidate_caches()
     assert provenance.version("gatepkg_a") == f"from {checkout} @ {commit[:12]}"
     assert provenance.version("gatepkg_b") == f"from {plain}"
-    # a folder ahead of an installed distribution's (pip: installed, not imported here) is not that
-    # distribution, whose version would name code that does not run; a link to it is the same code
+    # a folder ahead of an installed distribution's (import-linter: installed, not imported here) is
+    # not that distribution, whose version would name code that does not run; a link to it is the
+    # same code. Not pip: setuptools' import hook watches for pip and warns when a test process has
+    # imported distutils before (which xdist's scheduling decides).
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "pip").symlink_to(Path(importlib.util.find_spec("pip").origin).parent)
+    (shadow / "importlinter").symlink_to(Path(importlib.util.find_spec("importlinter").origin).parent)
     monkeypatch.syspath_prepend(str(shadow))
     importlib.invalidate_caches()
-    assert provenance.version("pip") == importlib.metadata.version("pip")
-    (shadow / "pip").unlink()
-    _package(shadow, "pip")
+    assert provenance.version("import-linter", "importlinter") == importlib.metadata.version("import-linter")
+    (shadow / "importlinter").unlink()
+    _package(shadow, "importlinter")
     importlib.invalidate_caches()
-    assert provenance.version("pip") == f"from {shadow}"
+    assert provenance.version("import-linter", "importlinter") == f"from {shadow}"
 
 
 def test_without_base_the_sides_must_differ(monkeypatch, tmp_path: Path, capsys) -> None:
