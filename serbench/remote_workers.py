@@ -13,7 +13,7 @@ be subtracted. Both sides beat; a side silent too long ends the case (core)
 or the session (worker host), which then waits for the next case.
 
 Everything a worker does once forked (receive, decode, check, ack, report) is
-``serbench.broadcast``'s, shared with a local group; this module only enlists
+``serbench.workgroup``'s, shared with a local group; this module only enlists
 the hosts, relays their workers' pipe messages and stamps arrivals.
 """
 
@@ -33,25 +33,18 @@ from typing import Any
 import msgspec
 import zmq
 
-from serbench.broadcast import (
+from serbench.broadcast import Ack, Acks, BroadcastError, Route, TorchDist, clock, error_line, remote_route
+from serbench.isolation import end_trees
+from serbench.workgroup import (
     READY_TIMEOUT_S,
-    Ack,
-    Acks,
-    BroadcastError,
     Group,
-    Route,
-    TorchDist,
     Work,
     WorkerReport,
     begun,
-    clock,
-    error_line,
     exit_reason,
     file_message,
     fork_worker,
-    remote_route,
 )
-from serbench.isolation import end_trees
 
 BEAT_S = 1.0  # remote workers: each side says it is there this often
 SILENT_S = 10.0  # a remote side silent this long is gone
@@ -299,7 +292,7 @@ def _joined(group: RemoteGroup, case: dict[str, Any]) -> Group:
 
 
 def start(route: Route, case: dict[str, Any]) -> Group:
-    """``broadcast.start`` for a route whose workers are remote (``route.remote``): enlist
+    """``workgroup.start`` for a route whose workers are remote (``route.remote``): enlist
     ``serbench fanout-worker``s and hand them ``case``, what they build their ``Work`` from."""
     return begun(RemoteGroup(route), lambda group: _joined(group, case))
 

@@ -60,7 +60,17 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench import broadcast, cache, conformance, instructions, lazy, remote_workers, shm, transport
+from serbench import (
+    broadcast,
+    cache,
+    conformance,
+    instructions,
+    lazy,
+    remote_workers,
+    shm,
+    transport,
+    workgroup,
+)
 from serbench.heap import fresh_memory
 from serbench.metrics import measured, statistic
 from serbench.profiles import Profile
@@ -431,7 +441,7 @@ def _settings(profile: Profile) -> tuple[int, int, int]:
 
 def _work(
     backend: str, warmup: StepInput, hold: int, hook: Any = None, worker_cache: WorkerCache | None = None
-) -> broadcast.Work:
+) -> workgroup.Work:
     def open_decoder() -> Any:
         serializer = get_serializer(backend)
         return lambda frames: serializer.decode(frames, type(warmup))  # the workload's step type
@@ -441,8 +451,8 @@ def _work(
         check_step(decode(frames), step_checksum(warmup))
 
     if worker_cache is None:
-        return broadcast.Work(open_decoder, check_step, warm, hold, hook)
-    return broadcast.Work(open_decoder, worker_cache.check, warm, hold, hook, worker_cache.resolve)
+        return workgroup.Work(open_decoder, check_step, warm, hold, hook)
+    return workgroup.Work(open_decoder, worker_cache.check, warm, hold, hook, worker_cache.resolve)
 
 
 # A test may set this (in the process that runs the case) to see every decoded step in every
@@ -471,7 +481,7 @@ def _steps(workload_spec: str, batch: int, decode_steps: int, mode: str) -> tupl
     return prefills, Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
 
 
-def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) -> broadcast.Work:
+def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) -> workgroup.Work:
     """A remote worker's work for the case a core sent (``WorkerCase``). ValueError refuses a
     case, as ``serbench engine`` refuses a session: a backend named by dotted path (building it
     imports and calls what the core names), or one that runs code from its input (pickle) on a
@@ -487,7 +497,7 @@ def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) ->
     return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
 
 
-def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broadcast.WorkerReport], dict]:
+def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workgroup.WorkerReport], dict]:
     """Run the case's steps; the readings of the timed ones, the workers' reports and facts. With
     ``--fanout-rendezvous`` the workers are remote (``serbench fanout-worker``), told the case."""
     fresh_memory()  # the core's PSS counts what it holds, not free heap that glibc kept
@@ -525,9 +535,9 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
             if remote:
                 group = remote_workers.start(route, msgspec.to_builtins(told))
             else:
-                group = broadcast.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
+                group = workgroup.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
             core_base = live_memory()
-            broadcast.go(group)
+            workgroup.go(group)
             transport.remove_ipc_dir(folder)  # every worker connected: a core killed now leaves no socket
             core_held = (0, 0)
             for index in range(total):
@@ -571,7 +581,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[broad
                 core_cache.mirrored()
             clean = True
         finally:
-            reports = broadcast.finish(group, clean) if group is not None else []
+            reports = workgroup.finish(group, clean) if group is not None else []
     facts = {
         "verification": verification,
         "payload": payload_bytes(prefills.request(0)),
@@ -638,7 +648,7 @@ def _values(readings: list[StepReading], prefill: bool, schedule: Schedule) -> l
     return [r for r in readings if schedule.prefill(r.step) == prefill]
 
 
-def summarize(readings: list[StepReading], reports: list[broadcast.WorkerReport], facts: dict) -> dict:
+def summarize(readings: list[StepReading], reports: list[workgroup.WorkerReport], facts: dict) -> dict:
     schedule, payload = facts["schedule"], facts["payload"]
     pre, dec = _values(readings, True, schedule), _values(readings, False, schedule)
     metrics: dict[str, Measurement] = {
