@@ -16,7 +16,7 @@ from serbench import cache
 from serbench.isolation import CaseFailed, run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import Case
-from serbench.scenarios import fanout
+from serbench.scenarios import fanout, fanout_cache
 from serbench.workloads import get_workload
 
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=3, fanout_decode_steps=1, fanout_timeout_s=5.0)
@@ -64,14 +64,14 @@ def test_no_repeats_no_hits_and_the_wire_carries_every_tensor(clean) -> None:
 def _forgetful_workers(case: Case):
     """A worker's lru of one image only: the core's holds two requests' worth, so it sends
     references to tensors the workers have evicted."""
-    made = fanout._caches
+    made = fanout_cache.halves
 
     def caches(mode, capacity, transport_kind):
         core, worker = made(mode, capacity, transport_kind)
         worker.cache.lru.capacity = get_workload(case.workload).payload_bytes() // 2
         return core, worker
 
-    fanout._caches = caches
+    fanout_cache.halves = caches
     return _run(case)
 
 
@@ -99,7 +99,7 @@ def test_a_hit_that_resolves_to_the_wrong_tensor_is_an_integrity_failure(clean) 
 
 
 # vLLM #52040: the core looks its cache up (it knows what the workers hold) and serializes every
-# tensor into the step all the same. Source text, appended to serbench/scenarios/fanout.py in the head
+# tensor into the step all the same. Source text, appended to serbench/scenarios/fanout_cache.py in the head
 # commit of a clone for the gate, executed in a case's child for the in-process test; never in
 # serbench's code.
 RESEND_ON_HIT = """
@@ -118,7 +118,7 @@ CoreCache.prepare = _resend_on_hit
 
 
 def _resending(case: Case):
-    exec(RESEND_ON_HIT, fanout.__dict__)
+    exec(RESEND_ON_HIT, fanout_cache.__dict__)
     return _run(case)
 
 
@@ -151,5 +151,5 @@ CASE = f"fanout msgspec-frombuffer@shm-ring workers=1 cache=lru × {WORKLOAD}"
 
 @pytest.mark.parametrize("fault", [RESEND_ON_HIT, ""], ids=["resend-on-hit", "fault-free"])
 def test_the_gate_flags_a_core_that_resends_cached_tensors(monkeypatch, tmp_path, capsys, fault) -> None:
-    module, metrics = "serbench/scenarios/fanout.py", ("wire bytes", "wire_bytes")
+    module, metrics = "serbench/scenarios/fanout_cache.py", ("wire bytes", "wire_bytes")
     assert_the_gate_judges_the_fault(tmp_path, monkeypatch, capsys, module, fault, GATE, metrics, CASE)

@@ -14,7 +14,7 @@ import pytest
 
 from serbench import attribution, instructions
 from serbench.results import Case
-from serbench.scenarios import fanout, fanout_counted
+from serbench.scenarios import fanout_counted, fanout_steps
 from serbench.serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,9 +22,9 @@ SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 
 
 def _message(workload: str, index: int) -> tuple[tuple, object]:
-    prefills, schedule = fanout._steps(workload, 4, 1, "none")
+    prefills, schedule = fanout_steps.case_steps(workload, 4, 1, "none")
     step = schedule.step(index, prefills)
-    return (step, fanout.step_checksum(step, prefills.crc(0) if step.new_requests else 0)), step
+    return (step, fanout_steps.step_checksum(step, prefills.crc(0) if step.new_requests else 0)), step
 
 
 @pytest.mark.parametrize("kind", fanout_counted.KINDS)
@@ -39,7 +39,9 @@ def test_every_worker_takes_each_step_and_checks_it(clean, kind: str, workers: i
     def decode(frames):
         return serializer.decode(frames, type(step))
 
-    with fanout_counted.linked(kind, workers, message, serializer.encode, decode, fanout.check_step) as path:
+    with fanout_counted.linked(
+        kind, workers, message, serializer.encode, decode, fanout_steps.check_step
+    ) as path:
         for _ in range(6):
             path.publish()
             decoded = path.take(0)
@@ -58,7 +60,7 @@ def test_a_step_that_is_not_the_one_sent_fails_the_check() -> None:
         message,
         serializer.encode,
         lambda f: serializer.decode(f, type(step)),
-        fanout.check_step,
+        fanout_steps.check_step,
     ) as path:
         path.checksum ^= 1
         path.publish()

@@ -2,19 +2,14 @@
 
 The case's process is the engine core; it forks ``case.workers`` workers and
 broadcasts each step over ``case.transport`` (``serbench.broadcast``:
-zmq-each, zmq-pub, shm-ring, torch-dist). A step is what a core sends its
-tensor-parallel workers (``StepInput``, vLLM's ``SchedulerOutput`` cut to what
-has bytes): at prefill the newly scheduled request of the workload with its
-multimodal tensors, and for the running batch the last token ids, positions,
-the block table of each request and the tokens scheduled. A workload whose
-requests are a plugin's own type (``layout=vllm-native``: vLLM's own
-``EngineCoreRequest``) is carried as that type (``step_type``), so every
-typed decoder decodes the new requests as the engine would. Each round is one
-prefill step followed by ``--fanout-decode-steps`` decode steps (the running
-batch only). The batch is ``--fanout-batch`` requests (default 32) whose
-context is the workload's prompt plus the tokens generated so far, in blocks
-of ``BLOCK_SIZE`` = 16 tokens (vLLM's default KV block size on CUDA): a
-text-sonnet request in decode holds 35-45 block ids.
+zmq-each, zmq-pub, shm-ring, torch-dist; the processes: ``serbench.workgroup``).
+A step is what a core sends its tensor-parallel workers
+(``fanout_steps``: vLLM's ``SchedulerOutput`` cut to what has bytes): at
+prefill the newly scheduled request of the workload with its multimodal
+tensors, and for the running batch the last token ids, positions, the block
+table of each request and the tokens scheduled. Each round is one prefill
+step followed by ``--fanout-decode-steps`` decode steps (the running batch
+only). The batch is ``--fanout-batch`` requests (default 32).
 
 Every worker decodes each step, stamps the moment it holds it, then checks
 it against the checksum the core computed before timing (tensors' dtype,
@@ -35,7 +30,7 @@ USS above its baseline in payload copies (the worst worker), and the whole
 group's PSS (core + workers: a shared page counts once).
 
 With ``--cache lru|shm`` (``Case.cache``, docs/cache.md) the core and its
-workers keep the first hop's two caches (``serbench.cache``): the core the
+workers keep the first hop's two caches (``fanout_cache``): the core the
 sender's half, each worker the receiver's. Prefill step k then carries the
 workload's request k (its repeats are what the caches meet), with every
 tensor the workers hold as a reference; each worker resolves the references
@@ -49,12 +44,10 @@ sent.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import time
-import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -76,7 +69,7 @@ from serbench.metrics import measured, statistic
 from serbench.profiles import Profile
 from serbench.results import FanoutInfo, Results
 from serbench.rss import live_memory
-from serbench.scenarios import caching, fanout_counted
+from serbench.scenarios import caching, fanout_cache, fanout_counted
 from serbench.scenarios.base import (
     Case,
     Dimension,
@@ -86,21 +79,27 @@ from serbench.scenarios.base import (
     counting,
     positive_int,
 )
+from serbench.scenarios.fanout_cache import CoreCache, WorkerCache
+from serbench.scenarios.fanout_steps import (
+    BLOCK_SIZE,
+    Prefills,
+    Schedule,
+    StepInput,
+    case_steps,
+    check_step,
+    step_checksum,
+)
 from serbench.scenarios.memory import miniature
 from serbench.serializers import get_serializer, is_safe
 from serbench.specs import parse_spec
 from serbench.stats import Measurement
 from serbench.views import MEDIAN, Figure, Table
-from serbench.workloads import Workload, get_workload
-from serbench.workloads.messages import EngineCoreRequest
-from serbench.workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
+from serbench.workloads.tree import is_array, iter_leaves, payload_bytes
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
-BLOCK_SIZE = 16  # tokens per KV block: vLLM's default on CUDA
 DEFAULT_BATCH = 32
 DEFAULT_DECODE_STEPS = 3
-DISTINCT_REQUESTS = 2  # prefill steps alternate between this many requests of the workload
 
 WORKERS = Dimension(
     "workers",
@@ -118,155 +117,6 @@ BROADCAST = Dimension(
     "shm-ring: one write, N readers in shared memory; torch-dist: gloo broadcast)",
     choices=broadcast.KINDS,
 )
-
-
-class StepInput(msgspec.Struct):
-    """One step as the core broadcasts it (vLLM's ``SchedulerOutput``, the fields with bytes)."""
-
-    step: int
-    new_requests: list[EngineCoreRequest]  # scheduled for the first time, multimodal tensors and all
-    new_block_ids: list[list[int]]
-    running_ids: list[str]
-    token_ids: list[int]  # the last token sampled for each running request
-    positions: list[int]
-    block_ids: list[list[int]]  # each running request's block table
-    num_scheduled_tokens: list[int]
-    finished_ids: list[str]
-
-
-@functools.cache
-def step_type(request_type: type) -> type[StepInput]:
-    """The step that carries ``request_type``'s requests: ``StepInput`` for serbench's own, else a
-    subclass whose ``new_requests`` are that type (a plugin's, as vLLM's own ``EngineCoreRequest``),
-    so that a typed decoder (vLLM's ``MsgpackDecoder``, msgspec's) decodes them as the engine's
-    would. Made once per type and named in this module, where pickle finds it."""
-    if request_type is EngineCoreRequest:
-        return StepInput
-    name = f"StepInput_{request_type.__module__}_{request_type.__qualname__}".replace(".", "_")
-    made = msgspec.defstruct(
-        name, [("new_requests", list[request_type])], bases=(StepInput,), module=__name__
-    )
-    globals()[name] = made
-    return made
-
-
-def _shape_of(leaf: Any) -> Any:
-    """``_skeleton``'s stand-in for a leaf msgpack has no form of: an array's dtype and shape, a
-    slice's bounds (vLLM's flat fields)."""
-    if is_array(leaf):
-        return f"{leaf.dtype}{tuple(leaf.shape)}"
-    if isinstance(leaf, slice):
-        return [leaf.start, leaf.stop, leaf.step]
-    raise TypeError(f"a step cannot hold a {type(leaf).__name__}")
-
-
-def _skeleton(step: Any) -> bytes:
-    """Every leaf of a step in order (``tree.iter_leaves``: serbench's Structs and a plugin's
-    dataclasses and mappings alike), the arrays' dtype and shape in place of their bytes, as msgpack."""
-    return msgspec.msgpack.encode(list(iter_leaves(step)), enc_hook=_shape_of)
-
-
-def step_checksum(step: Any, payload_crc: int | None = None) -> int:
-    """CRC of every field of a step, its arrays' dtype, shape and bytes included."""
-    crc = payload_checksum(step) if payload_crc is None else payload_crc
-    return zlib.crc32(_skeleton(step), crc)
-
-
-def check_step(decoded: Any, checksum: int) -> None:
-    """ValueError unless ``decoded`` is the step whose checksum the core sent."""
-    if not isinstance(decoded, StepInput):
-        raise ValueError(f"decoded a {type(decoded).__name__}, not a step")
-    if step_checksum(decoded) != checksum:
-        raise ValueError(f"step {decoded.step} decoded differs from the one sent (checksum mismatch)")
-
-
-def _blocks(tokens: int, first: int) -> list[int]:
-    return list(range(first, first + -(-tokens // BLOCK_SIZE)))
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The steps of a case, deterministic: ``rounds`` × (one prefill step, ``decode_steps``)."""
-
-    workload: Workload
-    batch: int
-    decode_steps: int
-    prompt_len: int
-
-    def running(self, step: int) -> dict[str, Any]:
-        """The running batch's part of ``step``: ids, last tokens, positions, block tables."""
-        ids, tokens, positions, tables = [], [], [], []
-        out = max(self.workload.output_len, 1)
-        for j in range(self.batch):
-            generated = (step + 7 * j) % out
-            position = self.prompt_len + generated
-            ids.append(f"running-{j}")
-            tokens.append(zlib.crc32(f"{j}#{step}".encode()) % 32_000)
-            positions.append(position)
-            tables.append(_blocks(position + 1, 1 + j * 4096))
-        return {
-            "running_ids": ids,
-            "token_ids": tokens,
-            "positions": positions,
-            "block_ids": tables,
-            "num_scheduled_tokens": [1] * self.batch,
-            "finished_ids": [],
-        }
-
-    def step(self, index: int, prefills: Prefills) -> StepInput:
-        """Step ``index``: a prefill step (a new request) at the start of each round, else decode;
-        of the type that carries the workload's requests (``step_type``)."""
-        per_round = 1 + self.decode_steps
-        made = step_type(self.workload.request_type)
-        if index % per_round:
-            return made(index, [], [], **self.running(index))
-        request = prefills.request(index // per_round)
-        new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]  # a list or an array
-        return made(index, [request], new_blocks, **self.running(index))
-
-    def prefill(self, index: int) -> bool:
-        return index % (1 + self.decode_steps) == 0
-
-
-class Prefills:
-    """The new request of each prefill step and the CRC of its tensors, built outside the timing.
-
-    Uncached, the steps alternate between ``DISTINCT_REQUESTS`` requests of the workload, built
-    once. With a cache (``fresh``), prefill step k carries the workload's request k, so that its
-    repeats (``images-N:repeat=R``, ``turns=T``) are what the caches meet; each is built when
-    its step comes, and the one before dropped. The requests are the workload's type (serbench's
-    own, or a plugin's), whose walk the caches learn here (``cache.register``).
-    """
-
-    def __init__(self, workload: Workload, fresh: bool) -> None:
-        self.workload, self.fresh = workload, fresh
-        self.built: dict[int, tuple[Any, int]] = {}
-        if fresh:
-            cache.register(workload)  # before the workers fork: they resolve the same type
-
-    def _get(self, k: int) -> tuple[Any, int]:
-        index = k if self.fresh else k % DISTINCT_REQUESTS
-        if index not in self.built:
-            if self.fresh:
-                self.built.clear()
-            request = self.workload.request(index)
-            self.built[index] = (request, payload_checksum(request))
-        return self.built[index]
-
-    def request(self, k: int) -> Any:
-        return self._get(k)[0]
-
-    def crc(self, k: int) -> int:
-        """``tree.payload_checksum`` of prefill step k's request."""
-        return self._get(k)[1]
-
-    def largest(self, count: int) -> int:
-        """Which of the first ``count`` prefill steps carries the most images (the ring's arena is
-        sized from its step): where the workload says how many each request has, else the first."""
-        keys = getattr(self.workload, "image_keys", None)
-        if not self.fresh or keys is None:
-            return 0
-        return max(range(count), key=lambda k: len(keys(k)))
 
 
 def _storage(leaf: Any) -> tuple[int, int]:
@@ -305,109 +155,6 @@ class Counted:
         self.calls += 1
         self.frames = self.serializer.encode(self.message)
         return self.frames
-
-
-class WorkerCache:
-    """A worker's half of a cached fan-out: the receiver's cache (``cache.EngineCache``), made
-    empty before the fork (each worker has its own copy), and the check of what it resolved."""
-
-    def __init__(self, mode: str, capacity: int, region: shm.Region | None, own: bool) -> None:
-        self.cache = cache.EngineCache(mode, capacity, region, own=cache.owned if own else None)
-        self.hits: list[tuple[cache.Ref, Any]] = []  # the last step's tensors resolved from references
-
-    def resolve(self, step: StepInput) -> tuple[StepInput, broadcast.Resolution]:
-        """``step`` with every reference of its new requests swapped for the tensor it names, and
-        what the cache did; CacheError for a reference the cache cannot resolve (evicted)."""
-        requests, lookups, found, self.hits = [], 0, 0, []
-        for request in step.new_requests:
-            resolved, done = self.cache.resolve(request)
-            requests.append(resolved)
-            lookups, found = lookups + done.lookups, found + done.found
-            self.hits += done.hits
-        held = self.cache
-        resolution = broadcast.Resolution(lookups, found, held.held_bytes, held.evictions)
-        return msgspec.structs.replace(step, new_requests=requests), resolution
-
-    def check(self, decoded: Any, checksum: int) -> None:
-        """ValueError unless every tensor resolved is the one its reference names (digest) and the
-        whole step is the one sent (``check_step``)."""
-        wrong = cache.verify_hits(f"step {getattr(decoded, 'step', '?')}", self.hits)
-        if wrong is not None:
-            raise ValueError(wrong)
-        check_step(decoded, checksum)
-
-
-@dataclass
-class CoreCache:
-    """The core's half of a cached fan-out: the sender's cache (``cache.FrontendCache``), the
-    tensors' digests (computed outside the timing), and the tally of the workers' acks, which
-    must agree with one another and with the core (their caches mirror its)."""
-
-    front: cache.FrontendCache
-    region: shm.Region | None = None
-    known: dict[str, int] = field(default_factory=dict)
-    lookups: int = 0  # over every prefill step sent, the warm-up round's too
-    hits: int = 0  # as the workers resolved them
-    workers: list[broadcast.Resolution] = field(default_factory=list)  # each one's latest
-
-    def digests(self, step: StepInput) -> None:
-        for request in step.new_requests:
-            cache.digests(request, self.known)
-
-    def prepare(self, step: StepInput) -> tuple[StepInput, cache.Prepared]:
-        """The step as sent: each new request's cached tensors the workers hold as references."""
-        total, requests = cache.Prepared(), []
-        for request in step.new_requests:
-            message, done = self.front.prepare(request, self.known)
-            requests.append(message)
-            total.lookups += done.lookups
-            total.hits += done.hits
-            total.stored_bytes += done.stored_bytes
-        return msgspec.structs.replace(step, new_requests=requests), total
-
-    def account(self, step: StepInput, acks: list[broadcast.Ack], prepared: cache.Prepared) -> None:
-        """Tally what the workers' caches did with ``step`` and release its store entries;
-        CacheError when a worker's count differs from another's, or from the core's."""
-        first = acks[0].cache
-        for ack in acks:
-            seen = ack.cache
-            if seen is None or (seen.lookups, seen.hits) != (first.lookups, first.hits):
-                raise cache.CacheError(
-                    f"step {step.step}: worker {ack.worker}'s cache resolved {seen and seen.hits} of "
-                    f"{seen and seen.lookups} tensors, worker {acks[0].worker}'s {first.hits} of "
-                    f"{first.lookups}: the workers' caches disagree"
-                )
-        if first.lookups != prepared.lookups:
-            raise cache.CacheError(
-                f"step {step.step}: the workers met {first.lookups} cacheable tensors, the core "
-                f"{prepared.lookups}"
-            )
-        self.lookups += first.lookups
-        self.hits += first.hits
-        self.workers = [ack.cache for ack in acks]
-        for request in step.new_requests:
-            self.front.done(request.request_id)
-
-    def mirrored(self) -> None:
-        """CacheError unless every worker's lru evicted what the core's did."""
-        for index, held in enumerate(self.workers):
-            why = cache.mirror_disagreement(self.front, held.evictions, f"worker {index}", "core")
-            if why is not None:
-                raise cache.CacheError(why)
-
-
-def _caches(mode: str, capacity: int, transport_kind: str) -> tuple[CoreCache | None, WorkerCache | None]:
-    """Both halves of a case's cache (None, None for ``none``). Over ``shm`` the store is made
-    here and unlinked at once: the workers inherit its mapping through fork. A worker's lru keeps
-    its own copy of a tensor that arrived over the ring, whose arena the core writes again."""
-    if mode == "none":
-        return None, None
-    region = None
-    if mode == "shm":
-        region = shm.Region.create(capacity, populate=False)
-        region.unlink()
-    front = cache.FrontendCache(mode, capacity, cache.Store(region) if region else None)
-    return CoreCache(front, region), WorkerCache(mode, capacity, region, own=transport_kind == "shm-ring")
 
 
 @dataclass
@@ -474,13 +221,6 @@ class WorkerCase(msgspec.Struct, frozen=True):
     capacity: int = 0
 
 
-def _steps(workload_spec: str, batch: int, decode_steps: int, mode: str) -> tuple[Prefills, Schedule]:
-    """A case's prefill requests and schedule (the core's, and a remote worker's warm-up)."""
-    workload = get_workload(workload_spec)
-    prefills = Prefills(workload, fresh=mode != "none")
-    return prefills, Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
-
-
 def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) -> workgroup.Work:
     """A remote worker's work for the case a core sent (``WorkerCase``). ValueError refuses a
     case, as ``serbench engine`` refuses a session: a backend named by dotted path (building it
@@ -492,7 +232,7 @@ def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) ->
         raise ValueError(f"refusing backend {spec.backend!r} given by dotted path; {flag}")
     if not (allow_unsafe or loopback or is_safe(get_serializer(spec.backend))):
         raise ValueError(f"refusing unsafe backend {spec.backend!r} on a non-loopback rendezvous; {flag}")
-    prefills, schedule = _steps(spec.workload, spec.batch, spec.decode_steps, spec.cache)
+    prefills, schedule = case_steps(spec.workload, spec.batch, spec.decode_steps, spec.cache)
     held = WorkerCache(spec.cache, spec.capacity, None, own=False) if spec.cache != "none" else None
     return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
 
@@ -507,7 +247,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
     remote = profile.options.get("fanout_rendezvous") or ""
     if remote and mode == "shm":
         raise broadcast.BroadcastError("--cache shm: remote workers cannot map this host's shared memory")
-    prefills, schedule = _steps(case.workload, batch, decode_steps, mode)
+    prefills, schedule = case_steps(case.workload, batch, decode_steps, mode)
     workload = schedule.workload
     per_round = 1 + decode_steps
     total = (1 + rounds) * per_round  # the first round warms up
@@ -518,7 +258,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
         for i in sorted({0, 1, largest})
     )
     capacity = caching.capacity(profile, max(2 * workload.payload_bytes(), 1 << 20))
-    core_cache, worker_cache = _caches(mode, capacity, case.transport or "")
+    core_cache, worker_cache = fanout_cache.halves(mode, capacity, case.transport or "")
     hold = rounds * per_round  # the last round's prefill step: workers read PSS while holding it
     warmup = miniature(schedule.step(0, prefills))
     timeout_s = profile.options.get("fanout_timeout_s") or min(60.0, profile.case_timeout_s / 2)
@@ -598,7 +338,7 @@ def counted(case: Case, profile: Profile) -> Outcome:
     """The case's path counted (``fanout_counted``): its first prefill step, and a decode step
     where the schedule has them, each verified first as the timed path's are."""
     _, batch, decode_steps = _settings(profile)
-    prefills, schedule = _steps(case.workload, batch, decode_steps, "none")
+    prefills, schedule = case_steps(case.workload, batch, decode_steps, "none")
     serializer = get_serializer(case.backend)
     verification = _verified(case, serializer, schedule, prefills, "none")
     first = schedule.step(0, prefills)
