@@ -14,7 +14,7 @@ from serbench import metrics, protocol, results, runner
 from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
-from serbench.scenarios import SCENARIOS, Outcome, Scenario
+from serbench.scenarios import SCENARIOS, Outcome, Scenario, micro
 from serbench.scenarios.ipc import Ipc, settings_for
 from serbench.workloads import get_workload
 
@@ -51,6 +51,21 @@ def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> N
     assert {v.case.scenario for v in interleaved} == {"micro", "ipc"}
     counting = QUICK3.with_options(measure="instructions")  # one valgrind process for the run
     assert [v for v in visits(plan.cases(), counting) if v.rounds > 1] == []
+
+
+def test_micro_measures_a_small_message_in_more_rounds_than_a_large_one() -> None:
+    """A small message's visits are cheap and its processes differ by as much as its backends:
+    ``SMALL_ROUNDS``; a large one keeps the profile's rounds, and every case of a group the same."""
+    plan = Plan(BACKENDS, ["text-sonnet", "images-4", "images-32"], ["micro"])
+    rounds = {(v.case.workload, v.case.backend): v.rounds for v in visits(plan.cases(), QUICK3)}
+    small = get_workload("images-4").payload_bytes()
+    assert small <= micro.SMALL_PAYLOAD < get_workload("images-32").payload_bytes()
+    for backend in BACKENDS:
+        assert rounds["text-sonnet", backend] == rounds["images-4", backend] == micro.SMALL_ROUNDS
+        assert rounds["images-32", backend] == QUICK3.rounds
+    assert QUICK3.rounds < micro.SMALL_ROUNDS
+    full = dataclasses.replace(QUICK3, rounds=micro.SMALL_ROUNDS + 2)  # never fewer than asked
+    assert {v.rounds for v in visits(plan.cases(), full)} == {micro.SMALL_ROUNDS + 2}
 
 
 def test_a_visit_measures_its_share_of_the_requests() -> None:

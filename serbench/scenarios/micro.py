@@ -98,6 +98,18 @@ def array_count(message: Any) -> int:
     return sum(1 for leaf in iter_leaves(message) if is_array(leaf))
 
 
+# Each visit of a micro case is a process of its own, and processes of one backend differ: the
+# same code (text-sonnet's numpy-intermediate and msgspec-frombuffer, which send no tensor) read
+# 3-8 % apart visit by visit, and a slow spell of the machine (1.5x for a second or two) lands on
+# a visit or two. With the quick profile's three rounds one such visit decided a tie: six
+# micro-only runs agreed on all three decisions in 6 of their 15 pairs, and with nine rounds for
+# text and images-4 in 10 of 15, every difference left at images-32 (docs/measurements). So micro
+# measures a small message in SMALL_ROUNDS rounds, as pyperf spreads its values over many
+# processes. A small message's visit costs 0.2-0.4 s here, a large one's 1-2.5 s (pickle's
+# encode at images-32 is 0.13 s a call): 9 rounds of images-32 would add 50 s to a run.
+SMALL_PAYLOAD = 100 * 2**20
+SMALL_ROUNDS = 9
+
 # What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
 # the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
 COUNTED = {"encode_s": "encode_instructions", "decode_s": "decode_instructions"}
@@ -133,8 +145,12 @@ class Micro(Scenario):
     options = (MEASURE,)
 
     def rounds(self, case: Case, profile: Profile) -> int:
-        """Counting instructions is one valgrind process for the run: no rounds."""
-        return 1 if counting(profile) else super().rounds(case, profile)
+        """The profile's rounds, and ``SMALL_ROUNDS`` for a message of at most ``SMALL_PAYLOAD``
+        bytes of tensors; counting instructions is one valgrind process for the run: no rounds."""
+        rounds = 1 if counting(profile) else super().rounds(case, profile)
+        if rounds > 1 and get_workload(case.workload).payload_bytes() <= SMALL_PAYLOAD:
+            return max(rounds, SMALL_ROUNDS)
+        return rounds
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         serializer = get_serializer(case.backend)
