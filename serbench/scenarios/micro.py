@@ -105,7 +105,7 @@ def array_count(message: Any) -> int:
 # micro-only runs agreed on all three decisions in 6 of their 15 pairs, and with nine rounds for
 # text and images-4 in 10 of 15, every difference left at images-32 (docs/measurements). So micro
 # measures a small message in SMALL_ROUNDS rounds, as pyperf spreads its values over many
-# processes. A small message's visit costs 0.2-0.4 s here, a large one's 1-2.5 s (pickle's
+# processes. A small message's visit costs 0.2-0.4 s here, a large one's 1-3 s (pickle's
 # encode at images-32 is 0.13 s a call): 9 rounds of images-32 would add 50 s to a run.
 SMALL_PAYLOAD = 100 * 2**20
 SMALL_ROUNDS = 9
