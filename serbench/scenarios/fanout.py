@@ -79,7 +79,6 @@ from serbench.scenarios.base import (
     counting,
     positive_int,
 )
-from serbench.scenarios.fanout_cache import CoreCache, WorkerCache
 from serbench.scenarios.fanout_steps import (
     BLOCK_SIZE,
     Prefills,
@@ -187,7 +186,11 @@ def _settings(profile: Profile) -> tuple[int, int, int]:
 
 
 def _work(
-    backend: str, warmup: StepInput, hold: int, hook: Any = None, worker_cache: WorkerCache | None = None
+    backend: str,
+    warmup: StepInput,
+    hold: int,
+    hook: Any = None,
+    worker_cache: fanout_cache.WorkerCache | None = None,
 ) -> workgroup.Work:
     def open_decoder() -> Any:
         serializer = get_serializer(backend)
@@ -233,7 +236,9 @@ def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) ->
     if not (allow_unsafe or loopback or is_safe(get_serializer(spec.backend))):
         raise ValueError(f"refusing unsafe backend {spec.backend!r} on a non-loopback rendezvous; {flag}")
     prefills, schedule = case_steps(spec.workload, spec.batch, spec.decode_steps, spec.cache)
-    held = WorkerCache(spec.cache, spec.capacity, None, own=False) if spec.cache != "none" else None
+    held = (
+        fanout_cache.WorkerCache(spec.cache, spec.capacity, None, own=False) if spec.cache != "none" else None
+    )
     return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
 
 
@@ -431,7 +436,7 @@ def _statistic(name: str, samples: list[float]) -> dict[str, Measurement]:
     return {} if value is None else {name: value}
 
 
-def cache_metrics(core: CoreCache) -> dict[str, Measurement]:
+def cache_metrics(core: fanout_cache.CoreCache) -> dict[str, Measurement]:
     """A cached case's cache: the hit ratio the workers measured over every prefill step (tensors
     resolved from a reference / cacheable tensors), what the core's and the fullest worker's cache
     hold at the end, and the evictions (the core's; every worker's lru evicted as many)."""
