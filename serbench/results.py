@@ -569,19 +569,27 @@ def _merge_case(recs: list[Record]) -> Record:
     return msgspec.structs.replace(
         recs[0],
         metrics=merged,
-        info=_merged_info(recs[0].info, merged),
+        info=_merged_info([r.info for r in recs], merged),
         error=error,
         duration_s=duration,
         rounds=len(recs),
     )
 
 
-def _merged_info(info: Info | None, merged: dict[str, Measurement]) -> Info | None:
-    """The first round's info, its serving summary recomputed over every round's latencies
-    (so that it describes the same samples as the merged metrics)."""
+def _merged_info(infos: list[Info | None], merged: dict[str, Measurement]) -> Info | None:
+    """The first round's info; an ipc one with its serving summary recomputed over every round's
+    latencies (so that it describes the same samples as the merged metrics), and the load's
+    duration and output tokens summed over the rounds (the benchmark's, as ``Serving`` counts
+    every round's requests)."""
+    info = infos[0]
     if isinstance(info, IpcInfo) and all(n in merged for n in ("ttft_s", "itl_s", "e2e_s")):
-        serving = Serving.of(merged["ttft_s"].values, merged["itl_s"].values, merged["e2e_s"].values)
-        return msgspec.structs.replace(info, serving=serving)
+        rounds = [i for i in infos if isinstance(i, IpcInfo)]
+        return msgspec.structs.replace(
+            info,
+            serving=Serving.of(merged["ttft_s"].values, merged["itl_s"].values, merged["e2e_s"].values),
+            duration_s=sum(i.duration_s for i in rounds),
+            output_tokens=sum(i.output_tokens for i in rounds),
+        )
     return info
 
 

@@ -22,11 +22,12 @@ QUICK3 = dataclasses.replace(PROFILES["quick"], rounds=3)
 BACKENDS = ["pickle", "msgspec-frombuffer", "flat-mmk"]
 
 
-def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> None:
-    """A payload group is visited at least ``Ipc.min_rounds`` times, whatever fewer the profile asks."""
+def test_a_group_is_visited_round_robin_with_rotation_and_a_rate_asked_for_stays_whole() -> None:
+    """A group of requests, text at its default rate as payload one at a time, is visited at
+    least ``Ipc.min_rounds`` times, whatever fewer the profile asks; a rate or a concurrency asked
+    for is an offered load, measured whole."""
     assert QUICK3.rounds < Ipc.min_rounds
     plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-2"], ["ipc"])
-    planned = visits(plan.cases(), QUICK3)
     a, b, c = BACKENDS
 
     def group(workload: str) -> list[Visit]:
@@ -37,10 +38,10 @@ def test_a_group_is_visited_round_robin_with_rotation_and_text_stays_whole() -> 
             for backend in order[r % 3]
         ]
 
-    def whole(backend: str) -> Visit:
-        return Visit(Case("ipc", backend, "text-sonnet", transport="ipc"))
-
-    assert planned == [whole(a), *group("images-1"), *group("images-2"), whole(b), whole(c)]
+    assert visits(plan.cases(), QUICK3) == [*group("text-sonnet"), *group("images-1"), *group("images-2")]
+    for asked in ({"ipc_rates": (40.0,)}, {"ipc_max_concurrency": 2}):
+        planned = visits(plan.cases(), QUICK3.with_options(**asked))
+        assert planned == [Visit(case) for case in plan.cases()], asked
 
 
 def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> None:
@@ -219,8 +220,8 @@ def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark
         info = results.IpcInfo(
             payload_bytes=1,
             serving=results.Serving.of(ttft, ttft, ttft),
-            duration_s=1.0,
-            output_tokens=1,
+            duration_s=sum(ttft),
+            output_tokens=len(ttft),
             settings={},
             local_engine=True,
             ttft_over_floor=1.0,
@@ -234,6 +235,9 @@ def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark
     (rec,) = merged.records
     assert rec.info.serving == results.Serving.of(first + second, first + second, first + second)
     assert rec.info.serving.ttft.median_ms == pytest.approx(20.5)  # both rounds, not the first alone
+    # the benchmark's duration and output tokens: every round's load
+    assert rec.info.duration_s == pytest.approx(sum(first + second))
+    assert rec.info.output_tokens == len(first + second)
 
 
 def test_a_p99_of_a_cases_visits_is_taken_over_all_their_requests() -> None:

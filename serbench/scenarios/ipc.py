@@ -531,15 +531,16 @@ class Ipc(Scenario):
     min_rounds = 6
 
     def rounds(self, case: Case, profile: Profile) -> int:
-        """Interleaved visits only where requests go one at a time (the payload default), and there
-        at least ``min_rounds`` where the profile has rounds: each request is measured alone,
-        so which visit sends it does not change what it measures. An open-loop load (text at its
-        rate, a rate given, a sweep), a cached case (its hit ratio follows the whole sequence of
-        requests) and the way back (one batch streamed) are measured whole."""
+        """Interleaved visits for the profile's own load of requests, at least ``min_rounds`` where
+        the profile has rounds: one at a time (the payload default), where each request is measured
+        alone, and text at its default rate, a load light enough (an 8 ms TTFT against 25 ms
+        between arrivals) that each visit's share of it queues as the whole would. A rate or
+        concurrency asked for (offered load is their point), a cached case (its hit ratio follows
+        the whole sequence of requests) and the way back (one batch streamed) are measured whole."""
         workload = get_workload(case.workload)
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
-        alone = workload.kind == "request" and cfg.max_concurrency == 1 and len(cfg.rates) == 1
-        whole = not alone or cfg.cache != "none" or counting(profile)
+        asked = any(profile.options.get(key) is not None for key in ("ipc_rates", "ipc_max_concurrency"))
+        whole = workload.kind != "request" or asked or cfg.cache != "none" or counting(profile)
         return 1 if whole else super().rounds(case, profile)
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
