@@ -27,7 +27,9 @@ A case's visits are merged into one record (``results.merge``: each round's
 sample count in ``Measurement.rounds``, the record's ``rounds``), written
 after every visit: a record in a file with ``complete: false`` may hold fewer
 rounds than the profile's. A visit that fails fails its case (``failed in 1
-of k rounds``) and ends that case's visits; the other backends go on.
+of k rounds``) and ends that case's visits; the other backends go on. A
+scenario may end a case's visits early too (``Scenario.revisit``: micro takes
+rounds past the profile's only while they are cheap).
 """
 
 from __future__ import annotations
@@ -256,13 +258,14 @@ def _measure(
     """Every visit in its own child, its case's record in ``results`` (saved) after each; then
     finished. A case measured in rounds is one record, its visits so far merged
     (``results.merge``); once a visit fails (or finds the case unsupported, or its backend
-    failed conformance) the case is visited no more."""
+    failed conformance), or its scenario takes no more of them (``Scenario.revisit``), the case
+    is visited no more."""
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
     ended: set[Case] = set()
     for index, visit in enumerate(planned):
         case = visit.case
-        if case in ended:
+        if case in ended or not _revisited(visit, profile, rounds.get(case, [])):
             continue
         if on_case:
             on_case(index, len(planned), case)
@@ -283,6 +286,14 @@ def _measure(
             where[case] = len(results.results.records)
             results.add(kept)
     results.finish()
+
+
+def _revisited(visit: Visit, profile: Profile, done: list[Record]) -> bool:
+    """Whether the case's scenario takes this visit after the ``done`` ones (``Scenario.revisit``)."""
+    if not done:
+        return True
+    spent = sum(rec.duration_s for rec in done)
+    return get_scenario(visit.case.scenario).revisit(visit.case, profile, len(done), spent)
 
 
 def _merged(recs: list[Record]) -> Record:

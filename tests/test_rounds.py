@@ -54,19 +54,18 @@ def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> N
     assert [v for v in visits(plan.cases(), counting) if v.rounds > 1] == []
 
 
-def test_micro_measures_a_small_message_in_more_rounds_than_a_large_one() -> None:
-    """A small message's visits are cheap and its processes differ by as much as its backends:
-    ``SMALL_ROUNDS``; a large one keeps the profile's rounds, and every case of a group the same."""
+def test_micro_plans_more_rounds_and_takes_those_past_the_profiles_while_they_are_cheap() -> None:
+    """Every micro case plans ``MORE_ROUNDS`` (never fewer than the profile asks); past the
+    profile's rounds a case is visited again only while its visits took at most ``MORE_ROUNDS_S``."""
     plan = Plan(BACKENDS, ["text-sonnet", "images-4", "images-32"], ["micro"])
-    rounds = {(v.case.workload, v.case.backend): v.rounds for v in visits(plan.cases(), QUICK3)}
-    small = get_workload("images-4").payload_bytes()
-    assert small <= micro.SMALL_PAYLOAD < get_workload("images-32").payload_bytes()
-    for backend in BACKENDS:
-        assert rounds["text-sonnet", backend] == rounds["images-4", backend] == micro.SMALL_ROUNDS
-        assert rounds["images-32", backend] == QUICK3.rounds
-    assert QUICK3.rounds < micro.SMALL_ROUNDS
-    full = dataclasses.replace(QUICK3, rounds=micro.SMALL_ROUNDS + 2)  # never fewer than asked
-    assert {v.rounds for v in visits(plan.cases(), full)} == {micro.SMALL_ROUNDS + 2}
+    assert QUICK3.rounds < micro.MORE_ROUNDS
+    assert {v.rounds for v in visits(plan.cases(), QUICK3)} == {micro.MORE_ROUNDS}
+    full = dataclasses.replace(QUICK3, rounds=micro.MORE_ROUNDS + 2)  # never fewer than asked
+    assert {v.rounds for v in visits(plan.cases(), full)} == {micro.MORE_ROUNDS + 2}
+    case, scenario, over = plan.cases()[0], SCENARIOS["micro"], micro.MORE_ROUNDS_S + 1
+    assert scenario.revisit(case, QUICK3, QUICK3.rounds - 1, over)  # the profile's rounds: always
+    assert not scenario.revisit(case, QUICK3, QUICK3.rounds, over)
+    assert scenario.revisit(case, QUICK3, micro.MORE_ROUNDS - 1, micro.MORE_ROUNDS_S)
 
 
 def test_a_visit_measures_its_share_of_the_requests() -> None:
@@ -153,6 +152,33 @@ def test_visits_merge_into_one_record_and_a_failing_round_fails_only_its_case(
         [("pickle", 1), ("msgspec-frombuffer", 1), ("flat-mmk", 1)],
     ]
     assert seen[-1] == [("pickle", 2), ("msgspec-frombuffer", 2), ("flat-mmk", 3)]
+
+
+def test_a_case_its_scenario_revisits_no_more_keeps_the_rounds_it_has(
+    tmp_path: Path, counting: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Scenario.revisit`` ends one case's visits; the others of its group go on."""
+    counting.failing = ""
+    asked: list[tuple[str, int]] = []
+
+    def revisit(case: Case, profile: Profile, visited: int, spent_s: float) -> bool:
+        asked.append((case.backend, visited))
+        assert spent_s >= 0
+        return case.backend != "pickle" or visited < 2
+
+    monkeypatch.setattr(counting, "revisit", revisit)
+    run = _execute(Plan(BACKENDS, ["images-1"], ["counting"]), tmp_path / "results.json")
+    assert {r.backend: r.rounds for r in run.results.records} == {
+        "pickle": 2,
+        "msgspec-frombuffer": 3,
+        "flat-mmk": 3,
+    }
+    assert all(r.error is None for r in run.results.records)
+    assert run.results.by_case()[Case("counting", "pickle", "images-1")].metrics["wire_bytes"].rounds == [
+        2,
+        2,
+    ]
+    assert ("pickle", 2) in asked and ("pickle", 0) not in asked  # a first visit is always taken
 
 
 def test_a_case_failing_its_first_visit_keeps_that_visits_error(tmp_path: Path, counting: Counting) -> None:

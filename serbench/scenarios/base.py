@@ -156,6 +156,11 @@ class Scenario:
             return 1
         return max(profile.rounds, self.min_rounds)
 
+    def revisit(self, case: Case, profile: Profile, visited: int, spent_s: float) -> bool:
+        """Whether a case measured in rounds is visited again after ``visited`` visits that took
+        ``spent_s`` seconds in all: by default yes, every round ``rounds`` planned."""
+        return True
+
     def tables(self, data: Results) -> list[Table]:
         """Tables only this scenario can compute from its records in ``data`` (shown after the
         summary's in the terminal, in its section of the report); none by default."""

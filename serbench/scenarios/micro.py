@@ -103,12 +103,14 @@ def array_count(message: Any) -> int:
 # 3-8 % apart visit by visit, and a slow spell of the machine (1.5x for a second or two) lands on
 # a visit or two. With the quick profile's three rounds one such visit decided a tie: six
 # micro-only runs agreed on all three decisions in 6 of their 15 pairs, and with nine rounds for
-# text and images-4 in 10 of 15, every difference left at images-32 (docs/measurements). So micro
-# measures a small message in SMALL_ROUNDS rounds, as pyperf spreads its values over many
-# processes. A small message's visit costs 0.2-0.4 s here, a large one's 1-3 s (pickle's
-# encode at images-32 is 0.13 s a call): 9 rounds of images-32 would add 50 s to a run.
-SMALL_PAYLOAD = 100 * 2**20
-SMALL_ROUNDS = 9
+# text and images-4 in 10 of 15, every difference left at images-32, where a zero-copy pair's
+# per-visit ratio has a spread (sd of its log) of 0.045 around 1.09 (docs/measurements). So micro
+# plans MORE_ROUNDS, as pyperf spreads its values over many processes, and takes those past the
+# profile's rounds while the case's visits so far took at most MORE_ROUNDS_S: a zero-copy visit
+# costs 0.2-0.7 s here, an in-band one at images-32 5-7 s (pickle's encode and decode allocate
+# 308 MB a call), which nine rounds would spend on ratios of 500x that three rounds already tell.
+MORE_ROUNDS = 9
+MORE_ROUNDS_S = 10.0
 
 # What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
 # the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
@@ -142,15 +144,16 @@ class Micro(Scenario):
     # spells) into the paired ratios the decision reads, instead of leaving one process's
     # interval to stand for the run.
     interleaved = True
+    min_rounds = MORE_ROUNDS
     options = (MEASURE,)
 
     def rounds(self, case: Case, profile: Profile) -> int:
-        """The profile's rounds, and ``SMALL_ROUNDS`` for a message of at most ``SMALL_PAYLOAD``
-        bytes of tensors; counting instructions is one valgrind process for the run: no rounds."""
-        rounds = 1 if counting(profile) else super().rounds(case, profile)
-        if rounds > 1 and get_workload(case.workload).payload_bytes() <= SMALL_PAYLOAD:
-            return max(rounds, SMALL_ROUNDS)
-        return rounds
+        """Counting instructions is one valgrind process for the run: no rounds."""
+        return 1 if counting(profile) else super().rounds(case, profile)
+
+    def revisit(self, case: Case, profile: Profile, visited: int, spent_s: float) -> bool:
+        """The profile's rounds, and more while the visits so far took at most ``MORE_ROUNDS_S``."""
+        return visited < profile.rounds or spent_s <= MORE_ROUNDS_S
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         serializer = get_serializer(case.backend)
