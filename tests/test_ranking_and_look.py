@@ -107,6 +107,21 @@ def test_summary_tables_export_as_markdown(capsys, tmp_path) -> None:
     assert capsys.readouterr().out == md
 
 
+def test_a_summary_table_keeps_the_scale_its_middle_values_read_in() -> None:
+    """TTFT from 8 ms (text) to 1.04 s (in-band pickle at images-32) reads in ms, whole past
+    1000: one slow case does not turn the table into seconds."""
+    ttft = {("pickle", "text"): 0.0079, ("pickle", "images"): 1.04, ("fast", "text"): 0.0081}
+    ttft |= {("fast", "images"): 0.272, ("slow", "text"): 0.0088, ("slow", "images"): 0.29}
+    records = [
+        rec({"ttft_s": metric([value] * 5)}, backend, workload, scenario="ipc", transport="ipc")
+        for (backend, workload), value in ttft.items()
+    ]
+    (table,) = [t for t in text.summary_tables(doc(records)) if t.title.startswith("ipc: TTFT (")]
+    assert table.title == "ipc: TTFT (ms, median)"
+    assert table.rows[0][1:] == ["7.9", "1,040"]
+    assert table.rows[1][1:] == ["8.1", "272"]
+
+
 def test_report_page_ranks_and_marks_undeclared_safety() -> None:
     page = run_page.render(ranked_doc(), "x.json", baseline="pickle")
     assert "Ranking against pickle" in page and "geometric mean" in page
