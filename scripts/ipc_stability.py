@@ -43,7 +43,7 @@ from pathlib import Path
 import msgspec
 
 from serbench import decision
-from serbench.compare import ratio_estimate
+from serbench.compare import center_of, ratio_estimate
 from serbench.results import Case, Record, load
 from serbench.stats import Measurement
 from serbench.text import table
@@ -112,10 +112,11 @@ def within_run_ratios(
     out = {}
     for (_, name), by_backend in groups.items():
         for base, head in _ratio_pairs(by_backend, name, reference):
-            ratio, _, _ = ratio_estimate(base.metrics[name], head.metrics[name], pooled=True)
+            pair = base.metrics[name], head.metrics[name]
+            ratio, _, _ = ratio_estimate(*pair, pooled=True, center=center_of(name))
             if ratio is not None:
                 label = f"{head.row} / {base.backend}" if reference == ALL else head.row
-                out[label, head.workload, name] = (ratio, _pairs(base.metrics[name], head.metrics[name]))
+                out[label, head.workload, name] = (ratio, _pairs(*pair))
     return out
 
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -82,6 +82,19 @@ CASE_METRIC = "error"
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129
+# A trimmed metric's pooled samples (``metrics.Metric.trimmed``, ``ratio_estimate(trimmed=True)``)
+# are compared by their mean with this share cut from each end. The requests of an ipc payload
+# case on a shared VM fall in two modes (at images-4: 29-31 ms and 35-44 ms within one visit), and
+# the median of 30 such samples jumps between the modes as their mix varies: between two
+# back-to-back default runs 37 of 60 between-backend TTFT and ingress ratios agreed within 10 % by
+# medians, 58 by 10 %-trimmed means (237 against 289 of 300 over five pairs of runs,
+# docs/measurements). The trim keeps a stalled request (3x its visit's others) from moving the
+# mean as it would an untrimmed one. Micro's samples are each already a mean over many calls, and
+# a slow spell moves a whole visit: a median ignores that visit, a trimmed mean does not.
+TRIM = 0.1
+# A statistic over the last axis of an array of samples, NaN a missing sample (``medians``,
+# ``trimmed_means``): what a run's rows are compared by (``center_of``).
+Center = Callable[[np.ndarray], np.ndarray]
 # The power at which ``detectable`` states the smallest slowdown a comparison would catch.
 POWER = 0.8
 
@@ -240,8 +253,10 @@ def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.G
     return medians
 
 
-def _pooled_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """For each row of drawn round indices in ``picks``, the median of all the samples of a
+def _pooled_statistics(
+    groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator, center: Center
+) -> np.ndarray:
+    """For each row of drawn round indices in ``picks``, the ``center`` of all the samples of a
     resample: each drawn round's own samples drawn with replacement, as many as it has."""
     sizes = np.array([len(g) for g in groups])
     padded = np.full((len(groups), sizes.max()), np.nan)
@@ -252,7 +267,39 @@ def _pooled_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.
     positions = np.floor(rng.random((*picks.shape, sizes.max())) * drawn_sizes).astype(int)
     values = padded[picks[..., None], positions]
     values[slots >= drawn_sizes] = np.nan  # a smaller round draws only as many as it has
-    return np.nanmedian(values.reshape(len(picks), -1), axis=1)
+    return center(values.reshape(len(picks), -1))
+
+
+def medians(rows: np.ndarray) -> np.ndarray:
+    """Each row's median over its last axis, NaN a missing value."""
+    return np.nanmedian(rows, axis=-1)
+
+
+def trimmed_means(rows: np.ndarray) -> np.ndarray:
+    """Each row's mean over its last axis with ``TRIM`` of its values (NaN: none) cut from each
+    end, as ``scipy.stats.trim_mean`` cuts them: ``int(TRIM * n)`` a side."""
+    ordered = np.sort(rows, axis=-1)  # NaN last
+    n = np.sum(~np.isnan(ordered), axis=-1)
+    cut = (TRIM * n).astype(int)
+    sums = np.concatenate([np.zeros((*ordered.shape[:-1], 1)), np.nancumsum(ordered, axis=-1)], axis=-1)
+    upper = np.take_along_axis(sums, (n - cut)[..., None], axis=-1)[..., 0]
+    lower = np.take_along_axis(sums, cut[..., None], axis=-1)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (upper - lower) / (n - 2 * cut)
+
+
+def center_of(name: str) -> Center:
+    """What a run's rows are compared by in metric ``name``: ``trimmed_means`` for a trimmed
+    metric (``metrics.Metric.trimmed``), else ``medians``."""
+    return trimmed_means if metric(name).trimmed else medians
+
+
+def location(name: str, measured: Measurement) -> float:
+    """The one value a row stands at in metric ``name`` when a run's rows are compared: its
+    median, or a trimmed metric's ``trimmed_means`` of all its samples."""
+    if not metric(name).trimmed or not measured.values:
+        return measured.median
+    return float(trimmed_means(np.asarray(measured.values, dtype=float)))
 
 
 def _at_quantile(ordered: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -281,6 +328,7 @@ def ratio_estimate(
     seed: int = BOOTSTRAP_SEED,
     side_by_side: bool = True,
     pooled: bool = False,
+    center: Center = medians,
 ) -> tuple[float | None, float | None, float | None]:
     """Ratio head/base and its percentile-bootstrap interval, from the raw samples.
 
@@ -290,11 +338,12 @@ def ratio_estimate(
     pairs) round ``i`` of base and of head are drawn together and the
     statistic is the median of per-round ratios — unless ``side_by_side`` is
     false: rounds of two separate runs were not measured together, so their
-    order pairs nothing. ``pooled``: the statistic is the ratio of the medians
-    of all a side's samples instead (rounds still drawn together where they
-    pair) — for a run's interleaved visits of a few requests each, where one
-    visit's median is too noisy to stand for it (docs/architecture.md,
-    "Comparisons that hold within a run"). The ratio is None for a zero base;
+    order pairs nothing. ``pooled``: the statistic is the ratio of the
+    ``center`` (``medians``, or a trimmed metric's ``trimmed_means``) of all a
+    side's samples instead (rounds still drawn together where they pair) — for
+    a run's interleaved visits of a few requests each, where one visit's
+    median is too noisy to stand for it (docs/architecture.md, "Measuring
+    rules"). The ratio is None for a zero base;
     the interval is (None, None) with fewer than two samples a side — no
     interval, no significance.
     """
@@ -302,7 +351,7 @@ def ratio_estimate(
     paired = side_by_side and len(base_groups) == len(head_groups)
     pooled = pooled and max(len(base_groups), len(head_groups)) > 1  # one round: the same statistic
     if pooled:
-        ratio = float(np.median(np.concatenate(head_groups)) / np.median(np.concatenate(base_groups)))
+        ratio = float(center(np.concatenate(head_groups)) / center(np.concatenate(base_groups)))
     else:
         medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
         ratio = float(_ratio(*medians, paired)[0])
@@ -316,8 +365,8 @@ def ratio_estimate(
         head_picks if paired else rng.integers(len(base_groups), size=(BOOTSTRAP_RESAMPLES, len(base_groups)))
     )
     if pooled:
-        heads = _pooled_medians(head_groups, head_picks, rng)
-        bases = _pooled_medians(base_groups, base_picks, rng)
+        heads = _pooled_statistics(head_groups, head_picks, rng, center)
+        bases = _pooled_statistics(base_groups, base_picks, rng, center)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = heads / bases
     else:
@@ -622,7 +671,9 @@ def tied(name: str, estimate: Estimate) -> bool:
     return estimate.tied(tie_tolerance(name), metric(name).practical_tie)
 
 
-def geometric_ratio(pairs: Sequence[tuple[Measurement, Measurement]]) -> Estimate | None:
+def geometric_ratio(
+    pairs: Sequence[tuple[Measurement, Measurement]], center: Center = medians
+) -> Estimate | None:
     """The geometric mean of head/base over ``pairs`` (base, head), one pair per workload, with
     an interval; None when no pair has a ratio (a zero base).
 
@@ -632,7 +683,7 @@ def geometric_ratio(pairs: Sequence[tuple[Measurement, Measurement]]) -> Estimat
     of squares of that side's log half-widths over the number of workloads. No interval when
     any workload has none.
     """
-    estimates = [ratio_estimate(base, head, pooled=True) for base, head in pairs]
+    estimates = [ratio_estimate(base, head, pooled=True, center=center) for base, head in pairs]
     found = [(r, low, high) for r, low, high in estimates if r is not None and r > 0]
     if not found:
         return None
@@ -753,7 +804,7 @@ def _ranks(
         if lead >= 0 and row.geomean is not None:
             first = measured[out[lead].row]
             common = [w for w in measured[row.row] if w in first and w in in_mean]
-            apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common])
+            apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common], center_of(name))
             if apart is not None and tied(name, apart):
                 out[lead] = replace(out[lead], tied=True)
                 out.append(replace(row, rank=out[lead].rank, tied=True))
@@ -781,8 +832,8 @@ def ranking(data: Results, scenario: str, baseline: str = DEFAULT_BASELINE) -> l
     rows = []
     for row, per_workload in measured.items():
         pairs = {w: _factor_pair(name, m, base[w]) for w, m in per_workload.items() if w in base}
-        factors = {w: head.median / base_m.median for w, (base_m, head) in pairs.items()}
-        geomean = geometric_ratio([pair for w, pair in pairs.items() if w in in_mean])
+        factors = {w: location(name, head) / location(name, base_m) for w, (base_m, head) in pairs.items()}
+        geomean = geometric_ratio([pair for w, pair in pairs.items() if w in in_mean], center_of(name))
         rows.append(Ranked(row, factors, geomean, variant=is_variant(row)))
 
     def order(r: Ranked) -> tuple[bool, bool, float]:

@@ -31,14 +31,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from serbench.compare import (
+    TRIM,
     Estimate,
     Ranked,
     better,
+    center_of,
     geometric_ratio,
     has_payload,
     headline_metric,
     is_memory,
     is_variant,
+    location,
     measurements,
     tie_tolerance,
     tied,
@@ -145,13 +148,14 @@ def decide(
         return Decision(group, scenario, name, workloads, workers, missing=why)
 
     def against(base: Case, row: Case) -> Estimate:
-        estimate = geometric_ratio([(rows[base][w], rows[row][w]) for w in workloads])
+        estimate = geometric_ratio([(rows[base][w], rows[row][w]) for w in workloads], center_of(name))
         assert estimate is not None  # ``measurements`` keeps positive medians only
         return estimate
 
     sign = -1 if metric(name).higher_is_better else 1
-    # the best: the lowest (a rate: highest) geometric mean of the medians over the workloads
-    best = min(safe, key=lambda row: sign * sum(math.log(rows[row][w].median) for w in workloads))
+    # the best: the lowest (a rate: highest) geometric mean over the workloads of where each row
+    # stands (``compare.location``: its median, a trimmed metric's trimmed mean)
+    best = min(safe, key=lambda row: sign * sum(math.log(location(name, rows[row][w])) for w in workloads))
     standings = sorted(
         (Standing(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
@@ -276,6 +280,14 @@ def tie_rule(names: Iterable[str]) -> str:
         return f"the interval holds 1 or the ratio is within {distinct.pop():.0%}"
     own = ", ".join(f"{label} {margin:.0%}" for label, margin in margins.items() if margin != PRACTICAL_TIE)
     return f"the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%} ({own})"
+
+
+def ratio_rule(names: Iterable[str]) -> str:
+    """What a ratio ×r [low, high] between two rows in the metrics ``names`` is: of medians, a
+    trimmed metric's (``Metric.trimmed``) named with its own ("(TTFT: 10%-trimmed means)")."""
+    trimmed = sorted({metric(name).label for name in names if metric(name).trimmed})
+    own = f" ({', '.join(trimmed)}: {TRIM:.0%}-trimmed means)" if trimmed else ""
+    return f"ratio to the first one named, 95% interval; of medians{own}"
 
 
 def ranking_title(data: Results, scenario: str, baseline: str) -> str:

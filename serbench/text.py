@@ -33,6 +33,7 @@ from serbench.decision import (
     interval_text,
     ranking_notes,
     ranking_title,
+    ratio_rule,
     tie_rule,
     unsafe_text,
     why,
@@ -198,7 +199,7 @@ def decision_block(data: Results) -> str:
         return ""
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
-        "  ×r [low, high]: median ratio to the first one named with its 95% interval",
+        f"  ×r [low, high]: {ratio_rule(d.metric for d in found if not d.missing)}",
         f"  tied: {tie_rule(d.metric for d in found if not d.missing)}; unsafe backends are never chosen",
     ]
     shape = None

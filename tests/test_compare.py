@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from scipy.stats import trim_mean
 
 from serbench import compare as cmp
 from serbench import results, text
@@ -450,3 +451,14 @@ def test_a_schema_1_file_compares_with_itself_and_as_schema_2(
     assert Case("memory", "msgspec-frombuffer:threshold=inf", "outputs-8", "shm") in shm
     numbers = [(r.case, r.metric, r.ratio, r.ci_low, r.ci_high) for r in comparison.rows]
     assert numbers == _schema_1_against_itself()
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 10, 11, 30, 54])
+def test_trimmed_means_cut_as_scipy_does_with_nan_as_a_missing_sample(n: int) -> None:
+    """A row of the bootstrap holds as many samples as its drawn rounds: NaN pads the rest."""
+    values = np.random.default_rng(n).lognormal(0.0, 0.3, n)
+    rows = np.full((2, 60), np.nan)
+    rows[0, :n], rows[1, :n] = values, values[::-1] * 2
+    expected = trim_mean(values, cmp.TRIM)
+    assert cmp.trimmed_means(rows) == pytest.approx([expected, 2 * expected])
+    assert cmp.trimmed_means(values) == pytest.approx(expected)

@@ -503,8 +503,9 @@ def decision_section(data: Results, look: Look) -> str:
         )
     intro = (
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
-        "headline metric within this run's own noise: ×r [low, high] is the median ratio to the "
-        "first one named, with its 95% interval; an interval holding 1 is a tie. Unsafe backends "
+        "headline metric within this run's own noise: ×r [low, high] is the "
+        f"{e(decision.ratio_rule(d.metric for d in found if not d.missing))}; "
+        f"tied: {e(decision.tie_rule(d.metric for d in found if not d.missing))}. Unsafe backends "
         "are never chosen; those faster beyond noise are listed apart.</p>"
     )
     headers = ["shape", "scenario", "use", "why", "faster but unsafe"]
