@@ -59,7 +59,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from serbench.metrics import compared, metric
+from serbench.metrics import LOWER_QUARTILE, MEDIAN, TRIMMED_MEAN, compared, metric
 from serbench.results import COMPARABLE, Case, Results
 from serbench.specs import SpecError, parse_spec
 from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, Measurement, relative_spread
@@ -82,18 +82,22 @@ CASE_METRIC = "error"
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129
-# A trimmed metric's pooled samples (``metrics.Metric.trimmed``, ``ratio_estimate(trimmed=True)``)
-# are compared by their mean with this share cut from each end. The requests of an ipc payload
-# case on a shared VM fall in two modes (at images-4: 29-31 ms and 35-44 ms within one visit), and
-# the median of 30 such samples jumps between the modes as their mix varies: between two
-# back-to-back default runs 37 of 60 between-backend TTFT and ingress ratios agreed within 10 % by
-# medians, 58 by 10 %-trimmed means (237 against 289 of 300 over five pairs of runs,
-# docs/measurements). The trim keeps a stalled request (3x its visit's others) from moving the
-# mean as it would an untrimmed one. Micro's samples are each already a mean over many calls, and
-# a slow spell moves a whole visit: a median ignores that visit, a trimmed mean does not.
+# What a run's rows are compared by (``metrics.Metric.center``, docs/measurements):
+# * TTFT and ingress by their mean with TRIM cut from each end. The requests of an ipc payload
+#   case on a shared VM fall in two modes (at images-4: 29-31 ms and 35-44 ms within one visit),
+#   and the median of 30 of them jumps between the modes as their mix varies: between two
+#   back-to-back default runs 37 of 60 between-backend TTFT and ingress ratios agreed within 10 %
+#   by medians, 58 by 10 %-trimmed means (237 against 289 of 300 over five pairs of runs). The
+#   trim keeps a stalled request (3x its visit's others) from moving the mean.
+# * micro's timings by their lower quartile. Each sample is already a mean over many calls, and
+#   what moves them is a slow spell over a visit or two (1.3-1.8x), never a faster one: the
+#   spells widened an interval of medians to hold 1 ([0.91, 1.19] about a ratio of 1.09) and
+#   changed 3 of the 6 micro decisions of two pairs of back-to-back runs, lower quartiles none
+#   (nor between any two of the four runs).
 TRIM = 0.1
+LOWER = 0.25
 # A statistic over the last axis of an array of samples, NaN a missing sample (``medians``,
-# ``trimmed_means``): what a run's rows are compared by (``center_of``).
+# ``trimmed_means``, ``lower_quartiles``): what a run's rows are compared by (``center_of``).
 Center = Callable[[np.ndarray], np.ndarray]
 # The power at which ``detectable`` states the smallest slowdown a comparison would catch.
 POWER = 0.8
@@ -288,18 +292,33 @@ def trimmed_means(rows: np.ndarray) -> np.ndarray:
         return (upper - lower) / (n - 2 * cut)
 
 
+def lower_quartiles(rows: np.ndarray) -> np.ndarray:
+    """Each row's ``LOWER`` quantile over its last axis (NaN: none), interpolated between the
+    two nearest samples as ``numpy.quantile`` does by default."""
+    ordered = np.sort(rows, axis=-1)  # NaN last
+    n = np.sum(~np.isnan(ordered), axis=-1)
+    position = LOWER * (n - 1)
+    below = np.floor(position).astype(int)
+    above = np.minimum(below + 1, n - 1)
+    low = np.take_along_axis(ordered, below[..., None], axis=-1)[..., 0]
+    high = np.take_along_axis(ordered, above[..., None], axis=-1)[..., 0]
+    return low + (position - below) * (high - low)
+
+
+CENTERS: dict[str, Center] = {MEDIAN: medians, TRIMMED_MEAN: trimmed_means, LOWER_QUARTILE: lower_quartiles}
+
+
 def center_of(name: str) -> Center:
-    """What a run's rows are compared by in metric ``name``: ``trimmed_means`` for a trimmed
-    metric (``metrics.Metric.trimmed``), else ``medians``."""
-    return trimmed_means if metric(name).trimmed else medians
+    """What a run's rows are compared by in metric ``name`` (``metrics.Metric.center``)."""
+    return CENTERS[metric(name).center]
 
 
 def location(name: str, measured: Measurement) -> float:
-    """The one value a row stands at in metric ``name`` when a run's rows are compared: its
-    median, or a trimmed metric's ``trimmed_means`` of all its samples."""
-    if not metric(name).trimmed or not measured.values:
+    """The one value a row stands at in metric ``name`` when a run's rows are compared: the
+    metric's center (``center_of``) of all its samples."""
+    if metric(name).center == MEDIAN or not measured.values:
         return measured.median
-    return float(trimmed_means(np.asarray(measured.values, dtype=float)))
+    return float(center_of(name)(np.asarray(measured.values, dtype=float)))
 
 
 def _at_quantile(ordered: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -339,7 +358,7 @@ def ratio_estimate(
     statistic is the median of per-round ratios — unless ``side_by_side`` is
     false: rounds of two separate runs were not measured together, so their
     order pairs nothing. ``pooled``: the statistic is the ratio of the
-    ``center`` (``medians``, or a trimmed metric's ``trimmed_means``) of all a
+    ``center`` (``medians``, or the metric's own: ``center_of``) of all a
     side's samples instead (rounds still drawn together where they pair) — for
     a run's interleaved visits of a few requests each, where one visit's
     median is too noisy to stand for it (docs/architecture.md, "Measuring

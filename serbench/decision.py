@@ -46,7 +46,7 @@ from serbench.compare import (
     tie_tolerance,
     tied,
 )
-from serbench.metrics import PRACTICAL_TIE, metric
+from serbench.metrics import LOWER_QUARTILE, MEDIAN, PRACTICAL_TIE, TRIMMED_MEAN, metric
 from serbench.results import Case, Results
 from serbench.specs import SpecError, parse_spec
 from serbench.stats import MIN_DISTRIBUTION, Measurement
@@ -154,7 +154,7 @@ def decide(
 
     sign = -1 if metric(name).higher_is_better else 1
     # the best: the lowest (a rate: highest) geometric mean over the workloads of where each row
-    # stands (``compare.location``: its median, a trimmed metric's trimmed mean)
+    # stands (``compare.location``: the metric's center of its samples)
     best = min(safe, key=lambda row: sign * sum(math.log(location(name, rows[row][w])) for w in workloads))
     standings = sorted(
         (Standing(row, against(best, row)) for row in rows if row != best),
@@ -282,12 +282,23 @@ def tie_rule(names: Iterable[str]) -> str:
     return f"the interval holds 1 or the ratio is within {PRACTICAL_TIE:.0%} ({own})"
 
 
-def ratio_rule(names: Iterable[str]) -> str:
-    """What a ratio ×r [low, high] between two rows in the metrics ``names`` is: of medians, a
-    trimmed metric's (``Metric.trimmed``) named with its own ("(TTFT: 10%-trimmed means)")."""
-    trimmed = sorted({metric(name).label for name in names if metric(name).trimmed})
-    own = f" ({', '.join(trimmed)}: {TRIM:.0%}-trimmed means)" if trimmed else ""
-    return f"ratio to the first one named, 95% interval; of medians{own}"
+# How ``center_rule`` names each ``metrics.Metric.center``.
+CENTER_WORDS = {
+    MEDIAN: "medians",
+    TRIMMED_MEAN: f"{TRIM:.0%}-trimmed means",
+    LOWER_QUARTILE: "lower quartiles",
+}
+
+
+def center_rule(names: Iterable[str]) -> str:
+    """What a ratio between two rows in the metrics ``names`` is a ratio of
+    (``compare.center_of``): "medians", or each metric with a center of its own named with it
+    ("TTFT's 10%-trimmed means, other metrics' medians")."""
+    centers = {metric(name).label: metric(name).center for name in names}
+    own = [f"{label}'s {CENTER_WORDS[center]}" for label, center in centers.items() if center != MEDIAN]
+    if not own:
+        return CENTER_WORDS[MEDIAN]
+    return ", ".join(own + (["other metrics' medians"] if MEDIAN in centers.values() else []))
 
 
 def ranking_title(data: Results, scenario: str, baseline: str) -> str:
@@ -304,6 +315,8 @@ def ranking_notes(data: Results, scenario: str, ranked: Sequence[Ranked]) -> lis
     name = headline_metric(data, scenario) or ""
     rule = f" ({tie_rule([name])})" if name else ""
     notes = [f"geomean: over the n workloads, with its 95% interval; N=: tied{rule}"]
+    if name and metric(name).center != MEDIAN:
+        notes.append(f"factors: ratios of {center_rule([name])}")
     if any(r.variant for r in ranked):
         notes.append("vN: variants (specs with options, e.g. threshold=inf), ranked apart")
     shown = dict.fromkeys(w for r in ranked for w in r.factors)

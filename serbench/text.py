@@ -28,12 +28,12 @@ from serbench.compare import (
     what_would_decide,
 )
 from serbench.decision import (
+    center_rule,
     chosen_text,
     decisions,
     interval_text,
     ranking_notes,
     ranking_title,
-    ratio_rule,
     tie_rule,
     unsafe_text,
     why,
@@ -199,7 +199,8 @@ def decision_block(data: Results) -> str:
         return ""
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
-        f"  ×r [low, high]: {ratio_rule(d.metric for d in found if not d.missing)}",
+        "  ×r [low, high]: ratio to the first one named with its 95% interval,",
+        f"    of {center_rule(d.metric for d in found if not d.missing)}",
         f"  tied: {tie_rule(d.metric for d in found if not d.missing)}; unsafe backends are never chosen",
     ]
     shape = None

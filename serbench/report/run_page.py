@@ -501,11 +501,12 @@ def decision_section(data: Results, look: Look) -> str:
             f"<td><small>{e('; '.join(decision.why(d, data)))}</small></td>"
             f"<td>{e(decision.unsafe_text(d, data))}</td></tr>"
         )
+    decided = [d.metric for d in found if not d.missing]
     intro = (
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
-        "headline metric within this run's own noise: ×r [low, high] is the "
-        f"{e(decision.ratio_rule(d.metric for d in found if not d.missing))}; "
-        f"tied: {e(decision.tie_rule(d.metric for d in found if not d.missing))}. Unsafe backends "
+        "headline metric within this run's own noise: ×r [low, high] is the ratio to the first one "
+        f"named, with its 95% interval, of {e(decision.center_rule(decided))}; "
+        f"tied: {e(decision.tie_rule(decided))}. Unsafe backends "
         "are never chosen; those faster beyond noise are listed apart.</p>"
     )
     headers = ["shape", "scenario", "use", "why", "faster but unsafe"]
