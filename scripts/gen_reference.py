@@ -227,6 +227,8 @@ def notes(m: metrics.Metric) -> str:
         sampled = not (m.exact or m.counted)  # the practical tie is for ratios with an interval
         tie = f"; ties within {m.practical_tie:.0%}" if sampled else ""
         said.append(f"headline (ranking, decision{tie})")
+    if m.center != metrics.MEDIAN:
+        said.append(f"a run's rows compared by their {m.center}")
     if m.summary:
         said.append("terminal summary")
     if m.derived:
@@ -248,7 +250,9 @@ def metrics_page() -> str:
         "distribution-free 95 % interval); **exact** ones are machine-independent and compared "
         "as numbers, a difference counting beyond the resolution; **counts** (instructions under "
         "callgrind) as one number within a tolerance; **yardsticks** measure the machine beside "
-        "the code and are shown, never compared.",
+        "the code and are shown, never compared. Within one run (the decision, the rankings) "
+        "two backends' rows are compared by the ratio of their medians, or of the center the "
+        "*notes* name (`Metric.center`).",
         "",
     ]
     rows = (
