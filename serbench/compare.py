@@ -372,8 +372,8 @@ def ratio_estimate(
     if pooled:
         ratio = float(center(np.concatenate(head_groups)) / center(np.concatenate(base_groups)))
     else:
-        medians = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
-        ratio = float(_ratio(*medians, paired)[0])
+        per_round = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
+        ratio = float(_ratio(*per_round, paired)[0])
     if not math.isfinite(ratio):
         return None, None, None
     if min(sum(map(len, base_groups)), sum(map(len, head_groups))) < 2:

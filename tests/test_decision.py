@@ -11,7 +11,6 @@ from test_compare import doc, metric, rec, samples
 
 from serbench import compare as cmp
 from serbench import decision, text
-from serbench.compare import TRIM
 from serbench.report import run_page
 from serbench.results import Backend, Case, Record, Results, record
 from serbench.stats import summarize
@@ -247,7 +246,7 @@ def test_ttft_is_compared_by_trimmed_means_where_its_median_jumps_between_modes(
     assert np.median(b) / np.median(a) > 1.2
     found = _decided("ipc", "ttft_s", a, b, [5] * 6)
     assert chosen(found) == ["a", "b"]
-    assert found.chosen[1].estimate.ratio == pytest.approx(trim_mean(b, TRIM) / trim_mean(a, TRIM))
+    assert found.chosen[1].estimate.ratio == pytest.approx(trim_mean(b, cmp.TRIM) / trim_mean(a, cmp.TRIM))
 
 
 def _slowed_visits(cost: float, slow: set[int], seed: int) -> list[float]:
