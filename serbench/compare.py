@@ -279,11 +279,19 @@ def medians(rows: np.ndarray) -> np.ndarray:
     return np.nanmedian(rows, axis=-1)
 
 
+def _ordered(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row sorted over its last axis (NaN, a missing sample, last) and its count of samples.
+    What ``trimmed_means`` and ``lower_quartiles`` index into, all rows at once: numpy's
+    ``nanquantile`` takes a row at a time where there are NaNs, 50x slower on a bootstrap's
+    2000 rows."""
+    ordered = np.sort(rows, axis=-1)
+    return ordered, np.sum(~np.isnan(ordered), axis=-1)
+
+
 def trimmed_means(rows: np.ndarray) -> np.ndarray:
     """Each row's mean over its last axis with ``TRIM`` of its values (NaN: none) cut from each
     end, as ``scipy.stats.trim_mean`` cuts them: ``int(TRIM * n)`` a side."""
-    ordered = np.sort(rows, axis=-1)  # NaN last
-    n = np.sum(~np.isnan(ordered), axis=-1)
+    ordered, n = _ordered(rows)
     cut = (TRIM * n).astype(int)
     sums = np.concatenate([np.zeros((*ordered.shape[:-1], 1)), np.nancumsum(ordered, axis=-1)], axis=-1)
     upper = np.take_along_axis(sums, (n - cut)[..., None], axis=-1)[..., 0]
@@ -295,8 +303,7 @@ def trimmed_means(rows: np.ndarray) -> np.ndarray:
 def lower_quartiles(rows: np.ndarray) -> np.ndarray:
     """Each row's ``LOWER`` quantile over its last axis (NaN: none), interpolated between the
     two nearest samples as ``numpy.quantile`` does by default."""
-    ordered = np.sort(rows, axis=-1)  # NaN last
-    n = np.sum(~np.isnan(ordered), axis=-1)
+    ordered, n = _ordered(rows)
     position = LOWER * (n - 1)
     below = np.floor(position).astype(int)
     above = np.minimum(below + 1, n - 1)
@@ -316,7 +323,7 @@ def center_of(name: str) -> Center:
 def location(name: str, measured: Measurement) -> float:
     """The one value a row stands at in metric ``name`` when a run's rows are compared: the
     metric's center (``center_of``) of all its samples."""
-    if metric(name).center == MEDIAN or not measured.values:
+    if not measured.values:
         return measured.median
     return float(center_of(name)(np.asarray(measured.values, dtype=float)))
 
