@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from serbench import errors, metrics, results, scenarios
+from serbench import decision, errors, metrics, results, scenarios
 from serbench.commands import build_parser
 from serbench.units import format_value
 
@@ -225,7 +225,7 @@ def notes(m: metrics.Metric) -> str:
     said = []
     if m.headline:
         sampled = not (m.exact or m.counted)  # the practical tie is for ratios with an interval
-        tie = f"; ties within {m.practical_tie:.0%}" if sampled else ""
+        tie = f"; tied {decision.tie_rule([m.name])}" if sampled else ""
         said.append(f"headline (ranking, decision{tie})")
     if m.center != metrics.MEDIAN:
         said.append(f"a run's rows compared by their {m.center}")

@@ -677,11 +677,17 @@ class Estimate:
     n: int
 
     def tied(self, tolerance: float, margin: float) -> bool:
-        """Not told apart from 1 by a difference that matters: the interval holds 1 or the ratio
-        is within ``margin`` of it; without an interval, the ratio is within ``tolerance``."""
+        """Not told apart from 1 by a difference that matters: some of the interval lies within
+        ``margin`` of 1 (it holds 1, or a ratio that close); without an interval, the ratio is
+        within ``tolerance``.
+
+        One edge, where the interval meets the margin: a rule of two (the interval holds 1, or
+        the point ratio is within the margin) flips when a noisy run's point crosses the margin
+        while its interval still reaches into it, and two runs back to back then decide apart.
+        """
         if self.low is None or self.high is None:
             return abs(math.log(self.ratio)) <= math.log1p(tolerance)
-        return self.low <= 1 <= self.high or abs(math.log(self.ratio)) <= math.log1p(margin)
+        return self.low <= 1 + margin and self.high * (1 + margin) >= 1
 
 
 def tie_tolerance(name: str) -> float:

@@ -201,7 +201,8 @@ def decision_block(data: Results) -> str:
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: ratio to the first one named with its 95% interval,",
         f"    of {center_rule(d.metric for d in found if not d.missing)}",
-        f"  tied: {tie_rule(d.metric for d in found if not d.missing)}; unsafe backends are never chosen",
+        f"  tied {tie_rule(d.metric for d in found if not d.missing)};",
+        "  unsafe backends are never chosen",
     ]
     shape = None
     for d in found:

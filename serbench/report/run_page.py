@@ -477,7 +477,8 @@ def ranking_section(data: Results, baseline: str, look: Look) -> str:
     intro = (
         f"<p>Each backend against <b>{e(baseline)}</b> per workload, and the geometric mean across "
         "the workloads both measured, with its 95% interval. Rows whose ratio to the first of a "
-        "rank has an interval holding 1 share that rank (<i>N=</i>).</p>"
+        "rank has an interval reaching within the metric's practical tie of 1 share that rank "
+        "(<i>N=</i>).</p>"
     )
     return section("ranking", f"Ranking against {e(baseline)}", intro + "".join(blocks))
 
@@ -506,7 +507,7 @@ def decision_section(data: Results, look: Look) -> str:
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
         "headline metric within this run's own noise: ×r [low, high] is the ratio to the first one "
         f"named, with its 95% interval, of {e(decision.center_rule(decided))}; "
-        f"tied: {e(decision.tie_rule(decided))}. Unsafe backends "
+        f"tied {e(decision.tie_rule(decided))}. Unsafe backends "
         "are never chosen; those faster beyond noise are listed apart.</p>"
     )
     headers = ["shape", "scenario", "use", "why", "faster but unsafe"]
