@@ -100,10 +100,12 @@ from serbench.workloads.tree import array_bytes, is_array, iter_leaves
 
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
-# payload: requests one at a time, at least 5 (the fewest a median and CI stand on,
-# stats.MIN_DISTRIBUTION) and more while the case's load has time left of ``budget_s``, up to
-# ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s and one in two default runs
-# had two or three of its five at twice that, while an in-band pickle one takes 1 s and varies less.
+# payload: requests one at a time, at least 12 and more while the case's load has time left of
+# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s and one in
+# two default runs had two or three of its five at twice that. An in-band one takes 1 s, so the
+# budget gave it the minimum; at 5, one request a visit of six, pickle's and cloudpickle's TTFT
+# were each a mean of six requests that spread ±10 %, and their ratios to the zero-copy backends
+# moved 11-16 % between two back-to-back default runs. 12 is two a visit (+13 s a default run).
 # 30 (10 a visit): at images-4 a zero-copy request takes ~50 ms and single requests ranged 38-82 ms,
 # so 12 (4 a visit) in 4 s left between-backend TTFT ratios 20-34 % apart in two default runs.
 # 12 s: ``Ipc.min_rounds`` (6) visits of 2 s, about 4 zero-copy requests each at images-32 (with
@@ -116,7 +118,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 10},
     ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
     ("quick", "payload"): {
-        "num_prompts": 5,
+        "num_prompts": 12,
         "rates": (math.inf,),
         "max_concurrency": 1,
         "floor": 10,
