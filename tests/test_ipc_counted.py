@@ -14,6 +14,7 @@ import pytest
 from serbench import attribution, instructions
 from serbench.engine.protocol import IntegrityError
 from serbench.engine.staging import Staging
+from serbench.metrics import metric
 from serbench.results import Case
 from serbench.scenarios import ipc_counted
 
@@ -85,9 +86,13 @@ def counted(made_once) -> tuple[dict, Path]:
 
 
 def test_the_same_work_counts_the_same_and_a_slower_decode_more(counted: tuple[dict, Path]) -> None:
-    """Two slots of the same backend are the same work: their counts agree within 0.1 %; the one
-    whose encode and decode do 10 % more work costs each side more: its decode's share of the
-    engine's receive, and the slowed backend's own bookkeeping (up to 15 % in all)."""
+    """Two slots of the same backend are the same work: their counts agree within half the
+    metric's own tolerance (the gate's 1 %), so the gate never flags them; the one whose encode
+    and decode do 10 % more work costs each side more: its decode's share of the engine's
+    receive, and the slowed backend's own bookkeeping (up to 15 % in all).
+
+    Not 0.1 %: a slot's receive count carries its process's history, and one full test run on
+    the 2-vCPU VM read the two slots 0.12 % apart (129,254 and 129,097 instructions)."""
     records, _ = counted
     first, second, slowed = (
         records[(SLOWED.format(f, s), "text-sonnet")] for f, s in ((1.0, 0), (1.0, 1), (1.10, 2))
@@ -97,7 +102,7 @@ def test_the_same_work_counts_the_same_and_a_slower_decode_more(counted: tuple[d
         assert set(record["metrics"]) == {"send_instructions", "receive_instructions"}
     for name in ("send_instructions", "receive_instructions"):
         same = second["metrics"][name]["median"] / first["metrics"][name]["median"]
-        assert same == pytest.approx(1.0, abs=0.001), name
+        assert same == pytest.approx(1.0, abs=metric(name).tolerance / 2), name
     receive = (
         slowed["metrics"]["receive_instructions"]["median"]
         / first["metrics"]["receive_instructions"]["median"]
