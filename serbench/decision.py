@@ -208,14 +208,14 @@ def decisions(data: Results) -> list[Decision]:
 
 
 def _measured(m: Measurement) -> str:
-    """A median in its unit, its 95 % interval and n; a few samples (under
-    ``MIN_DISTRIBUTION``) only the value and n."""
+    """A median in its unit, named so (the ratios beside it may be of another center), its 95 %
+    interval and n; a few samples (under ``MIN_DISTRIBUTION``) only the value and n."""
     factor, unit = scale_for(m.unit, m.median)
     shown = "" if unit in UNITLESS else f" {unit}"
     value = f"{format_number(m.median / factor)}{shown}"
     if m.n < MIN_DISTRIBUTION:
         return f"{value} (n={m.n})"
-    return f"{value} [{format_number(m.ci_low / factor)}, {format_number(m.ci_high / factor)}] n={m.n}"
+    return f"median {value} [{format_number(m.ci_low / factor)}, {format_number(m.ci_high / factor)}] n={m.n}"
 
 
 def _ratio(value: float) -> str:
@@ -243,8 +243,9 @@ def chosen_text(decision: Decision, data: Results) -> str:
 
 def why(decision: Decision, data: Results) -> list[str]:
     """One line of why, in parts (joined with "; "): the metric and the best's median, interval
-    and n per workload; each tied row's ratio to it with its interval; the runner-up's, which its
-    interval tells apart. [] for a decision without a choice."""
+    and n per workload (named a median: the ratios are of ``compare.center_of``); each tied
+    row's ratio to it with its interval; the runner-up's, which its interval tells apart. []
+    for a decision without a choice."""
     if decision.missing:
         return []
     several = len(decision.workloads) > 1

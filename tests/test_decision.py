@@ -61,7 +61,7 @@ def test_a_clear_winner_is_named_alone_with_the_runner_up_set_apart() -> None:
     assert found.runner_up.estimate.ratio == pytest.approx(1.5, rel=0.02)
     assert found.runner_up.estimate.low > 1  # told apart by its interval
     why = "; ".join(decision.why(found, Results(records=[])))
-    assert why.startswith("TTFT: fast 10") and "n=60" in why and "next slow ×1.5" in why
+    assert why.startswith("TTFT: fast median 10") and "n=60" in why and "next slow ×1.5" in why
 
 
 def test_two_backends_within_noise_are_named_as_a_tie() -> None:
