@@ -77,7 +77,6 @@ def test_a_visit_measures_its_share_of_the_requests() -> None:
     assert settings_for(QUICK3, get_workload("text-sonnet")).num_prompts == 50
 
 
-
 def test_each_visit_of_a_quick_payload_case_sends_at_least_two_requests() -> None:
     """An in-band request at images-32 takes about a second, so the time budget grants it only
     the minimum: one a visit left pickle's TTFT a mean of six requests, whose ratios moved by
@@ -85,6 +84,7 @@ def test_each_visit_of_a_quick_payload_case_sends_at_least_two_requests() -> Non
     visit = settings_for(dataclasses.replace(QUICK3, split=Ipc.min_rounds), get_workload("images-32"))
     assert visit.num_prompts >= 2
     assert not visit.more(sent=1, elapsed_s=visit.budget_s)  # over budget after one: the minimum holds
+
 
 class Counting(Scenario):
     """A scenario of the test: two samples a visit, counted per backend in ``folder``; the
