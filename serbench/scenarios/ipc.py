@@ -101,11 +101,11 @@ from serbench.workloads.tree import array_bytes, is_array, iter_leaves
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
 # payload: requests one at a time, at least 12 and more while the case's load has time left of
-# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s and one in
-# two default runs had two or three of its five at twice that. An in-band one takes 1 s, so the
-# budget gave it the minimum; at 5, one request a visit of six, pickle's and cloudpickle's TTFT
-# were each a mean of six requests that spread ±10 %, and their ratios to the zero-copy backends
-# moved 11-16 % between two back-to-back default runs. 12 is two a visit (+13 s a default run).
+# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s (at times
+# twice that), so the budget sends it more than the minimum. An in-band one takes 1 s, and the
+# budget gives it only the minimum: at 5, one request a visit of six, pickle's and cloudpickle's
+# TTFT were each a mean of six requests that spread ±10 %, and their ratios to the zero-copy
+# backends moved 11-16 % between two back-to-back default runs. 12 is two a visit (+13 s a run).
 # 30 (10 a visit): at images-4 a zero-copy request takes ~50 ms and single requests ranged 38-82 ms,
 # so 12 (4 a visit) in 4 s left between-backend TTFT ratios 20-34 % apart in two default runs.
 # 12 s: ``Ipc.min_rounds`` (6) visits of 2 s, about 4 zero-copy requests each at images-32 (with
