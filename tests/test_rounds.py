@@ -83,7 +83,7 @@ def test_each_visit_of_a_quick_payload_case_sends_at_least_two_requests() -> Non
     more than 10 % between two runs. The minimum is two a visit, whatever the budget says."""
     visit = settings_for(dataclasses.replace(QUICK3, split=Ipc.min_rounds), get_workload("images-32"))
     assert visit.num_prompts >= 2
-    assert not visit.more(sent=1, elapsed_s=visit.budget_s)  # over budget after one: the minimum holds
+    assert not visit.more(sent=1, elapsed_s=visit.budget_s)  # the budget alone would stop at one
 
 
 class Counting(Scenario):
