@@ -8,7 +8,7 @@ import torch
 from serbench.specs import SpecError
 from serbench.workloads import available_workloads, default_workloads, get_workload, output_token
 from serbench.workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
-from serbench.workloads.tree import payload_bytes, payload_checksum
+from serbench.workloads.tree import arrays, is_array, iter_leaves, payload_bytes, payload_checksum
 
 
 def test_builtin_workloads() -> None:
@@ -114,3 +114,15 @@ def test_vllm_layout_carries_the_same_tensors_with_vllms_metadata() -> None:
 def test_an_unknown_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="layouts: compact, vllm"):
         get_workload("images-2:layout=dense")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["text-sonnet", "images-3:profile=qwen2-vl", "images-2:layout=vllm", "outputs-4:logprobs=2,layout=flat"],
+)
+def test_arrays_are_the_array_leaves_in_order(spec: str) -> None:
+    message = get_workload(spec).message(0)
+    every = [leaf for leaf in iter_leaves(message) if is_array(leaf)]
+    found = list(arrays(message))
+    assert [id(a) for a in found] == [id(a) for a in every]
+    assert len(found) > 0 or spec == "text-sonnet"

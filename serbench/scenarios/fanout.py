@@ -93,7 +93,7 @@ from serbench.serializers import get_serializer, is_safe
 from serbench.specs import parse_spec
 from serbench.stats import Measurement
 from serbench.views import MEDIAN, Figure, Table
-from serbench.workloads.tree import is_array, iter_leaves, payload_bytes
+from serbench.workloads.tree import arrays, payload_bytes
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
 
@@ -130,7 +130,7 @@ def _storage(leaf: Any) -> tuple[int, int]:
 def encoder_copied(frames: list[Any], message: Any) -> int:
     """Bytes of ``frames`` the encoder built rather than viewed: a frame inside an array of
     ``message`` is zero-copy, every other byte was written by the encode."""
-    spans = [_storage(leaf) for leaf in iter_leaves(message) if is_array(leaf)]
+    spans = [_storage(leaf) for leaf in arrays(message)]
     copied = 0
     for frame in frames:
         view = memoryview(frame).cast("B")

@@ -96,7 +96,7 @@ from serbench.serializers import Serializer, get_serializer
 from serbench.views import MEDIAN, P99, Figure, Table
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
-from serbench.workloads.tree import array_bytes, is_array, iter_leaves
+from serbench.workloads.tree import array_bytes, arrays
 
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
@@ -257,7 +257,7 @@ def _references(request: EngineCoreRequest, enabled: bool) -> Iterator[Reference
     if not enabled:
         yield None
         return
-    tensors = leading_bytes([array_bytes(leaf) for leaf in iter_leaves(request) if is_array(leaf)])
+    tensors = leading_bytes([array_bytes(leaf) for leaf in arrays(request)])
     with transport.UnixStream(tensors) as unix:
         yield References(unix, transport.Memcpy(tensors), sum(t.nbytes for t in tensors))
 

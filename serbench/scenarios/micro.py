@@ -41,12 +41,12 @@ from serbench.stats import Measurement
 from serbench.timing import interleaved
 from serbench.views import MEDIAN, Figure
 from serbench.workloads import get_workload
-from serbench.workloads.tree import array_bytes, is_array, iter_leaves, payload_bytes
+from serbench.workloads.tree import array_bytes, arrays, payload_bytes
 
 
 def payload_copier(message: Any):
     """A function that copies every payload byte of ``message`` once, or None for text."""
-    sources = [np.frombuffer(array_bytes(leaf), np.uint8) for leaf in iter_leaves(message) if is_array(leaf)]
+    sources = [np.frombuffer(array_bytes(leaf), np.uint8) for leaf in arrays(message)]
     if not sources:
         return None
     targets = [np.ones_like(src) for src in sources]  # touched: pages already mapped
@@ -95,7 +95,7 @@ def on_the_wire(message: Any, frames: list) -> dict[str, Measurement]:
 
 def array_count(message: Any) -> int:
     """Tensors and ndarrays in a message: each leaves inline or as an out-of-band frame."""
-    return sum(1 for leaf in iter_leaves(message) if is_array(leaf))
+    return sum(1 for _ in arrays(message))
 
 
 # Each visit of a micro case is a process of its own, and processes of one backend differ: the
