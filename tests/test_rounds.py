@@ -15,7 +15,7 @@ from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
 from serbench.scenarios import SCENARIOS, Outcome, Scenario, micro
-from serbench.scenarios.ipc import Ipc, settings_for
+from serbench.scenarios.ipc import MORE_VISITS, MORE_VISITS_UP_TO, Ipc, settings_for
 from serbench.workloads import get_workload
 
 QUICK3 = dataclasses.replace(PROFILES["quick"], rounds=3)
@@ -24,21 +24,28 @@ BACKENDS = ["pickle", "msgspec-frombuffer", "flat-mmk"]
 
 def test_a_group_is_visited_round_robin_with_rotation_and_a_rate_asked_for_stays_whole() -> None:
     """A group of requests, text at its default rate as payload one at a time, is visited at
-    least ``Ipc.min_rounds`` times, whatever fewer the profile asks; a rate or a concurrency asked
+    least ``Ipc.min_rounds`` times, whatever fewer the profile asks, and a payload whose visits
+    are cheap (up to ``MORE_VISITS_UP_TO``) ``MORE_VISITS`` times; a rate or a concurrency asked
     for is an offered load, measured whole."""
-    assert QUICK3.rounds < Ipc.min_rounds
-    plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-2"], ["ipc"])
+    assert QUICK3.rounds < Ipc.min_rounds < MORE_VISITS
+    assert (
+        get_workload("images-4").payload_bytes()
+        <= MORE_VISITS_UP_TO
+        < get_workload("images-32").payload_bytes()
+    )
+    plan = Plan(BACKENDS, ["text-sonnet", "images-1", "images-32"], ["ipc"])
     a, b, c = BACKENDS
 
-    def group(workload: str) -> list[Visit]:
+    def group(workload: str, rounds: int) -> list[Visit]:
         order = [[a, b, c], [b, c, a], [c, a, b]]
         return [
-            Visit(Case("ipc", backend, workload, transport="ipc"), r, Ipc.min_rounds)
-            for r in range(Ipc.min_rounds)
+            Visit(Case("ipc", backend, workload, transport="ipc"), r, rounds)
+            for r in range(rounds)
             for backend in order[r % 3]
         ]
 
-    assert visits(plan.cases(), QUICK3) == [*group("text-sonnet"), *group("images-1"), *group("images-2")]
+    expected = [*group("text-sonnet", Ipc.min_rounds), *group("images-1", MORE_VISITS)]
+    assert visits(plan.cases(), QUICK3) == [*expected, *group("images-32", Ipc.min_rounds)]
     for asked in ({"ipc_rates": (40.0,)}, {"ipc_max_concurrency": 2}):
         planned = visits(plan.cases(), QUICK3.with_options(**asked))
         assert planned == [Visit(case) for case in plan.cases()], asked

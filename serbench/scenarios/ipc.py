@@ -128,6 +128,16 @@ DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("full", "payload"): {"num_prompts": 20, "rates": (math.inf,), "max_concurrency": 1, "floor": 100},
 }
 FLOOR_TIMEOUT_S = 5.0
+# A visit sits at one of two levels of the machine (at images-4 a zero-copy request near 35 or near
+# 44 ms, in every zero-copy backend's visits), and a row's TTFT follows how many drew the slower:
+# with six, one visit more or less moved between-backend ratios 10-20 % from run to run. A
+# payload up to MORE_VISITS_UP_TO is visited MORE_VISITS times, the same requests spread over
+# them: six ipc-only runs of images-4 each way, alternating, had 196 of 225 ratios within 10 %
+# between two runs (5 of 15 run pairs all 15) with six visits, 216 of 225 (11 of 15) with
+# twelve, for 62-70 s a run instead of 51-60 s (docs/measurements): about 0.4 s a visit more. At
+# images-32 (308 MB) a visit costs 1-4 s beyond its requests, so it keeps ``Ipc.min_rounds``.
+MORE_VISITS = 12
+MORE_VISITS_UP_TO = 64 << 20  # bytes of payload: images-4's 38.5 MB, not images-32's 308 MB
 # The references measure a rate, which needs a stream well past the caches (this machine's L3 is
 # 32 MiB), not the whole payload: streaming images-32's 308 MB five times through a unix socket into
 # fresh memory took 2.7 s of a 7.3 s case. Larger payloads stream their first 64 MiB.
@@ -534,16 +544,20 @@ class Ipc(Scenario):
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits for the profile's own load of requests, at least ``min_rounds`` where
-        the profile has rounds: one at a time (the payload default), where each request is measured
-        alone, and text at its default rate, a load light enough (an 8 ms TTFT against 25 ms
-        between arrivals) that each visit's share of it queues as the whole would. A rate or
-        concurrency asked for (offered load is their point), a cached case (its hit ratio follows
-        the whole sequence of requests) and the way back (one batch streamed) are measured whole."""
+        the profile has rounds (``MORE_VISITS`` for a payload whose visits are cheap): one at a
+        time (the payload default), where each request is measured alone, and text at its default
+        rate, a load light enough (an 8 ms TTFT against 25 ms between arrivals) that each visit's
+        share of it queues as the whole would. A rate or concurrency asked for (offered load is
+        their point), a cached case (its hit ratio follows the whole sequence of requests) and the
+        way back (one batch streamed) are measured whole."""
         workload = get_workload(case.workload)
         cfg = settings_for(profile, workload, case.link, caching.mode(case))
         asked = any(profile.options.get(key) is not None for key in ("ipc_rates", "ipc_max_concurrency"))
         whole = workload.kind != "request" or asked or cfg.cache != "none" or counting(profile)
-        return 1 if whole else super().rounds(case, profile)
+        planned = 1 if whole else super().rounds(case, profile)
+        if planned > 1 and 0 < workload.payload_bytes() <= MORE_VISITS_UP_TO:
+            return max(planned, MORE_VISITS)
+        return planned
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
         """Counting instructions, the cases whose path is not counted (``ipc_counted.not_counted``)."""
