@@ -130,7 +130,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 FLOOR_TIMEOUT_S = 5.0
 # A visit sits at one of two levels of the machine (at images-4 a zero-copy request near 35 or near
 # 44 ms, in every zero-copy backend's visits), and a row's TTFT follows how many drew the slower:
-# with six, one visit more or less moved between-backend ratios 10-20 % from run to run. A
+# with six visits, between-backend ratios moved by up to 20 % from one run to the next. A
 # payload up to MORE_VISITS_UP_TO is visited MORE_VISITS times, the same requests spread over
 # them: six ipc-only runs of images-4 each way, alternating, had 196 of 225 ratios within 10 %
 # between two runs (5 of 15 run pairs all 15) with six visits, 216 of 225 (11 of 15) with
