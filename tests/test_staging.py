@@ -37,7 +37,7 @@ from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.memory import phases
 from serbench.serializers import get_serializer
 from serbench.workloads import get_workload
-from serbench.workloads.tree import is_array, iter_leaves, payload_bytes, payload_checksum
+from serbench.workloads.tree import arrays, payload_bytes, payload_checksum
 
 IMAGES = "images-2:profile=llava"
 CUDA = environment.accelerator().cuda_available  # asked in a child
@@ -51,7 +51,7 @@ def settings(**changes) -> Settings:
 
 
 def tensors(message) -> list[torch.Tensor]:
-    return [leaf for leaf in iter_leaves(message) if is_array(leaf)]
+    return list(arrays(message))
 
 
 # ---- options and what this machine can do ---------------------------------------------
