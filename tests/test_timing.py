@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from serbench import timing
 from serbench.profiles import PROFILES
 
@@ -40,3 +42,20 @@ def test_a_sample_lasts_at_least_the_minimum_and_reports_seconds_per_call() -> N
     assert info["loops"]["op"] * 3e-6 >= profile.min_sample_s
     assert len(samples["op"]) == info["samples"] == profile.samples
     assert all(abs(s - 3e-6) < 1e-12 for s in samples["op"])
+
+
+def test_functions_are_sampled_in_turn_the_order_reversed_every_other_turn() -> None:
+    clock, calls = Clock(), []
+
+    def op(name: str):
+        def fn() -> None:
+            clock.now += 1e-3
+            calls.append(name)
+
+        return fn
+
+    profile = dataclasses.replace(PROFILES["quick"], samples=4, min_sample_s=1e-3)
+    samples, info = timing.interleaved({"a": op("a"), "b": op("b"), "c": op("c")}, profile, clock)
+    assert calls[-12:] == list("abccbaabccba")  # after calibration: four turns of one call each
+    assert [len(samples[name]) for name in "abc"] == [4, 4, 4]
+    assert info["seconds"].keys() == {"a", "b", "c"} and all(s >= 0 for s in info["seconds"].values())
