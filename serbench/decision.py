@@ -13,9 +13,9 @@ to it has an interval reaching within the metric's practical tie of 1
 decode 2 %, a difference two runs back to back did not reproduce) — ties are
 shown as ties.
 The ratios and intervals are ``compare.geometric_ratio``'s (one bootstrap per
-workload, rounds paired where both sides have them). Unsafe rows (declared
-unsafe or undeclared) that beat the chosen set beyond noise are listed apart as
-faster but unsafe, never chosen. Variants (``compare.is_variant``:
+workload, rounds paired where both sides have them, samples where both were
+taken in turn). Unsafe rows (declared unsafe or undeclared) that beat the
+chosen set beyond noise are listed apart as faster but unsafe, never chosen. Variants (``compare.is_variant``:
 ``threshold=inf`` and any other spec with options) are not candidates.
 
 Data and its wording only: ``serbench.text`` prints the decision at the end of a
@@ -286,19 +286,31 @@ def tie_rule(names: Iterable[str]) -> str:
     return f"{rule.format(PRACTICAL_TIE)} ({own})"
 
 
-# How ``center_rule`` names each ``metrics.Metric.center``.
+# What a metric taken in turn is compared by, whatever its center (``compare.ratio_estimate``).
+IN_TURN = "in turn"
+
+# How ``center_rule`` names each ``metrics.Metric.center``, and ``IN_TURN``.
 CENTER_WORDS = {
     MEDIAN: "medians",
     TRIMMED_MEAN: f"{TRIM:.0%}-trimmed means",
     LOWER_QUARTILE: "lower quartiles",
+    IN_TURN: "samples taken in turn",
 }
 
 
-def center_rule(names: Iterable[str]) -> str:
+def taken_in_turn(data: Results, names: Iterable[str]) -> set[str]:
+    """The metrics among ``names`` whose samples the run took in turn (``Measurement.in_turn``):
+    ratios between their rows are medians of per-sample ratios."""
+    wanted = set(names)
+    return {name for rec in data.records for name, m in rec.metrics.items() if name in wanted and m.in_turn}
+
+
+def center_rule(names: Iterable[str], in_turn: Iterable[str] = ()) -> str:
     """What a ratio between two rows in the metrics ``names`` is a ratio of
     (``compare.center_of``): "medians", or each metric with a center of its own named with it
-    ("TTFT's 10%-trimmed means, other metrics' medians")."""
-    centers = {metric(name).label: metric(name).center for name in names}
+    ("TTFT's 10%-trimmed means, other metrics' medians"); a metric in ``in_turn``
+    (``taken_in_turn``): its samples taken in turn, the median of their ratios."""
+    centers = {metric(name).label: IN_TURN if name in set(in_turn) else metric(name).center for name in names}
     own = [f"{label}'s {CENTER_WORDS[center]}" for label, center in centers.items() if center != MEDIAN]
     if not own:
         return CENTER_WORDS[MEDIAN]
@@ -320,7 +332,7 @@ def ranking_notes(data: Results, scenario: str, ranked: Sequence[Ranked]) -> lis
     rule = f" ({tie_rule([name])})" if name else ""
     notes = [f"geomean: over the n workloads, with its 95% interval; N=: tied{rule}"]
     if name and metric(name).center != MEDIAN:
-        notes.append(f"factors: ratios of {center_rule([name])}")
+        notes.append(f"factors: ratios of {center_rule([name], taken_in_turn(data, [name]))}")
     if any(r.variant for r in ranked):
         notes.append("vN: variants (specs with options, e.g. threshold=inf), ranked apart")
     shown = dict.fromkeys(w for r in ranked for w in r.factors)

@@ -65,11 +65,16 @@ def _outcome(fn: Callable[..., Any], args: tuple) -> tuple[str, Any]:
     try:
         return ("ok", fn(*args))
     except BaseException as exc:
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" (at {where.filename}:{where.lineno})" if where else ""
-        return ("error", f"{type(exc).__name__}: {exc}{at}")
+        return ("error", error_text(exc))
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # cleaned up: from here an end is immediate
+
+
+def error_text(exc: BaseException) -> str:
+    """A case's error as its record keeps it: the exception and the line that raised it."""
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" (at {where.filename}:{where.lineno})" if where else ""
+    return f"{type(exc).__name__}: {exc}{at}"
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple) -> None:

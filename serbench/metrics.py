@@ -22,12 +22,12 @@ from serbench.stats import MIN_DISTRIBUTION, Measurement, summarize
 # factor (1.1 by default) as well as beyond noise.
 PRACTICAL_TIE = 0.05
 
-# micro's encode + decode, in one process and compared by lower quartiles, reproduces its ratios
-# to 1-3 % between default runs (msgspec-frombuffer / numpy-intermediate at images-4: 1.088-1.122
-# over nine runs, at text-sonnet, where both run the same code, 1.001-1.017), and its interval
+# micro's encode + decode, its backends timed in turn in one process a round and compared by the
+# median of their per-sample ratios, reproduces its ratios to a few per cent between runs
+# (text-sonnet, where msgspec-frombuffer and numpy-intermediate run the same code: 1.003-1.015
+# in six micro-only runs; flat-mmk / numpy-intermediate there 1.22-1.28), and its interval
 # already spans that: a margin of 2 % ties what two runs of one code read apart without tying
-# the 9-12 % that every run reproduced (5 % would have tied it in a run whose interval dipped
-# to 1.04).
+# the 20 % that every run reproduced (docs/measurements).
 MICRO_TIE = 0.02
 
 # What two rows of one run are compared by (``Metric.center``).

@@ -554,9 +554,11 @@ def _record_from_schema_1(rec: dict) -> dict:
 
 
 def _merge_measurements(measurements: list[Measurement]) -> Measurement:
-    """One metric from several rounds: samples concatenated, each round's count kept."""
+    """One metric from several rounds: samples concatenated, each round's count kept, taken in
+    turn where every round's were."""
     values = [v for m in measurements for v in m.values]
-    return summarize(values, measurements[0].unit, [m.n for m in measurements])
+    merged = summarize(values, measurements[0].unit, [m.n for m in measurements])
+    return msgspec.structs.replace(merged, in_turn=all(m.in_turn for m in measurements))
 
 
 def _merge_case(recs: list[Record]) -> Record:

@@ -29,7 +29,12 @@ after every visit: a record in a file with ``complete: false`` may hold fewer
 rounds than the profile's. A visit that fails fails its case (``failed in 1
 of k rounds``) and ends that case's visits; the other backends go on. A
 scenario may end a case's visits early too (``Scenario.revisit``: micro takes
-rounds past the profile's only while they are cheap).
+rounds past the profile's only while they are cheap). A scenario that measures
+its groups ``together`` (micro) has each round of a group measured in one
+child (``Scenario.run_together``): every backend of the group still visited, a
+sample of each in turn. A backend that raises there fails alone; when such a
+child crashes or times out, each of its backends is measured again alone, so
+the error lands on the culprit.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import msgspec
 
 from serbench import conformance, environment, instructions, metrics, protocol
 from serbench.errors import Terminated
-from serbench.isolation import CaseFailed, Zygote, run_isolated
+from serbench.isolation import CaseFailed, Zygote, error_text, run_isolated
 from serbench.profiles import Profile
 from serbench.results import (
     Accelerator,
@@ -109,19 +114,41 @@ class Unsupported:
     reason: str
 
 
+def _unsupported(case: Case, profile: Profile) -> Unsupported | None:
+    """Why ``case`` is never timed: its scenario cannot measure it, or its backend declares its
+    workload unsupported; None when it can be."""
+    reason = get_scenario(case.scenario).unsupported(case, profile) or conformance.case_unsupported(
+        get_serializer(case.backend), case.workload
+    )
+    return None if reason is None else Unsupported(reason)
+
+
 def run_case(case: Case, profile: Profile, verified: frozenset = frozenset()) -> Outcome | Unsupported:
     """Runs in a child: one scenario measurement, or ``Unsupported`` (nothing timed) when the
     scenario cannot measure the case or the backend declares its workload unsupported.
     ``verified``: the keys of the messages that earlier cases of the run round-tripped
     (``conformance.remember``)."""
     conformance.remember(verified)
-    scenario = get_scenario(case.scenario)
-    reason = scenario.unsupported(case, profile) or conformance.case_unsupported(
-        get_serializer(case.backend), case.workload
-    )
-    if reason is not None:
-        return Unsupported(reason)
-    return scenario.run(case, profile)
+    return _unsupported(case, profile) or get_scenario(case.scenario).run(case, profile)
+
+
+def run_together(
+    cases: list[Case], profile: Profile, verified: frozenset = frozenset()
+) -> list[Outcome | Unsupported | str]:
+    """Runs in a child: ``run_case`` for the cases of one round of a group, measured together
+    (``Scenario.run_together``); per case, in order, its outcome, ``Unsupported``, or the error
+    that failed it alone."""
+    conformance.remember(verified)
+    unsupported = {}
+    for case in cases:
+        try:
+            unsupported[case] = _unsupported(case, profile)
+        except Exception as exc:  # a backend that cannot even say: its case fails, not the round
+            unsupported[case] = error_text(exc)
+    measured = [case for case in cases if unsupported[case] is None]
+    together = get_scenario(cases[0].scenario).run_together(measured, profile)
+    outcomes = dict(zip(measured, together, strict=True))
+    return [unsupported[case] or outcomes[case] for case in cases]
 
 
 def check_backends(specs: list[str]) -> dict[str, Backend]:
@@ -181,6 +208,16 @@ class Visit:
     round: int = 0
     rounds: int = 1
 
+    @property
+    def together(self) -> bool:
+        """Measured in one child with the other visits of its group's round (``Scenario.together``)."""
+        return self.rounds > 1 and get_scenario(self.case.scenario).together
+
+
+def _group(case: Case) -> Case:
+    """What the cases of one group share: the case less its backend."""
+    return msgspec.structs.replace(case, backend="")
+
 
 def visits(cases: list[Case], profile: Profile) -> list[Visit]:
     """The order a run measures ``cases`` in: each case in one visit, in turn, except those its
@@ -190,7 +227,7 @@ def visits(cases: list[Case], profile: Profile) -> list[Visit]:
     groups: dict[tuple[Case, int], list[Case]] = {}  # (the case less its backend, rounds) → cases
     for case in cases:
         rounds = get_scenario(case.scenario).rounds(case, profile)
-        key = (case, 1) if rounds == 1 else (msgspec.structs.replace(case, backend=""), rounds)
+        key = (case, 1) if rounds == 1 else (_group(case), rounds)
         groups.setdefault(key, []).append(case)
     planned = []
     for (_, rounds), members in groups.items():
@@ -218,33 +255,74 @@ class _Forks:
         self.zygote = zygote
         self.verified: set[tuple] = set()
 
-    def run(self, case: Case, profile: Profile) -> Outcome | Unsupported:
-        """The case's outcome (``run_case``), or CaseFailed."""
-        args = (case, profile, frozenset(self.verified))
-        timeout = profile.case_timeout_s * (COUNTED_SLOWER if instructions.launched() else 1)
-        outcome = self.zygote.run(run_case, args, timeout)
-        self.verified.update(_verified_keys(outcome))
-        return outcome
+    def run(self, cases: list[Case], profile: Profile) -> list[Outcome | Unsupported | str]:
+        """Per case, its outcome (``run_case``; ``run_together`` for more than one), or CaseFailed
+        for them all. The time limit is each case's."""
+        args = (cases[0] if len(cases) == 1 else cases, profile, frozenset(self.verified))
+        timeout = profile.case_timeout_s * len(cases) * (COUNTED_SLOWER if instructions.launched() else 1)
+        outcome = self.zygote.run(run_case if len(cases) == 1 else run_together, args, timeout)
+        outcomes = [outcome] if len(cases) == 1 else outcome
+        for each in outcomes:
+            self.verified.update(_verified_keys(each))
+        return outcomes
 
 
-def _visit(visit: Visit, profile: Profile, backend: Backend, forks: _Forks) -> Record:
-    """One visit's record: measured in a child (``Profile.split`` = the case's rounds), failed,
-    or unsupported; none timed for a backend that failed conformance."""
-    case = visit.case
+def _visit(
+    visits: list[Visit], profile: Profile, backends: dict[str, Backend], forks: _Forks
+) -> list[Record]:
+    """The records of visits measured in one child (one visit, or a group's round measured
+    together; ``Profile.split`` = their rounds): measured, failed, or unsupported; none timed
+    for a backend that failed conformance."""
+    cases = [visit.case for visit in visits]
     start = time.perf_counter()
-    error = _conformance_error(backend)
-    outcome: Outcome | Unsupported = Outcome({})
-    if error is None:
-        try:
-            outcome = forks.run(case, replace(profile, split=visit.rounds))
-        except CaseFailed as exc:
-            error = str(exc)
-    duration = round(time.perf_counter() - start, 3)
+    errors = {case: _conformance_error(backends[case.backend]) for case in cases}
+    timed = [case for case in cases if errors[case] is None]
+    outcomes = _outcomes(timed, replace(profile, split=visits[0].rounds), forks) if timed else {}
+    whole = time.perf_counter() - start
+    return [_record(case, errors[case] or outcomes[case], whole) for case in cases]
+
+
+def _outcomes(cases: list[Case], profile: Profile, forks: _Forks) -> dict[Case, Outcome | Unsupported | str]:
+    """Each case's outcome from one child, or the error that failed it. A child of several that
+    crashed or timed out measures each again alone, so that the error is the culprit's own."""
+    try:
+        return dict(zip(cases, forks.run(cases, profile), strict=True))
+    except CaseFailed as exc:
+        if len(cases) == 1:
+            return {cases[0]: str(exc)}
+    return {case: outcome for alone in cases for case, outcome in _outcomes([alone], profile, forks).items()}
+
+
+def _record(case: Case, outcome: Outcome | Unsupported | str, whole_s: float) -> Record:
+    """A visit's record of ``case``: its ``outcome``, or the error (a string) that failed it;
+    its duration the outcome's own seconds where it was measured with others, else ``whole_s``."""
     if isinstance(outcome, Unsupported):
         rec = record(case, error=f"unsupported: {outcome.reason}", unsupported=outcome.reason)
+    elif isinstance(outcome, str):
+        rec = record(case, error=outcome)
     else:
-        rec = record(case, metrics=outcome.metrics, info=outcome.info, error=error)
-    return msgspec.structs.replace(rec, duration_s=duration)
+        rec = record(case, metrics=outcome.metrics, info=outcome.info)
+    own = outcome.seconds if isinstance(outcome, Outcome) else None
+    seconds = whole_s if own is None else own
+    return msgspec.structs.replace(rec, duration_s=round(seconds, 3))
+
+
+def _batches(planned: list[Visit]) -> Iterator[list[tuple[int, Visit]]]:
+    """The visits in the order planned, with their index, one list per child: a visit alone, or
+    the consecutive visits of one round of a group measured together (``Visit.together``)."""
+    batch: list[tuple[int, Visit]] = []
+    for index, visit in enumerate(planned):
+        if batch and not (visit.together and _same_round(batch[-1][1], visit)):
+            yield batch
+            batch = []
+        batch.append((index, visit))
+    if batch:
+        yield batch
+
+
+def _same_round(first: Visit, second: Visit) -> bool:
+    """The same round of the same group: the same case but for its backend."""
+    return first.together and first.round == second.round and _group(first.case) == _group(second.case)
 
 
 def _measure(
@@ -263,28 +341,35 @@ def _measure(
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
     ended: set[Case] = set()
-    for index, visit in enumerate(planned):
-        case = visit.case
-        if case in ended or not _revisited(visit, profile, rounds.get(case, [])):
+    for batch in _batches(planned):
+        due = [
+            (index, visit)
+            for index, visit in batch
+            if visit.case not in ended and _revisited(visit, profile, rounds.get(visit.case, []))
+        ]
+        if not due:
             continue
         if on_case:
-            on_case(index, len(planned), case)
-        rec = _visit(visit, profile, backends[case.backend], forks)
-        if visit.rounds == 1:
-            results.add(rec)
-            continue
-        done = rounds.setdefault(case, [])
-        done.append(rec)
-        if not rec.ok:
-            ended.add(case)
-        # a first visit that measured nothing (failed, unsupported, not conformant) stays as it is
-        kept = rec if len(done) == 1 and not rec.ok else _merged(done)
-        if case in where:
-            results.results.records[where[case]] = kept
-            results.save()
-        else:
-            where[case] = len(results.results.records)
-            results.add(kept)
+            for index, visit in due:
+                on_case(index, len(planned), visit.case)
+        visits = [visit for _, visit in due]
+        for visit, rec in zip(visits, _visit(visits, profile, backends, forks), strict=True):
+            case = visit.case
+            if visit.rounds == 1:
+                results.add(rec)
+                continue
+            done = rounds.setdefault(case, [])
+            done.append(rec)
+            if not rec.ok:
+                ended.add(case)
+            # a first visit that measured nothing (failed, unsupported, not conformant) stays as it is
+            kept = rec if len(done) == 1 and not rec.ok else _merged(done)
+            if case in where:
+                results.results.records[where[case]] = kept
+                results.save()
+            else:
+                where[case] = len(results.results.records)
+                results.add(kept)
     results.finish()
 
 

@@ -57,6 +57,10 @@ class Measurement(msgspec.Struct, omit_defaults=True):
 
     ``rounds``: when the samples came from several processes (the gate merges
     its rounds), how many each gave, in order; None for one process.
+    ``in_turn``: the samples were taken in one process with those of the other backends of its
+    run's group, one sample of each in turn (``Scenario.together``): sample i of a round was
+    taken beside theirs, so a ratio between them pairs sample by sample
+    (``compare.ratio_estimate``).
     """
 
     unit: str
@@ -65,6 +69,7 @@ class Measurement(msgspec.Struct, omit_defaults=True):
     ci_low: float
     ci_high: float
     rounds: list[int] | None = None
+    in_turn: bool = False
 
     @property
     def n(self) -> int:

@@ -34,6 +34,7 @@ from serbench.decision import (
     interval_text,
     ranking_notes,
     ranking_title,
+    taken_in_turn,
     tie_rule,
     unsafe_text,
     why,
@@ -197,11 +198,12 @@ def decision_block(data: Results) -> str:
     found = decisions(data)
     if not found:
         return ""
+    decided = [d.metric for d in found if not d.missing]
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: ratio to the first one named with its 95% interval,",
-        f"    of {center_rule(d.metric for d in found if not d.missing)}",
-        f"  tied {tie_rule(d.metric for d in found if not d.missing)};",
+        f"    of {center_rule(decided, taken_in_turn(data, decided))}",
+        f"  tied {tie_rule(decided)};",
         "  unsafe backends are never chosen",
     ]
     shape = None

@@ -462,3 +462,37 @@ def test_trimmed_means_cut_as_scipy_does_with_nan_as_a_missing_sample(n: int) ->
     expected = trim_mean(values, cmp.TRIM)
     assert cmp.trimmed_means(rows) == pytest.approx([expected, 2 * expected])
     assert cmp.trimmed_means(values) == pytest.approx(expected)
+
+
+def test_samples_taken_in_turn_pair_sample_by_sample_through_a_slow_spell() -> None:
+    """Nine rounds of two samples a side, the machine 1-2x slower from sample to sample and
+    alike for both sides of a pair: taken in turn, the ratio holds at 1.1 with a narrow interval;
+    the same samples not marked so are compared by lower quartiles and the spells widen it."""
+    rng = np.random.default_rng(7)
+    speed = rng.choice([1.0, 1.0, 1.5, 2.0], size=18) * rng.normal(1, 0.005, size=18)
+    base_values, head_values = list(10e-6 * speed), list(11e-6 * speed)
+    in_turn = [
+        msgspec.structs.replace(summarize(v, "s", [2] * 9), in_turn=True) for v in (base_values, head_values)
+    ]
+    ratio, low, high = cmp.ratio_estimate(*in_turn, pooled=True, center=cmp.lower_quartiles)
+    assert ratio == pytest.approx(1.1, rel=0.01) and high - low < 0.03
+    apart = [summarize(v, "s", [2] * 9) for v in (base_values, head_values)]
+    _, low_apart, high_apart = cmp.ratio_estimate(*apart, pooled=True, center=cmp.lower_quartiles)
+    assert high_apart - low_apart > 3 * (high - low)
+    # rounds that differ are not pairs: back to the centers
+    other_rounds = msgspec.structs.replace(in_turn[1], rounds=[3, 1] + [2] * 7)
+    assert cmp.ratio_estimate(in_turn[0], other_rounds, pooled=True) == cmp.ratio_estimate(
+        apart[0], msgspec.structs.replace(apart[1], rounds=[3, 1] + [2] * 7), pooled=True
+    )
+
+
+def test_merged_rounds_are_in_turn_only_where_every_round_was() -> None:
+    taken = msgspec.structs.replace(summarize([1.0, 2.0], "s"), in_turn=True)
+    alone = summarize([1.5, 2.5], "s")
+
+    def merged(*rounds: Measurement) -> Measurement:
+        recs = [record(Case("micro", "pickle", "images-4"), metrics={"decode_s": m}) for m in rounds]
+        return results.merge([Results(records=[rec]) for rec in recs]).records[0].metrics["decode_s"]
+
+    assert merged(taken, taken).in_turn and merged(taken, taken).rounds == [2, 2]
+    assert not merged(taken, alone).in_turn

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from serbench import metrics, protocol, results, runner
+from serbench.isolation import run_isolated
 from serbench.profiles import PROFILES, Profile
 from serbench.results import Backend, Case
 from serbench.runner import Plan, Visit, execute, visits, work
@@ -293,3 +295,85 @@ def test_a_p99_of_a_cases_visits_is_taken_over_all_their_requests() -> None:
     assert merged.metrics["ttft_p99_s"].values == [pytest.approx(float(np.percentile(everything, 99)))]
     assert merged.metrics["ttft_s"].rounds == [4, 4, 4]
     assert "ttft_p99_s" not in runner._merged(visited[:1]).metrics  # four samples: no p99
+
+
+class Together(Counting):
+    """``Counting`` with each round of its group measured in one child: each case's visit notes
+    that child's pid; ``crashing`` aborts the child it runs in."""
+
+    name = "together"
+    together = True
+    crashing = ""
+
+    def run(self, case: Case, profile: Profile) -> Outcome:
+        with (self.folder / f"{case.backend}.pid").open("a") as pids:
+            pids.write(f"{os.getpid()}\n")
+        if case.backend == self.crashing:
+            os.abort()
+        return dataclasses.replace(super().run(case, profile), seconds=0.25)
+
+    def run_together(self, cases: list[Case], profile: Profile) -> list[Outcome | str]:
+        outcomes: list[Outcome | str] = []
+        for case in cases:
+            try:
+                outcomes.append(self.run(case, profile))
+            except RuntimeError as exc:
+                outcomes.append(str(exc))
+        return outcomes
+
+
+@pytest.fixture
+def together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Together:
+    scenario = Together()
+    scenario.folder = tmp_path / "visits"
+    scenario.folder.mkdir()
+    monkeypatch.setitem(SCENARIOS, "together", scenario)
+    return scenario
+
+
+def _pids(scenario: Together, backend: str) -> list[int]:
+    return [int(line) for line in (scenario.folder / f"{backend}.pid").read_text().split()]
+
+
+def test_a_group_measured_together_shares_one_child_a_round_and_a_failing_backend_fails_alone(
+    tmp_path: Path, together: Together
+) -> None:
+    run = _execute(Plan(BACKENDS, ["images-1"], ["together"]), tmp_path / "results.json")
+    by_backend = {r.backend: r for r in run.results.records}
+    pickle, flat = _pids(together, "pickle"), _pids(together, "flat-mmk")
+    assert len(set(pickle)) == 3 and pickle == flat  # one child a round, both backends in it
+    assert _pids(together, "msgspec-frombuffer") == pickle[:2]  # failed in its second round, alone
+    assert "visit 1 fails on purpose" in by_backend["msgspec-frombuffer"].error
+    for backend in ("pickle", "flat-mmk"):
+        assert by_backend[backend].error is None and by_backend[backend].rounds == 3
+        assert by_backend[backend].duration_s == pytest.approx(0.75)  # its own seconds, not the child's
+
+
+def test_a_child_of_a_group_that_crashes_measures_each_backend_again_alone(
+    tmp_path: Path, together: Together
+) -> None:
+    together.failing, together.crashing = "", "flat-mmk"
+    run = _execute(Plan(BACKENDS, ["images-1"], ["together"]), tmp_path / "results.json")
+    by_backend = {r.backend: r for r in run.results.records}
+    assert "crashed (SIGABRT)" in by_backend["flat-mmk"].error
+    assert by_backend["flat-mmk"].rounds is None  # its first visit failed: no more
+    for backend in ("pickle", "msgspec-frombuffer"):
+        assert by_backend[backend].error is None and by_backend[backend].rounds == 3
+    # round 1: the three together (crashed), then each alone; rounds 2 and 3: the two together
+    pickle = _pids(together, "pickle")
+    assert len(set(pickle)) == 4 and pickle[2:] == _pids(together, "msgspec-frombuffer")[2:]
+
+
+def test_micro_times_a_rounds_backends_in_one_child_and_a_backend_that_raises_fails_alone() -> None:
+    """The real micro: each backend's timings marked as taken in turn, with its own seconds."""
+    workload = "images-8:profile=llava"
+    backends = ["msgspec-frombuffer", "misbehaving_backends:misbehaving:mode=raise", "numpy-intermediate"]
+    cases = [Case("micro", backend, workload) for backend in backends]
+    profile = dataclasses.replace(QUICK3, samples=3, min_sample_s=0.0005, split=3)
+    first, failed, last = run_isolated(runner.run_together, (cases, profile), 120)
+    assert isinstance(failed, str) and "misbehaving backend raised on purpose" in failed
+    for outcome in (first, last):
+        roundtrip = outcome.metrics["roundtrip_s"]
+        assert roundtrip.in_turn and roundtrip.n == profile.share(profile.samples)
+        assert not outcome.metrics["wire_bytes"].in_turn  # a count, not a timing
+        assert outcome.seconds is not None and outcome.seconds > 0

@@ -29,6 +29,9 @@ class Outcome:
 
     metrics: dict[str, Measurement]
     info: ScenarioInfo | None = None
+    # Measured together with other cases in one process (``Scenario.run_together``): the seconds
+    # that were this case's own. None: the whole process was the case's.
+    seconds: float | None = None
 
 
 def positive_int(text: str) -> int:
@@ -131,6 +134,10 @@ class Scenario:
     # levels (a process, a slow spell) differ more than the samples within one visit, more visits
     # weigh each level less in its between-backend ratios.
     min_rounds: ClassVar[int] = 1
+    # Each round of an interleaved group is one process timing every backend of the group still
+    # visited, a sample of each in turn (``run_together``), instead of a process per backend: a
+    # slow spell of the machine lasts milliseconds, and only samples taken side by side share it.
+    together: ClassVar[bool] = False
 
     def cases(
         self, backends: list[str], workloads: list[str], chosen: Mapping[str, tuple[Any, ...]] | None = None
@@ -176,4 +183,10 @@ class Scenario:
 
     def run(self, case: Case, profile: Profile) -> Outcome:
         """Measure one case: its metrics (``metrics.measured``) and the scenario's typed info."""
+        raise NotImplementedError
+
+    def run_together(self, cases: list[Case], profile: Profile) -> list[Outcome | str]:
+        """Measure the cases of one round of a group (``together``) in this one process: per case,
+        in order, its outcome (``Outcome.seconds`` its own share of the time) or the error that
+        failed it alone."""
         raise NotImplementedError

@@ -27,11 +27,14 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from serbench import conformance, heap, instructions
+from serbench.isolation import error_text
 from serbench.metrics import measured
 from serbench.profiles import Profile
 from serbench.results import MicroInfo
@@ -98,17 +101,15 @@ def array_count(message: Any) -> int:
     return sum(1 for _ in arrays(message))
 
 
-# Each visit of a micro case is a process of its own, and processes of one backend differ: the
-# same code (text-sonnet's numpy-intermediate and msgspec-frombuffer, which send no tensor) read
-# 3-8 % apart visit by visit, and a slow spell of the machine (1.5x for a second or two) lands on
-# a visit or two. With the quick profile's three rounds one such visit decided a tie: six
-# micro-only runs agreed on all three decisions in 6 of their 15 pairs, and with nine rounds for
-# text and images-4 in 10 of 15, every difference left at images-32, where a zero-copy pair's
-# per-visit ratio has a spread (sd of its log) of 0.045 around 1.09 (docs/measurements). So micro
-# plans MORE_ROUNDS, as pyperf spreads its values over many processes, and takes those past the
-# profile's rounds while the case's visits so far took at most MORE_ROUNDS_S: a zero-copy visit
-# costs 0.2-0.7 s here, an in-band one at images-32 5-7 s (pickle's encode and decode allocate
-# 308 MB a call), which nine rounds would spend on ratios of 500x that three rounds already tell.
+# Processes differ: the same code (text-sonnet's numpy-intermediate and msgspec-frombuffer, which
+# send no tensor) read 3-8 % apart process by process, and a process as a whole can run 1.5-2x
+# slower. So micro plans MORE_ROUNDS, each a process of its own, as pyperf spreads its values
+# over many processes (when each backend had its own process a round, six micro-only runs agreed
+# on all three decisions in 6 of 15 pairs with three rounds, 10 of 15 with nine;
+# docs/measurements), and takes those past the profile's rounds while the case's own seconds so
+# far were at most MORE_ROUNDS_S: a zero-copy backend costs 0.1-0.5 s a round here, an in-band one
+# at images-32 5-7 s (pickle's encode and decode allocate 308 MB a call), which nine rounds would
+# spend on ratios of 500x that three rounds already tell.
 MORE_ROUNDS = 9
 MORE_ROUNDS_S = 10.0
 
@@ -139,11 +140,11 @@ class Micro(Scenario):
             table=False,
         ),
     )
-    # Each backend is its own process: rounds that visit every backend in turn put the
-    # difference between processes (allocator history, CPU placement, the machine's slow
-    # spells) into the paired ratios the decision reads, instead of leaving one process's
-    # interval to stand for the run.
+    # Rounds, each one process timing every backend of the group a sample at a time: the
+    # difference between processes (allocator history, CPU placement) goes into the interval,
+    # and a slow spell of the machine (milliseconds) into both samples of a pair or neither.
     interleaved = True
+    together = True
     min_rounds = MORE_ROUNDS
     options = (MEASURE,)
 
@@ -156,33 +157,91 @@ class Micro(Scenario):
         return visited < profile.rounds or spent_s <= MORE_ROUNDS_S
 
     def run(self, case: Case, profile: Profile) -> Outcome:
-        serializer = get_serializer(case.backend)
-        workload = get_workload(case.workload)
-        message = workload.message(0)
-        verification = conformance.verify(serializer, [message], workload.kind, (case.backend, case.workload))
-        frames = serializer.encode(message)
-        info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
-        if counting(profile):
-            reason = instructions.unavailable()
-            if reason is None:  # under valgrind a wall clock measures valgrind: counts only
-                ops = operations(serializer, message)
-                counts, counted = instructions.per_call({name: ops[op] for op, name in COUNTED.items()})
-                info.calls_per_window = counted["calls_per_window"]
-                metrics = {name: measured(name, [value]) for name, value in counts.items()}
-                return Outcome({**metrics, **on_the_wire(message, frames)}, info)
-            info.instructions = f"not counted: {reason}"
-        heap.reused_memory()
-        gc.freeze()
-        samples, timed = interleaved(operations(serializer, message), profile)
-        info.loops, info.samples = timed["loops"], timed["samples"]
+        """One case in its own process: counted under valgrind (``--measure instructions``), else
+        timed alone."""
+        prepared = _Prepared.of(case, get_workload(case.workload).message(0))
+        if not counting(profile):
+            return _timed([prepared], profile)[0]
+        reason = instructions.unavailable()
+        if reason is not None:
+            prepared.info.instructions = f"not counted: {reason}"
+            return _timed([prepared], profile)[0]
+        # under valgrind a wall clock measures valgrind: counts only
+        counts, counted = instructions.per_call({name: prepared.ops[op] for op, name in COUNTED.items()})
+        prepared.info.calls_per_window = counted["calls_per_window"]
+        metrics = {name: measured(name, [value]) for name, value in counts.items()}
+        return Outcome({**metrics, **on_the_wire(prepared.message, prepared.frames)}, prepared.info)
 
+    def run_together(self, cases: list[Case], profile: Profile) -> list[Outcome | str]:
+        """The backends of one round of a group in this one process: each checked and prepared
+        (one that fails there fails alone), then every one's operations timed in turn."""
+        message = get_workload(cases[0].workload).message(0)
+        prepared: dict[Case, _Prepared | str] = {}
+        for case in cases:
+            try:
+                prepared[case] = _Prepared.of(case, message)
+            except Exception as exc:
+                prepared[case] = error_text(exc)
+        ready = [p for p in prepared.values() if isinstance(p, _Prepared)]
+        outcomes = dict(zip((p.case for p in ready), _timed(ready, profile), strict=True)) if ready else {}
+        return [outcomes.get(case) or str(prepared[case]) for case in cases]
+
+
+@dataclass
+class _Prepared:
+    """A case checked and ready to time: its message round-tripped (``conformance.verify``), its
+    frames, its operations, and the seconds that took."""
+
+    case: Case
+    message: Any
+    frames: list
+    ops: dict[str, Callable[[], object]]
+    info: MicroInfo
+    seconds: float
+
+    @classmethod
+    def of(cls, case: Case, message: Any) -> _Prepared:
+        """``case`` ready to time on ``message``; raises what its check or its backend raised."""
+        start = time.perf_counter()
+        serializer = get_serializer(case.backend)
+        kind = get_workload(case.workload).kind
+        verification = conformance.verify(serializer, [message], kind, (case.backend, case.workload))
+        info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
+        frames = serializer.encode(message)
+        ops = operations(serializer, message)
+        if kind == "outputs":  # the frontend's CPU per step, as the ipc output path counts it
+            ops["decode_cpu_s"] = ops["decode_s"]
+        return cls(case, message, frames, ops, info, time.perf_counter() - start)
+
+
+def _timed(cases: list[_Prepared], profile: Profile) -> list[Outcome]:
+    """Every operation of ``cases`` timed in turn, one sample of each (``timing.interleaved``);
+    ``decode_cpu_s`` on the thread's CPU clock in a loop of its own. Cases timed together have
+    their timings marked ``in_turn`` and their own seconds in ``Outcome.seconds``."""
+    heap.reused_memory()
+    gc.freeze()
+    # operation by operation, every case in turn: the samples a ratio between two cases pairs
+    # are taken one after the other, not with the others' copies of the payload between them
+    timed_in_turn = [(i, op) for op in cases[0].ops for i in range(len(cases))]
+    wall = {(i, op): cases[i].ops[op] for i, op in timed_in_turn if op != "decode_cpu_s"}
+    cpu = {(i, op): cases[i].ops[op] for i, op in timed_in_turn if op == "decode_cpu_s"}
+    samples, timed = interleaved(wall, profile)
+    if cpu:
+        cpu_samples, cpu_timed = interleaved(cpu, profile, time.thread_time)
+        samples.update(cpu_samples)
+        timed["seconds"].update(cpu_timed["seconds"])
+    together = len(cases) > 1
+    outcomes = []
+    for i, case in enumerate(cases):
+        case.info.loops = {op: loops for (j, op), loops in timed["loops"].items() if j == i}
+        case.info.samples = timed["samples"]
         # No payload throughput here: a zero-copy round trip moves no payload byte, so
         # payload / time would read 500+ GB/s, above any memory bandwidth. ``copy_s``,
         # one real copy of the payload, is the yardstick to read the times against.
-        metrics = {name: measured(name, values) for name, values in samples.items()}
-        if workload.kind == "outputs":  # the frontend's CPU per step, as the ipc output path counts it
-            ops = operations(serializer, message)
-            cpu, _ = interleaved({"decode_cpu_s": ops["decode_s"]}, profile, time.thread_time)
-            metrics["decode_cpu_s"] = measured("decode_cpu_s", cpu["decode_cpu_s"])
-        metrics.update(on_the_wire(message, frames))
-        return Outcome(metrics, info)
+        metrics = {op: measured(op, samples[(i, op)]) for op in case.ops}
+        if together:
+            metrics = {op: msgspec.structs.replace(m, in_turn=True) for op, m in metrics.items()}
+        metrics.update(on_the_wire(case.message, case.frames))
+        own = case.seconds + sum(seconds for (j, _), seconds in timed["seconds"].items() if j == i)
+        outcomes.append(Outcome(metrics, case.info, own if together else None))
+    return outcomes
