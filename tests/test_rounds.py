@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -115,14 +116,20 @@ class Counting(Scenario):
         return Outcome({"wire_bytes": metrics.measured("wire_bytes", [100.0 + visit, 200.0 + visit])})
 
 
-@pytest.fixture
-def counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counting:
-    """The ``counting`` scenario registered while a test runs (the zygote forks after)."""
-    scenario = Counting()
+S = TypeVar("S", bound=Counting)
+
+
+def _registered(scenario: S, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> S:
+    """``scenario`` registered while a test runs (the zygote forks after), counting in ``tmp_path``."""
     scenario.folder = tmp_path / "visits"
     scenario.folder.mkdir()
-    monkeypatch.setitem(SCENARIOS, "counting", scenario)
+    monkeypatch.setitem(SCENARIOS, scenario.name, scenario)
     return scenario
+
+
+@pytest.fixture
+def counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counting:
+    return _registered(Counting(), tmp_path, monkeypatch)
 
 
 def _trusted(specs: list[str]) -> dict[str, Backend]:
@@ -324,14 +331,10 @@ class Together(Counting):
 
 @pytest.fixture
 def together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Together:
-    scenario = Together()
-    scenario.folder = tmp_path / "visits"
-    scenario.folder.mkdir()
-    monkeypatch.setitem(SCENARIOS, "together", scenario)
-    return scenario
+    return _registered(Together(), tmp_path, monkeypatch)
 
 
-def _pids(scenario: Together, backend: str) -> list[int]:
+def _pids(scenario: Counting, backend: str) -> list[int]:
     return [int(line) for line in (scenario.folder / f"{backend}.pid").read_text().split()]
 
 
