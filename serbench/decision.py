@@ -15,8 +15,9 @@ shown as ties.
 The ratios and intervals are ``compare.geometric_ratio``'s (one bootstrap per
 workload, rounds paired where both sides have them, samples where both were
 taken in turn). Unsafe rows (declared unsafe or undeclared) that beat the
-chosen set beyond noise are listed apart as faster but unsafe, never chosen. Variants (``compare.is_variant``:
-``threshold=inf`` and any other spec with options) are not candidates.
+chosen set beyond noise are listed apart as faster but unsafe, never chosen.
+Variants (``compare.is_variant``: ``threshold=inf`` and any other spec with
+options) are not candidates.
 
 Data and its wording only: ``serbench.text`` prints the decision at the end of a
 run's summary and the report's run page opens with it. How a ranking reads
@@ -298,19 +299,14 @@ CENTER_WORDS = {
 }
 
 
-def taken_in_turn(data: Results, names: Iterable[str]) -> set[str]:
-    """The metrics among ``names`` whose samples the run took in turn (``Measurement.in_turn``):
-    ratios between their rows are medians of per-sample ratios."""
-    wanted = set(names)
-    return {name for rec in data.records for name, m in rec.metrics.items() if name in wanted and m.in_turn}
-
-
-def center_rule(names: Iterable[str], in_turn: Iterable[str] = ()) -> str:
-    """What a ratio between two rows in the metrics ``names`` is a ratio of
+def center_rule(data: Results, names: Iterable[str]) -> str:
+    """What a ratio between two rows of ``data`` in the metrics ``names`` is a ratio of
     (``compare.center_of``): "medians", or each metric with a center of its own named with it
-    ("TTFT's 10%-trimmed means, other metrics' medians"); a metric in ``in_turn``
-    (``taken_in_turn``): its samples taken in turn, the median of their ratios."""
-    centers = {metric(name).label: IN_TURN if name in set(in_turn) else metric(name).center for name in names}
+    ("TTFT's 10%-trimmed means, other metrics' medians"); a metric whose samples the run took in
+    turn (``Measurement.in_turn``): those samples, by the median of their ratios."""
+    names = list(names)
+    in_turn = {n for rec in data.records for n, m in rec.metrics.items() if n in names and m.in_turn}
+    centers = {metric(n).label: IN_TURN if n in in_turn else metric(n).center for n in names}
     own = [f"{label}'s {CENTER_WORDS[center]}" for label, center in centers.items() if center != MEDIAN]
     if not own:
         return CENTER_WORDS[MEDIAN]
@@ -332,7 +328,7 @@ def ranking_notes(data: Results, scenario: str, ranked: Sequence[Ranked]) -> lis
     rule = f" ({tie_rule([name])})" if name else ""
     notes = [f"geomean: over the n workloads, with its 95% interval; N=: tied{rule}"]
     if name and metric(name).center != MEDIAN:
-        notes.append(f"factors: ratios of {center_rule([name], taken_in_turn(data, [name]))}")
+        notes.append(f"factors: ratios of {center_rule(data, [name])}")
     if any(r.variant for r in ranked):
         notes.append("vN: variants (specs with options, e.g. threshold=inf), ranked apart")
     shown = dict.fromkeys(w for r in ranked for w in r.factors)

@@ -34,7 +34,6 @@ from serbench.decision import (
     interval_text,
     ranking_notes,
     ranking_title,
-    taken_in_turn,
     tie_rule,
     unsafe_text,
     why,
@@ -202,7 +201,7 @@ def decision_block(data: Results) -> str:
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: ratio to the first one named with its 95% interval,",
-        f"    of {center_rule(decided, taken_in_turn(data, decided))}",
+        f"    of {center_rule(data, decided)}",
         f"  tied {tie_rule(decided)};",
         "  unsafe backends are never chosen",
     ]

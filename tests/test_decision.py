@@ -3,6 +3,7 @@ ties, who is set apart as unsafe, and how the terminal and the report show it (n
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from builders import memory_info
@@ -312,3 +313,14 @@ def test_micro_is_compared_by_lower_quartiles_that_slow_spells_do_not_reach() ->
     told_apart = found.runner_up.estimate
     assert told_apart.ratio == pytest.approx(np.quantile(b, 0.25) / np.quantile(a, 0.25))
     assert 1.05 < told_apart.low <= told_apart.ratio <= told_apart.high < 1.15
+
+
+def test_a_metric_taken_in_turn_is_said_to_be_compared_so() -> None:
+    def run(in_turn: bool) -> Results:
+        taken = msgspec.structs.replace(summarize([1e-5, 2e-5], "s"), in_turn=in_turn)
+        return Results(records=[record(Case("micro", "pickle", "images-4"), metrics={"roundtrip_s": taken})])
+
+    names = ["roundtrip_s", "ttft_s"]
+    in_turn, apart = decision.center_rule(run(True), names), decision.center_rule(run(False), names)
+    assert in_turn.startswith("encode + decode's samples taken in turn, TTFT's")
+    assert apart.startswith("encode + decode's lower quartiles, TTFT's")

@@ -503,11 +503,10 @@ def decision_section(data: Results, look: Look) -> str:
             f"<td>{e(decision.unsafe_text(d, data))}</td></tr>"
         )
     decided = [d.metric for d in found if not d.missing]
-    compared_by = decision.center_rule(decided, decision.taken_in_turn(data, decided))
     intro = (
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
         "headline metric within this run's own noise: ×r [low, high] is the ratio to the first one "
-        f"named, with its 95% interval, of {e(compared_by)}; "
+        f"named, with its 95% interval, of {e(decision.center_rule(data, decided))}; "
         f"tied {e(decision.tie_rule(decided))}. Unsafe backends "
         "are never chosen; those faster beyond noise are listed apart.</p>"
     )
