@@ -60,6 +60,7 @@ from statistics import NormalDist
 import numpy as np
 
 from serbench.metrics import LOWER_QUARTILE, MEDIAN, TRIMMED_MEAN, compared, metric
+from serbench.resample import Rounds, pooled_centers, round_medians
 from serbench.results import COMPARABLE, Case, Results
 from serbench.specs import SpecError, parse_spec
 from serbench.stats import CONFIDENCE, MIN_DISTRIBUTION, Measurement, relative_spread
@@ -233,47 +234,6 @@ def _groups(measured: Measurement) -> list[np.ndarray]:
     return np.split(values, np.cumsum(sizes)[:-1])
 
 
-def _round_medians(groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """For each drawn round index in ``picks``, the median of a resample of that round's samples.
-
-    Drawn from its exact distribution, not by building the resample: resampling n sorted
-    values with replacement is ``x[ceil(n U) - 1]`` for n uniforms U, a monotone map, so the
-    resample's k-th smallest value is ``x[ceil(n U_(k)) - 1]`` with U_(k) ~ Beta(k, n + 1 - k),
-    and the next one above it lies a Beta(1, n - k) fraction of the rest of the way to 1.
-    Each median costs O(1) instead of O(n log n): an ipc case's thousands of ITL samples
-    would otherwise take seconds per metric.
-    """
-    medians = np.empty(picks.shape)
-    for index, group in enumerate(groups):
-        chosen = picks == index
-        draws = int(chosen.sum())
-        if not draws:
-            continue
-        ordered, n = np.sort(group), len(group)
-        k = (n + 1) // 2  # the (lower) middle order statistic
-        low = rng.beta(k, n + 1 - k, draws)
-        high = low if n % 2 else low + (1 - low) * rng.beta(1, n - k, draws)
-        medians[chosen] = (_at_quantile(ordered, low) + _at_quantile(ordered, high)) / 2
-    return medians
-
-
-def _pooled_statistics(
-    groups: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator, center: Center
-) -> np.ndarray:
-    """For each row of drawn round indices in ``picks``, the ``center`` of all the samples of a
-    resample: each drawn round's own samples drawn with replacement, as many as it has."""
-    sizes = np.array([len(g) for g in groups])
-    padded = np.full((len(groups), sizes.max()), np.nan)
-    for index, group in enumerate(groups):
-        padded[index, : len(group)] = group
-    drawn_sizes = sizes[picks][..., None]  # (resamples, rounds, 1)
-    slots = np.arange(sizes.max())
-    positions = np.floor(rng.random((*picks.shape, sizes.max())) * drawn_sizes).astype(int)
-    values = padded[picks[..., None], positions]
-    values[slots >= drawn_sizes] = np.nan  # a smaller round draws only as many as it has
-    return center(values.reshape(len(picks), -1))
-
-
 def medians(rows: np.ndarray) -> np.ndarray:
     """Each row's median over its last axis, NaN a missing value."""
     return np.nanmedian(rows, axis=-1)
@@ -328,12 +288,6 @@ def location(name: str, measured: Measurement) -> float:
     return float(center_of(name)(np.asarray(measured.values, dtype=float)))
 
 
-def _at_quantile(ordered: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """The sorted samples a resample's uniform draws ``u`` land on: ``ordered[ceil(n u) - 1]``."""
-    n = len(ordered)
-    return ordered[np.clip(np.ceil(u * n).astype(int) - 1, 0, n - 1)]
-
-
 def _ratio(head: np.ndarray, base: np.ndarray, paired: bool) -> np.ndarray:
     """The ratio statistic over the last axis (rounds) of per-round medians.
 
@@ -384,8 +338,8 @@ def ratio_estimate(
     if pooled:
         ratio = float(center(np.concatenate(head_groups)) / center(np.concatenate(base_groups)))
     else:
-        per_round = (np.array([[np.median(g) for g in gs]]) for gs in (head_groups, base_groups))
-        ratio = float(_ratio(*per_round, paired)[0])
+        head_rounds, base_rounds = Rounds(head_groups), Rounds(base_groups)
+        ratio = float(_ratio(head_rounds.medians()[None], base_rounds.medians()[None], paired)[0])
     if not math.isfinite(ratio):
         return None, None, None
     if min(sum(map(len, base_groups)), sum(map(len, head_groups))) < 2:
@@ -396,13 +350,13 @@ def ratio_estimate(
         head_picks if paired else rng.integers(len(base_groups), size=(BOOTSTRAP_RESAMPLES, len(base_groups)))
     )
     if pooled:
-        heads = _pooled_statistics(head_groups, head_picks, rng, center)
-        bases = _pooled_statistics(base_groups, base_picks, rng, center)
+        heads = pooled_centers(Rounds(head_groups), head_picks, rng, center)
+        bases = pooled_centers(Rounds(base_groups), base_picks, rng, center)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = heads / bases
     else:
         ratios = _ratio(
-            _round_medians(head_groups, head_picks, rng), _round_medians(base_groups, base_picks, rng), paired
+            round_medians(head_rounds, head_picks, rng), round_medians(base_rounds, base_picks, rng), paired
         )
     alpha = (1 - confidence) / 2
     low, high = np.nanquantile(ratios, [alpha, 1 - alpha])
@@ -430,7 +384,7 @@ def _in_turn_estimate(
         return ratio, None, None
     rng = np.random.default_rng(seed)
     picks = rng.integers(len(ratios), size=(BOOTSTRAP_RESAMPLES, len(ratios)))
-    drawn = _pooled_statistics(ratios, picks, rng, medians)
+    drawn = pooled_centers(Rounds(ratios), picks, rng, medians)
     alpha = (1 - confidence) / 2
     low, high = np.nanquantile(drawn, [alpha, 1 - alpha])
     return ratio, float(low), float(high)

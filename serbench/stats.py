@@ -15,6 +15,7 @@ process to the next, which a process that counts instructions cannot have
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from fractions import Fraction
@@ -41,6 +42,7 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     return ordered[low_rank - 1], ordered[n - low_rank]
 
 
+@functools.cache  # a run asks it of the same few sample counts hundreds of times
 def _binomial_half_quantile(q: float, n: int) -> int:
     """The smallest k with P(X <= k) >= q for X ~ Binomial(n, 1/2) (scipy's ``binom.ppf``), exactly."""
     target, below, ways = Fraction(q) * 2**n, 0, 1  # ways: C(n, k)
