@@ -13,7 +13,10 @@ workload with tensor bytes) it prints
   round where both were measured in the same interleaved rounds
   (``compare.ratio_estimate``, as a comparison and a ranking read them), and
   whether the two runs' ratios agree within ``--tolerance`` (10 % by default,
-  issue 33's bound): larger / smaller - 1;
+  issue 33's bound): larger / smaller - 1; and whether their 95 % intervals
+  overlap, i.e. whether the runs disagree by more than their own noise allows
+  (where they overlap and still differ beyond the tolerance, the runs took too
+  few samples for it on this machine);
 * the two runs' absolute medians and their disagreement, for information: on
   a shared machine they follow its load, and are not expected to hold;
 
@@ -39,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -99,10 +103,31 @@ def _ratio_pairs(by_backend: dict[str, Record], name: str, reference: str) -> li
     return [(by_backend[chosen], rec) for rec in by_backend.values() if rec.backend != chosen]
 
 
+class Ratio(NamedTuple):
+    """A within-run ratio, its bootstrap interval (None where it has none) and the rounds that
+    pair it (0: unpaired)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    pairs: int
+
+    def interval(self) -> str:
+        return "-" if self.low is None else f"[{self.low:.3f}, {self.high:.3f}]"
+
+
+def intervals_meet(a: Ratio, b: Ratio) -> bool:
+    """Whether two runs' intervals of a ratio overlap: their disagreement is then within what
+    each run's own noise allows, and only more samples a run would narrow it."""
+    if a.low is None or b.low is None:
+        return False
+    return a.low <= b.high and b.low <= a.high
+
+
 def within_run_ratios(
     records: Iterable[Record], metrics: Sequence[str], reference: str = ALL
-) -> dict[tuple[str, str, str], tuple[float, int]]:
-    """(ratio's label, workload, metric) → (its ratio, pairs or 0), for every two of ``records``
+) -> dict[tuple[str, str, str], Ratio]:
+    """(ratio's label, workload, metric) → its ``Ratio``, for every two of ``records``
     of the same workload and other dimensions that ``_ratio_pairs`` names: the label is the
     head's row, ``head / base`` with ``ALL``."""
     groups: dict[tuple[Case, str], dict[str, Record]] = {}
@@ -113,10 +138,10 @@ def within_run_ratios(
     for (_, name), by_backend in groups.items():
         for base, head in _ratio_pairs(by_backend, name, reference):
             pair = base.metrics[name], head.metrics[name]
-            ratio, _, _ = ratio_estimate(*pair, pooled=True, center=center_of(name))
+            ratio, low, high = ratio_estimate(*pair, pooled=True, center=center_of(name))
             if ratio is not None:
                 label = f"{head.row} / {base.backend}" if reference == ALL else head.row
-                out[label, head.workload, name] = (ratio, _pairs(*pair))
+                out[label, head.workload, name] = Ratio(ratio, low, high, _pairs(*pair))
     return out
 
 
@@ -182,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     same_decision = _decisions_table(first, second)
     _medians_table(first, second)
     ratios = [within_run_ratios(payload_records(path), METRICS, args.reference) for path in (first, second)]
-    rows = disagreements(*({key: r for key, (r, _) in run.items()} for run in ratios))
+    rows = disagreements(*({key: r.value for key, r in run.items()} for run in ratios))
     if not rows:
         print(f"no two payload cases to compare ({args.reference}) in both runs", file=sys.stderr)
         return 2
@@ -190,23 +215,25 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"{b} × {w}",
             name,
-            f"{x:.3f}",
-            f"{y:.3f}",
-            "/".join(str(run[b, w, name][1] or "-") for run in ratios),
+            *(f"{run[b, w, name].value:.3f} {run[b, w, name].interval()}" for run in ratios),
+            "/".join(str(run[b, w, name].pairs or "-") for run in ratios),
             f"{d:.1%}",
             "yes" if d <= args.tolerance else "NO",
+            "yes" if intervals_meet(*(run[b, w, name] for run in ratios)) else "no",
         ]
-        for (b, w, name), x, y, d in rows
+        for (b, w, name), _, _, d in rows
     ]
     over = "between every two backends" if args.reference == ALL else f"to {args.reference}"
-    print(f"within-run ratios {over} (paired over the rounds shown, '-': unpaired):")
-    headers = ["case", "metric", "run 1 (×)", "run 2 (×)", "pairs", "disagreement", "agree"]
+    print(f"within-run ratios {over} (paired over the rounds shown, '-': unpaired), 95 % intervals:")
+    headers = ["case", "metric", "run 1 (×)", "run 2 (×)", "pairs", "disagreement", "agree", "intervals meet"]
     print(table(headers, cells))
     (backend, workload, name), _, _, worst = rows[0]
     within = sum(d <= args.tolerance for *_, d in rows)
+    meet = sum(intervals_meet(*(run[key] for run in ratios)) for key, *_ in rows)
     print(
         f"\nworst ratio disagreement: {worst:.1%} ({backend} × {workload}, {name}); "
-        f"{within} of {len(rows)} ratios within {args.tolerance:.0%}"
+        f"{within} of {len(rows)} ratios within {args.tolerance:.0%}; "
+        f"{meet} of {len(rows)} within the runs' own intervals (they overlap)"
     )
     return 0 if worst <= args.tolerance and same_decision else 1
 
