@@ -76,7 +76,7 @@ def _beta_positions(n: int, draws: int, rng: np.random.Generator) -> tuple[np.nd
     k = (n + 1) // 2  # the (lower) middle order statistic
     low = rng.beta(k, n + 1 - k, draws)
     high = low if n % 2 else low + (1 - low) * rng.beta(1, n - k, draws)
-    return (np.clip(np.ceil(u * n).astype(int) - 1, 0, n - 1) for u in (low, high))
+    return tuple(np.clip(np.ceil(u * n).astype(int) - 1, 0, n - 1) for u in (low, high))
 
 
 @functools.cache
