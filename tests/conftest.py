@@ -18,9 +18,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
+from as_user import serbench_command
 from filelock import FileLock
 from segments import left_named
 
@@ -151,6 +153,32 @@ def made_once(
         return made[name]
 
     return get
+
+
+class MicroRun(NamedTuple):
+    """A finished ``serbench run``: its output folder and what it printed."""
+
+    out: Path
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def micro_run(made_once) -> MicroRun:
+    """A small real run (micro, pickle and msgspec-frombuffer, text-sonnet and images-4), made
+    once for the session: the report's tests read its page, the clean-output test what it printed."""
+
+    def make(out: Path) -> None:
+        done = serbench_command(
+            "run", "--scenarios", "micro", "--quick", "--backends", "pickle,msgspec-frombuffer",
+            "--workloads", "text-sonnet,images-4", "--out", str(out), cwd=out,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        (out / "stdout.txt").write_text(done.stdout)
+        (out / "stderr.txt").write_text(done.stderr)
+
+    out = made_once("micro-run", make)
+    return MicroRun(out, (out / "stdout.txt").read_text(), (out / "stderr.txt").read_text())
 
 
 def _no_children_left(timeout_s: float = 10.0) -> list[psutil.Process]:

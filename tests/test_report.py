@@ -16,7 +16,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 import warnings
 from html.parser import HTMLParser
 from pathlib import Path
@@ -210,22 +209,6 @@ def browse(page: Path, tmp: Path) -> tuple[_Elements, Path]:
 
 
 @pytest.fixture(scope="module")
-def real_run(made_once) -> tuple[Path, str]:
-    """A tiny real ``serbench run`` (micro, two backends, two workloads): its folder and stdout."""
-
-    def make(out: Path) -> None:
-        command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--quick"]
-        command += ["--out", str(out), "--backends", "pickle,msgspec-frombuffer"]
-        command += ["--workloads", "text-sonnet,images-4"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        (out / "stdout.txt").write_text(done.stdout)
-
-    out = made_once("report-real-run", make)
-    return out, (out / "stdout.txt").read_text()
-
-
-@pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, Results]:
     """The built results file, rendered with ``serbench report`` into its own folder."""
     folder = tmp_path_factory.mktemp("built")
@@ -257,8 +240,8 @@ def compared(tmp_path_factory, built) -> tuple[Path, compare.Comparison]:
 # ---------------------------------------------------------------- tests
 
 
-def test_run_leaves_a_report_beside_its_results_and_prints_its_path(real_run):
-    out, stdout = real_run
+def test_run_leaves_a_report_beside_its_results_and_prints_its_path(micro_run):
+    out, stdout = micro_run.out, micro_run.stdout
     printed = re.search(r"^report:\s+(\S+)$", stdout, re.MULTILINE)
     assert printed, stdout[-1000:]
     assert Path(printed.group(1)) == out / "index.html"
@@ -278,8 +261,8 @@ def _check_in_browser(page: Path, tmp: Path) -> _Elements:
     return dom
 
 
-def test_real_run_page_in_chromium_holds_every_case_and_metric(real_run, tmp_path):
-    out, _ = real_run
+def test_real_run_page_in_chromium_holds_every_case_and_metric(micro_run, tmp_path):
+    out = micro_run.out
     data = results.load(out / "results.json")
     dom = _check_in_browser(out / "index.html", tmp_path)
     found = cells(dom)
