@@ -7,7 +7,8 @@ afterwards). Each side — base and working tree — gets a worker per round, a
 before the editable install's finder), driven by ``serbench.protocol``: it
 says hello (protocol version, capabilities, the dimensions and options it
 knows), takes the plan and profile as a ``Setup`` message, checks its
-backends once and announces its cases (``Case``s, the keys of every round).
+backends once (from the second round on, it is handed its side's first check:
+``checked_facts``) and announces its cases (``Case``s, the keys of every round).
 Then every case is measured on both sides back to back, round after round,
 the side that goes first alternating from case to case and from round to
 round. On a shared machine whose speed changes every second or so, the two
@@ -72,7 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ from serbench.errors import GateError
 from serbench.isolation import end_tree, end_trees
 from serbench.profiles import Profile
 from serbench.protocol import Measure, Measured, Ready, Setup, WorkerError, WorkerStopped
-from serbench.results import Case, Results
+from serbench.results import Backend, Case, Results
 from serbench.runner import Plan
 from serbench.scenarios import SCENARIOS, dimensions
 
@@ -205,10 +206,12 @@ class Revision:
         command = ["-m", "serbench", "run", *run_options(self.plan, self.profile), *extra]
         return self.start(command, cpus, **popen)
 
-    def setup(self) -> Setup:
-        """The ``Setup`` message of this side's worker."""
+    def setup(self, ask_backends: bool = False) -> Setup:
+        """The ``Setup`` message of this side's worker; ``ask_backends``: it asks for its
+        backends' facts instead of checking them (``Worker``'s ``facts``)."""
         argv = ["run", *run_options(self.plan, self.profile)]
-        return Setup(protocol.plan_message(self.plan), protocol.profile_message(self.profile), argv)
+        plan, profile = protocol.plan_message(self.plan), protocol.profile_message(self.profile)
+        return Setup(plan, profile, argv, ask_backends=ask_backends)
 
 
 _HELP: dict[Path, str] = {}  # code folder → its `serbench run --help`
@@ -263,12 +266,19 @@ def close_all(measurers: Sequence[Measurer]) -> None:
 class Worker:
     """A revision's ``python -m serbench.worker`` (``serbench.protocol``): started once, set up,
     then one case measured per request, so a measurement costs only itself; stderr goes to
-    ``log``."""
+    ``log``. Given its backends' ``facts`` (an earlier worker's check of the same code), it
+    is handed them instead of checking the backends again."""
 
-    def __init__(self, revision: Revision, log: Path, cpus: frozenset[int] | None = None) -> None:
+    def __init__(
+        self,
+        revision: Revision,
+        log: Path,
+        cpus: frozenset[int] | None = None,
+        facts: Mapping[str, Backend] | None = None,
+    ) -> None:
         """Started; ``greet`` reads its hello and sets it up, ``ready`` waits until it has
         announced its cases (start several, then wait)."""
-        self.revision, self.log = revision, log
+        self.revision, self.log, self.facts = revision, log, facts
         with log.open("w") as err:
             pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": err}
             self.proc = revision.start(["-m", protocol.MODULE], cpus, **pipes)
@@ -303,7 +313,7 @@ class Worker:
             self.close()
             raise GateError(f"{label}: {problem}")
         try:
-            self.client.send(self.revision.setup())
+            self.client.send(self.revision.setup(ask_backends=self.facts is not None))
         except WorkerError as exc:
             self.close()
             raise self._stopped(exc) from None
@@ -312,7 +322,8 @@ class Worker:
     def ready(self) -> Worker:
         """This worker once it has announced its cases; GateError if it stopped instead."""
         try:
-            self.cases = self.client.reply(Ready, RUN_TIMEOUT_S).cases
+            handed = None if self.facts is None else (lambda specs: {s: self.facts[s] for s in specs})
+            self.cases = self.client.reply(Ready, RUN_TIMEOUT_S, backends=handed).cases
         except (TimeoutError, WorkerError) as exc:
             self.close()
             raise self._stopped(exc) from None
@@ -486,18 +497,23 @@ def greet_all(workers: Sequence[Worker]) -> list[int]:
 
 @contextmanager
 def measurers(
-    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
+    revisions: Sequence[Revision],
+    out: Path,
+    log: Callable[[str], None] = print,
+    facts: Sequence[Mapping[str, Backend] | None] | None = None,
 ) -> Iterator[list[Measurer]]:
     """A worker per revision (``serbench.worker``, else the revision's ``serbench run
     --worker``), or a process per round for both if one of them has neither (the two are
-    measured alike either way); all stopped on exit."""
+    measured alike either way); all stopped on exit. ``facts``: per revision, its backends'
+    facts for its worker (``Worker``), or None for a worker that checks them."""
     cpus = worker_cpus()
     if cpus:
         log(f"workers pinned to CPU(s) {','.join(map(str, sorted(cpus)))}")
+    handed = list(facts or [None] * len(revisions))
     started: list[Measurer] = []
     try:
-        for revision in revisions:  # all started before any is waited for: their starts overlap
-            started.append(Worker(revision, out / f"{revision.label}.log", cpus))
+        for revision, known in zip(revisions, handed, strict=True):  # all started, then waited for
+            started.append(Worker(revision, out / f"{revision.label}.log", cpus, known))
         older = greet_all(started)
         if older and all("--worker" in text for text in run_help([revisions[i] for i in older])):
             for i in older:
@@ -550,15 +566,27 @@ def fresh_rounds(
     ``on_round`` sees them after every round, so a caller can keep the rounds done so far
     when a later one is stopped."""
     runs: list[list[Results]] = [[] for _ in revisions]
+    facts: list[dict[str, Backend] | None] = [None] * len(revisions)
     for r in range(1, rounds + 1):
         start = time.perf_counter()
-        with measurers(revisions, out, log if r == 1 else _quiet) as sides:
+        with measurers(revisions, out, log if r == 1 else _quiet, facts) as sides:
             for side, measured in zip(runs, one_round(sides, r, out), strict=True):
                 side.extend(measured)
+        facts = [checked_facts(side) for side in runs]
         log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
         if on_round is not None:
             on_round(runs)
     return runs
+
+
+def checked_facts(measured: Sequence[Results]) -> dict[str, Backend] | None:
+    """The backends' facts a side's measurements so far recorded (its first round's worker
+    checked every backend of its cases), or None where a case's backend has none: the later
+    rounds' workers run the same code on the same specimens, so they are handed these instead
+    of checking again (a conformance check is about an eighth of a worker's time)."""
+    facts = {spec: fact for data in measured for spec, fact in data.backends.items()}
+    used = {record.backend for data in measured for record in data.records}
+    return facts if facts and used <= facts.keys() else None
 
 
 def _quiet(message: str) -> None:

@@ -19,7 +19,7 @@ from serbench import commands, gate, instructions, protocol, results, testing
 from serbench.errors import EXIT_TERMINATED, GateError
 from serbench.isolation import kill_tree
 from serbench.profiles import PROFILES
-from serbench.results import Case, Results
+from serbench.results import Backend, Case, Results
 from serbench.runner import Plan
 from serbench.serializers import BUILTINS, get_serializer
 
@@ -55,7 +55,9 @@ class FakeMeasurer:
 
     def measure(self, out: Path, case: Case | None = None) -> Results:
         self.calls.append((self.revision.label, case))
-        return doc([])
+        measured = doc([])
+        measured.backends = {"x": Backend(name=self.revision.label)}  # as checked by this side
+        return measured
 
 
 class Ending:
@@ -119,9 +121,12 @@ def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path
     started: list[list[FakeMeasurer]] = []
     notes: list[str] = []
 
+    handed: list = []
+
     @contextlib.contextmanager
-    def measurers(revisions, out, log):
+    def measurers(revisions, out, log, facts):
         log("workers pinned to CPU(s) 1")
+        handed.append(facts)
         started.append([FakeMeasurer(r.label, calls, None) for r in revisions])
         yield started[-1]
 
@@ -134,6 +139,9 @@ def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path
     assert notes.count("workers pinned to CPU(s) 1") == 1
     rounds = [note.split(":")[0] for note in notes if note.startswith("round")]
     assert rounds == ["round 1/3", "round 2/3", "round 3/3"]
+    # The first round's workers check their backends; the later ones are handed each side's own.
+    sides = [{"x": Backend(name=label)} for label in ("base", "head")]
+    assert handed == [[None, None], sides, sides]
 
 
 def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp_path: Path) -> None:
@@ -142,7 +150,7 @@ def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp
     seen: list[list[int]] = []
 
     @contextlib.contextmanager
-    def measurers(revisions, out, log):
+    def measurers(revisions, out, log, facts):
         if len(seen) == 2:
             raise KeyboardInterrupt
         yield [FakeMeasurer(r.label, [], None) for r in revisions]
@@ -181,6 +189,33 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
         assert record.error is None and len(record.metrics["encode_s"].values) > 1
     assert first.started <= second.started
     assert unknown.records == []
+
+
+def test_a_worker_handed_its_backends_facts_records_them_instead_of_checking(tmp_path: Path) -> None:
+    """A later round's worker runs the code the first round's checked: it is handed those facts
+    (``gate.checked_facts``), which its results then hold as given, not checked again."""
+    side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
+    handed = {"msgspec-frombuffer": Backend(name="handed on", description="round 1's check", safe=True)}
+    worker = gate.Worker(side, tmp_path / "head.log", facts=handed)
+    try:
+        assert worker.greet()
+        worker.ready()
+        measured = worker.measure(tmp_path / "round-2")
+    finally:
+        worker.close()
+    assert measured.backends == handed
+    assert measured.records and measured.records[0].error is None
+    assert gate.checked_facts([measured]) == handed
+
+
+def test_facts_are_handed_on_only_where_they_cover_every_backend_measured() -> None:
+    facts = Backend(name="pickle", safe=False)
+    measured = doc([rec({"encode_s": metric(samples(1))}, "pickle"), rec({}, "flat-mmk")])
+    assert gate.checked_facts([measured]) is None  # nothing recorded
+    measured.backends = {"pickle": facts}
+    assert gate.checked_facts([measured]) is None  # flat-mmk's missing
+    measured.backends["flat-mmk"] = facts
+    assert gate.checked_facts([measured]) == {"pickle": facts, "flat-mmk": facts}
 
 
 def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
