@@ -572,7 +572,8 @@ def fresh_rounds(
         with measurers(revisions, out, log if r == 1 else _quiet, facts) as sides:
             for side, measured in zip(runs, one_round(sides, r, out), strict=True):
                 side.extend(measured)
-        facts = [checked_facts(side) for side in runs]
+        if r == 1:  # the first round's workers checked; every later one is handed that
+            facts = [checked_facts(side) for side in runs]
         log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
         if on_round is not None:
             on_round(runs)

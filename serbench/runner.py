@@ -146,7 +146,7 @@ def run_together(
         except Exception as exc:  # a backend that cannot even say: its case fails, not the round
             unsupported[case] = error_text(exc)
     measured = [case for case in cases if unsupported[case] is None]
-    together = get_scenario(cases[0].scenario).run_together(measured, profile)
+    together = get_scenario(cases[0].scenario).run_together(measured, profile) if measured else []
     outcomes = dict(zip(measured, together, strict=True))
     return [unsupported[case] or outcomes[case] for case in cases]
 

@@ -380,3 +380,16 @@ def test_micro_times_a_rounds_backends_in_one_child_and_a_backend_that_raises_fa
         assert roundtrip.in_turn and roundtrip.n == profile.share(profile.samples)
         assert not outcome.metrics["wire_bytes"].in_turn  # a count, not a timing
         assert outcome.seconds is not None and outcome.seconds > 0
+
+
+def test_a_round_whose_backends_are_all_unsupported_measures_nothing_together(
+    together: Together, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Together, "unsupported", lambda self, case, profile: "not here")
+
+    def refuse(self, cases, profile):
+        raise AssertionError(f"asked to measure {cases}")
+
+    monkeypatch.setattr(Together, "run_together", refuse)
+    cases = [Case("together", backend, "images-1") for backend in BACKENDS]
+    assert runner.run_together(cases, QUICK3) == [runner.Unsupported("not here")] * len(cases)
