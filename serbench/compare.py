@@ -226,12 +226,13 @@ def row_of(case: Case) -> Case:
 
 
 def _groups(measured: Measurement) -> list[np.ndarray]:
-    """A metric's samples split by the round (process) that produced them."""
+    """A metric's samples split by the round (process) that produced them; a round of none (a
+    file written by hand) is no round."""
     values = np.asarray(measured.values, dtype=float)
     sizes = measured.rounds or [len(values)]
     if sum(sizes) != len(values):
         sizes = [len(values)]
-    return np.split(values, np.cumsum(sizes)[:-1])
+    return [group for group in np.split(values, np.cumsum(sizes)[:-1]) if len(group)]
 
 
 def medians(rows: np.ndarray) -> np.ndarray:

@@ -304,6 +304,18 @@ def test_a_runs_visits_are_compared_by_pooled_medians_with_their_rounds_kept_pai
     assert cmp.geometric_ratio([(base, head)]).ratio == pytest.approx(ratio)
 
 
+def test_a_round_of_no_samples_in_a_hand_written_file_is_no_round() -> None:
+    """Rounds of 3, 0 and 2 samples are compared as rounds of 3 and 2, as the same file without
+    the empty one: not dropped as unpairable, not resampled into an empty median."""
+    base, head = [1.0, 1.1, 0.9, 1.0, 1.05], [1.2, 1.3, 1.1, 1.2, 1.25]
+    with_empty = [metric(values, rounds=[3, 0, 2]) for values in (base, head)]
+    without = [metric(values, rounds=[3, 2]) for values in (base, head)]
+    for pooled in (False, True):
+        estimate = cmp.ratio_estimate(*with_empty, pooled=pooled)
+        assert estimate == cmp.ratio_estimate(*without, pooled=pooled)
+        assert estimate[0] == pytest.approx(1.2 / 1.0 if pooled else 1.2, rel=0.05)
+
+
 # The machine's state, pair by pair: on the shared 2-core VM a case runs 1.6x slow
 # most of the time and normal now and then, flipping every second or so. Both
 # halves of most pairs see the same state; four straddle a flip, three of them
