@@ -101,15 +101,17 @@ from serbench.workloads.tree import array_bytes, arrays
 # Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
 # 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
 # payload: requests one at a time, at least 12 and more while the case's load has time left of
-# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-32 takes 0.2-0.3 s (at times
-# twice that), so the budget sends it more than the minimum. An in-band one takes 1 s, and the
-# budget gives it only the minimum: at 5, one request a visit of six, pickle's and cloudpickle's
+# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-4 takes ~50 ms, so the budget
+# sends it more than the minimum. An in-band one at images-32 takes 1 s, and the budget gives it
+# only the minimum: at 5, one request a visit of six, pickle's and cloudpickle's
 # TTFT were each a mean of six requests that spread ±10 %, and their ratios to the zero-copy
-# backends moved 11-16 % between two back-to-back default runs. 12 is two a visit (+13 s a run).
+# backends moved 11-16 % between two back-to-back default runs. 12 was two a visit of six (+13 s).
 # 30 (10 a visit): at images-4 a zero-copy request takes ~50 ms and single requests ranged 38-82 ms,
 # so 12 (4 a visit) in 4 s left between-backend TTFT ratios 20-34 % apart in two default runs.
-# 12 s: ``Ipc.min_rounds`` (6) visits of 2 s, about 4 zero-copy requests each at images-32 (with
-# 6 s and 3 visits such a case sent 11-12 requests; doubling them alone steadied no ratio).
+# 12 s: ``MORE_VISITS`` (12) visits of 1 s, two or three zero-copy requests each at images-4; at
+# images-32 a request until the engine has checked and dropped it takes 0.5-0.7 s, so each visit
+# sends one and the case its 12 (with 6 s and 3 visits such a case sent 11-12 requests; doubling
+# them alone steadied no ratio: the visits, more than their requests, set a ratio's noise).
 # No warm-up request: once the engine frees each request when it is done, the first request's
 # ingress was 0.70-1.15x the median of the next five (24 payload cases of a default run). The quick
 # floor, a yardstick: 10 round trips (the median of the first 10 of 20 was within 4 % of all 20's
@@ -131,13 +133,15 @@ FLOOR_TIMEOUT_S = 5.0
 # A visit sits at one of two levels of the machine (at images-4 a zero-copy request near 35 or near
 # 44 ms, in every zero-copy backend's visits), and a row's TTFT follows how many drew the slower:
 # with six visits, between-backend ratios moved by up to 20 % from one run to the next. A
-# payload up to MORE_VISITS_UP_TO is visited MORE_VISITS times, the same requests spread over
-# them: six ipc-only runs of images-4 each way, alternating, had 196 of 225 ratios within 10 %
-# between two runs (5 of 15 run pairs all 15) with six visits, 216 of 225 (11 of 15) with
-# twelve, for 62-70 s a run instead of 51-60 s (docs/measurements): about 0.4 s a visit more. At
-# images-32 (308 MB) a visit costs 1-4 s beyond its requests, so it keeps ``Ipc.min_rounds``.
+# payload is visited MORE_VISITS times, the same requests spread over them: six ipc-only runs of
+# images-4 each way, alternating, had 196 of 225 ratios within 10 % between two runs (5 of 15 run
+# pairs all 15) with six visits, 216 of 225 (11 of 15) with twelve, for 62-70 s a run instead of
+# 51-60 s: about 0.4 s a visit more. At images-32 (308 MB) a visit costs 1-4 s beyond its
+# requests; twelve visits of one request each in place of six of two left its TTFT ratios within
+# 10 % between two runs on 15 of 15 (ipc alone, 8 of 15 with six the same hour) and on 7 and 15
+# of 15 in two pairs of default runs (7 to 9 with six), for 361-371 s a default run instead of
+# 318-355 s (docs/measurements).
 MORE_VISITS = 12
-MORE_VISITS_UP_TO = 64 << 20  # bytes of payload: images-4's 38.5 MB, not images-32's 308 MB
 # The references measure a rate, which needs a stream well past the caches (this machine's L3 is
 # 32 MiB), not the whole payload: streaming images-32's 308 MB five times through a unix socket into
 # fresh memory took 2.7 s of a 7.3 s case. Larger payloads stream their first 64 MiB.
@@ -544,7 +548,7 @@ class Ipc(Scenario):
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits for the profile's own load of requests, at least ``min_rounds`` where
-        the profile has rounds (``MORE_VISITS`` for a payload whose visits are cheap): one at a
+        the profile has rounds (``MORE_VISITS`` for a payload): one at a
         time (the payload default), where each request is measured alone, and text at its default
         rate, a load light enough (an 8 ms TTFT against 25 ms between arrivals) that each visit's
         share of it queues as the whole would. A rate or concurrency asked for (offered load is
@@ -555,7 +559,7 @@ class Ipc(Scenario):
         asked = any(profile.options.get(key) is not None for key in ("ipc_rates", "ipc_max_concurrency"))
         whole = workload.kind != "request" or asked or cfg.cache != "none" or counting(profile)
         planned = 1 if whole else super().rounds(case, profile)
-        if planned > 1 and 0 < workload.payload_bytes() <= MORE_VISITS_UP_TO:
+        if planned > 1 and workload.payload_bytes():
             return max(planned, MORE_VISITS)
         return planned
 
