@@ -543,7 +543,7 @@ class Ipc(Scenario):
     # each), so the visits, more than the requests in each, set a between-backend ratio's noise.
     # Measured: the worst ratio of two zero-copy backends at images-32 between two default runs
     # was 9.0 and 12.2 % apart with 3 visits of the same budget, 8.2, 5.6 and 12.8 % with 6 (no
-    # longer a run): a modest gain on this VM.
+    # longer a run): a modest gain on this VM. Payloads now take ``MORE_VISITS``; text keeps 6.
     min_rounds = 6
 
     def rounds(self, case: Case, profile: Profile) -> int:
