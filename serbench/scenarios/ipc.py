@@ -138,9 +138,9 @@ FLOOR_TIMEOUT_S = 5.0
 # pairs all 15) with six visits, 216 of 225 (11 of 15) with twelve, for 62-70 s a run instead of
 # 51-60 s: about 0.4 s a visit more. At images-32 (308 MB) a visit costs 1-4 s beyond its
 # requests; twelve visits of one request each in place of six of two left its TTFT ratios within
-# 10 % between two runs on 15 of 15 (ipc alone, 8 of 15 with six the same hour) and on 7 and 15
-# of 15 in two pairs of default runs (7 to 9 with six), for 361-371 s a default run instead of
-# 318-355 s (docs/measurements).
+# 10 % between two runs on 15 of 15 (ipc alone, 8 of 15 with six the same hour) and on 7, 15 and
+# 14 of 15 in three pairs of default runs (7 to 9 with six), for 356-371 s a default run instead
+# of 318-328 s the evening before (docs/measurements).
 MORE_VISITS = 12
 # The references measure a rate, which needs a stream well past the caches (this machine's L3 is
 # 32 MiB), not the whole payload: streaming images-32's 308 MB five times through a unix socket into
