@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"no two payload cases to compare ({args.reference}) in both runs", file=sys.stderr)
         return 2
+    meets = [intervals_meet(*(run[key] for run in ratios)) for key, *_ in rows]
     cells = [
         [
             f"{b} × {w}",
@@ -219,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             "/".join(str(run[b, w, name].pairs or "-") for run in ratios),
             f"{d:.1%}",
             "yes" if d <= args.tolerance else "NO",
-            "yes" if intervals_meet(*(run[b, w, name] for run in ratios)) else "no",
+            "yes" if meet else "no",
         ]
-        for (b, w, name), _, _, d in rows
+        for ((b, w, name), _, _, d), meet in zip(rows, meets, strict=True)
     ]
     over = "between every two backends" if args.reference == ALL else f"to {args.reference}"
     print(f"within-run ratios {over} (paired over the rounds shown, '-': unpaired), 95 % intervals:")
@@ -229,11 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(headers, cells))
     (backend, workload, name), _, _, worst = rows[0]
     within = sum(d <= args.tolerance for *_, d in rows)
-    meet = sum(intervals_meet(*(run[key] for run in ratios)) for key, *_ in rows)
     print(
         f"\nworst ratio disagreement: {worst:.1%} ({backend} × {workload}, {name}); "
         f"{within} of {len(rows)} ratios within {args.tolerance:.0%}; "
-        f"{meet} of {len(rows)} within the runs' own intervals (they overlap)"
+        f"{sum(meets)} of {len(rows)} within the runs' own intervals (they overlap)"
     )
     return 0 if worst <= args.tolerance and same_decision else 1
 
