@@ -59,7 +59,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from serbench.metrics import LOWER_QUARTILE, MEDIAN, TRIMMED_MEAN, compared, metric
+from serbench.metrics import COPY_TIE, LOWER_QUARTILE, MEDIAN, TRIMMED_MEAN, compared, metric
 from serbench.resample import Rounds, pooled_centers, round_medians
 from serbench.results import COMPARABLE, Case, Results
 from serbench.specs import SpecError, parse_spec
@@ -684,10 +684,32 @@ def tie_tolerance(name: str) -> float:
     return facts.tolerance if facts.counted else NO_INTERVAL_TOLERANCE
 
 
-def tied(name: str, estimate: Estimate) -> bool:
+def tied(name: str, estimate: Estimate, margin: float | None = None) -> bool:
     """Whether two rows whose ratio in metric ``name`` is ``estimate`` tie: ``Estimate.tied``
-    with the metric's tolerance without an interval and its ``Metric.practical_tie``."""
-    return estimate.tied(tie_tolerance(name), metric(name).practical_tie)
+    with the metric's tolerance without an interval and ``margin`` (``tie_margin``; by default
+    the metric's ``Metric.practical_tie``)."""
+    return estimate.tied(tie_tolerance(name), metric(name).practical_tie if margin is None else margin)
+
+
+def tie_margin(data: Results, scenario: str, name: str, base: Case, workloads: Sequence[str]) -> float:
+    """How far from 1 a ratio to row ``base`` over ``workloads`` in metric ``name`` must lie to
+    tell two rows apart: ``Metric.practical_tie``, or where the metric has a
+    ``Metric.tie_yardstick`` that ``base`` measured on the workload, the larger of it and
+    ``COPY_TIE`` of the yardstick over ``base``'s value; over several workloads, the geometric
+    mean of the workloads' margins (as the ratio is of their ratios)."""
+    facts = metric(name)
+    own = measurements(data, scenario, name).get(base, {})
+    yardstick_name = facts.tie_yardstick
+    yardstick = measurements(data, scenario, yardstick_name).get(base, {}) if yardstick_name else {}
+    margins = [
+        max(facts.practical_tie, COPY_TIE * location(yardstick_name, yardstick[w]) / location(name, own[w]))
+        if w in yardstick and w in own
+        else facts.practical_tie
+        for w in workloads
+    ]
+    if len(set(margins)) < 2:
+        return margins[0] if margins else facts.practical_tie
+    return math.exp(statistics.fmean(math.log1p(m) for m in margins)) - 1
 
 
 def geometric_ratio(
@@ -749,9 +771,10 @@ def measurements(data: Results, scenario: str, name: str) -> dict[Case, dict[str
     return out
 
 
-def better(name: str, estimate: Estimate) -> bool:
-    """Whether head is better than base by ``estimate`` (head/base) and told apart from it."""
-    if tied(name, estimate):
+def better(name: str, estimate: Estimate, margin: float | None = None) -> bool:
+    """Whether head is better than base by ``estimate`` (head/base) and told apart from it
+    (``tied`` with ``margin``)."""
+    if tied(name, estimate, margin):
         return False
     return estimate.ratio > 1 if metric(name).higher_is_better else estimate.ratio < 1
 
@@ -811,12 +834,12 @@ def _factor_pair(name: str, row: Measurement, base: Measurement) -> tuple[Measur
     return (row, base) if speed_of_time else (base, row)
 
 
-def _ranks(
-    name: str, rows: list[Ranked], measured: dict[Case, dict[str, Measurement]], in_mean: set[str]
-) -> list[Ranked]:
+def _ranks(data: Results, scenario: str, name: str, rows: list[Ranked], in_mean: set[str]) -> list[Ranked]:
     """``rows`` (best first) with ranks: a row not told apart from the leader of the rank before
-    it (``tied`` on their geometric ratio over the workloads of the mean both have)
+    it (``tied`` on their geometric ratio over the workloads of the mean both have, with the
+    leader's ``tie_margin``)
     shares its rank; any other opens a rank of its own, at its position."""
+    measured = measurements(data, scenario, name)
     out: list[Ranked] = []
     lead = -1  # index in ``out`` of the current rank's first row
     for position, row in enumerate(rows, 1):
@@ -824,7 +847,8 @@ def _ranks(
             first = measured[out[lead].row]
             common = [w for w in measured[row.row] if w in first and w in in_mean]
             apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common], center_of(name))
-            if apart is not None and tied(name, apart):
+            margin = tie_margin(data, scenario, name, out[lead].row, common)
+            if apart is not None and tied(name, apart, margin):
                 out[lead] = replace(out[lead], tied=True)
                 out.append(replace(row, rank=out[lead].rank, tied=True))
                 continue
@@ -862,4 +886,4 @@ def ranking(data: Results, scenario: str, baseline: str = DEFAULT_BASELINE) -> l
 
     rows.sort(key=order)
     groups = [[r for r in rows if r.variant == variant] for variant in (False, True)]
-    return [ranked for group in groups for ranked in _ranks(name, group, measured, in_mean)]
+    return [ranked for group in groups for ranked in _ranks(data, scenario, name, group, in_mean)]

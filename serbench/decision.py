@@ -45,10 +45,11 @@ from serbench.compare import (
     is_variant,
     location,
     measurements,
+    tie_margin,
     tie_tolerance,
     tied,
 )
-from serbench.metrics import LOWER_QUARTILE, MEDIAN, PRACTICAL_TIE, TRIMMED_MEAN, metric
+from serbench.metrics import COPY_TIE, LOWER_QUARTILE, MEDIAN, PRACTICAL_TIE, TRIMMED_MEAN, metric
 from serbench.results import Case, Results
 from serbench.specs import SpecError, parse_spec
 from serbench.stats import MIN_DISTRIBUTION, Measurement
@@ -99,7 +100,8 @@ class Decision:
     ``chosen``: the best safe row first (its own ratio, 1), then the safe rows tied with
     it; ``runner_up``: the best safe row told apart from it (None when there is none);
     ``unsafe``: the unsafe rows better than the best safe one beyond noise, best first;
-    ``best``: the best's measurement per workload. ``missing`` says why nothing is chosen
+    ``best``: the best's measurement per workload; ``margin``: how far from 1 a ratio to it
+    told a row apart (``compare.tie_margin``). ``missing`` says why nothing is chosen
     (the lists are empty then). ``workers``: the worker count the rows ran with
     (``Case.workers``): a setting of the deployment, not a choice, so each count is decided
     apart.
@@ -114,6 +116,7 @@ class Decision:
     runner_up: Standing | None = None
     unsafe: list[Standing] = field(default_factory=list)
     best: dict[str, Measurement] = field(default_factory=dict)
+    margin: float = PRACTICAL_TIE
     missing: str = ""
 
     @property
@@ -162,9 +165,10 @@ def decide(
         (Standing(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
     )
-    level = [s for s in standings if _safe(data, s.row) and tied(name, s.estimate)]
+    margin = tie_margin(data, scenario, name, best, workloads)
+    level = [s for s in standings if _safe(data, s.row) and tied(name, s.estimate, margin)]
     apart = [s for s in standings if _safe(data, s.row) and s not in level]
-    unsafe = [s for s in standings if not _safe(data, s.row) and better(name, s.estimate)]
+    unsafe = [s for s in standings if not _safe(data, s.row) and better(name, s.estimate, margin)]
     return Decision(
         group,
         scenario,
@@ -175,6 +179,7 @@ def decide(
         runner_up=apart[0] if apart else None,
         unsafe=unsafe,
         best={w: rows[best][w] for w in workloads},
+        margin=margin,
     )
 
 
@@ -257,6 +262,8 @@ def why(decision: Decision, data: Results) -> list[str]:
     if after is not None:
         parts.append(f"next {data.row_label(after.row)} {ratio_text(after.estimate)}")
     estimates = [s.estimate for s in decision.chosen[1:]] + ([] if after is None else [after.estimate])
+    if decision.margin > metric(decision.metric).practical_tie:
+        parts.append(f"tied within {decision.margin:.0%}: {COPY_TIE:.0%} of a payload copy")
     if any(e.low is None for e in estimates):
         parts.append(f"no interval: within {tie_tolerance(decision.metric):.0%} is a tie")
     if several:
@@ -274,17 +281,26 @@ def unsafe_text(decision: Decision, data: Results) -> str:
 # ---------------------------------------------------------------- how a ranking reads (text and report alike)
 
 
+def _margin_words(name: str) -> str:
+    """A metric's practical tie in words: ``10%``; ``max(2%, 1% of a payload copy)`` for one
+    with a ``Metric.tie_yardstick`` (``compare.tie_margin``)."""
+    facts = metric(name)
+    words = f"{facts.practical_tie:.0%}"
+    return f"max({words}, {COPY_TIE:.0%} of a payload copy)" if facts.tie_yardstick else words
+
+
 def tie_rule(names: Iterable[str]) -> str:
     """When two rows tie in the metrics ``names`` (``compare.tied``): "unless the whole interval
-    is more than 5% from 1", a metric whose ``Metric.practical_tie`` is another named with its
-    own ("(TTFT 10%)")."""
-    margins = {metric(name).label: metric(name).practical_tie for name in names}
-    distinct = set(margins.values()) or {PRACTICAL_TIE}
-    rule = "unless the whole interval is more than {:.0%} from 1"
+    is more than 5% from 1", a metric whose practical tie is another named with its own
+    ("(TTFT 10%)")."""
+    words = {metric(name).label: _margin_words(name) for name in names}
+    default = f"{PRACTICAL_TIE:.0%}"
+    distinct = set(words.values()) or {default}
+    rule = "unless the whole interval is more than {} from 1"
     if len(distinct) == 1:
         return rule.format(distinct.pop())
-    own = ", ".join(f"{label} {margin:.0%}" for label, margin in margins.items() if margin != PRACTICAL_TIE)
-    return f"{rule.format(PRACTICAL_TIE)} ({own})"
+    own = ", ".join(f"{label} {margin}" for label, margin in words.items() if margin != default)
+    return f"{rule.format(default)} ({own})"
 
 
 # What a metric taken in turn is compared by, whatever its center (``compare.ratio_estimate``).

@@ -30,6 +30,16 @@ PRACTICAL_TIE = 0.05
 # the 20 % that every run reproduced (docs/measurements).
 MICRO_TIE = 0.02
 
+# A decision's or ranking's tie in micro's encode + decode of a request that carries a payload
+# is also a difference under this fraction of one plain copy of that payload (micro's
+# ``copy_s``, the same run's): every transport moves the payload at least once, so what a
+# serializer costs beyond 1 % of that copy changes no request's latency. The zero-copy backends'
+# round trips differ by 20-220 µs at images-32, 0.1-0.6 % of a copy (34-38 ms here), and by
+# 2-60 µs at images-4 (a copy: 4.1-4.6 ms); at the 2 % margin alone their ratios (1.04-1.25)
+# fell on either side of it from run to run, and micro's decision moved in each of four pairs
+# of default runs (docs/measurements). An in-band backend costs a copy or more.
+COPY_TIE = 0.01
+
 # What two rows of one run are compared by (``Metric.center``).
 MEDIAN, TRIMMED_MEAN, LOWER_QUARTILE = "median", "trimmed mean", "lower quartile"
 
@@ -68,6 +78,8 @@ class Metric:
     * ``practical_tie`` — two rows of one run tie in a decision or a ranking unless the whole
       interval of their ratio in this metric lies beyond this of 1: a difference that two
       runs back to back did not reproduce (``PRACTICAL_TIE`` unless measured apart).
+    * ``tie_yardstick`` — a yardstick metric of the same rows (micro's ``copy_s``): where
+      the best row measured it, a difference under ``COPY_TIE`` of it also ties.
     * ``center`` — what two rows of one run are compared by (``compare.center_of``): the
       median of their samples; for a per-request latency through real processes, whose samples
       fall in two modes of the machine between which a median jumps, their trimmed mean
@@ -91,6 +103,7 @@ class Metric:
     headline: bool = False
     counted_as: tuple[str, ...] = ()
     practical_tie: float = PRACTICAL_TIE
+    tie_yardstick: str | None = None
     center: str = MEDIAN
 
     @property
@@ -138,6 +151,7 @@ METRICS: dict[str, Metric] = {
             headline=True,
             counted_as=("encode_instructions", "decode_instructions"),
             practical_tie=MICRO_TIE,
+            tie_yardstick="copy_s",
             center=LOWER_QUARTILE,
         ),
         Metric(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from builders import memory_info
 from scipy.stats import trim_mean
-from test_compare import doc, metric, rec, samples
+from test_compare import BASE_S, doc, metric, rec, samples
 
 from serbench import compare as cmp
 from serbench import decision, text
@@ -196,8 +196,39 @@ def test_the_tie_rule_names_a_metric_whose_practical_tie_is_its_own() -> None:
     assert decision.tie_rule(["fanout_s", "copies"]) == "unless the whole interval is more than 5% from 1"
     assert decision.tie_rule(["ttft_s"]) == "unless the whole interval is more than 10% from 1"
     assert decision.tie_rule(["roundtrip_s", "ttft_s", "copies"]).endswith(
-        "more than 5% from 1 (encode + decode 2%, TTFT 10%)"
+        "more than 5% from 1 (encode + decode max(2%, 1% of a payload copy), TTFT 10%)"
     )
+
+
+def micro_doc(workload: str, copy_s: float | None) -> Results:
+    """micro's round trip of three safe backends, the second 10 % and the third 60 % slower than
+    the first with narrow intervals, and (unless None) one copy of the payload beside each."""
+    records = []
+    for seed, (backend, factor) in enumerate({"a": 1.0, "b": 1.1, "c": 1.6}.items(), 1):
+        measured = {"roundtrip_s": metric(samples(seed, factor, sigma=0.005))}
+        if copy_s is not None:
+            measured["copy_s"] = metric(samples(seed + 10, copy_s / BASE_S, sigma=0.005))
+        records.append(rec(measured, backend, workload))
+    data = doc(records)
+    data.backends = dict.fromkeys("abc", SAFE)
+    return data
+
+
+def test_a_micro_difference_under_one_hundredth_of_a_payload_copy_is_a_tie() -> None:
+    """b's 10 % is told apart without a payload (the 2 % tie) and tied beside a copy 30x the
+    best's round trip, whose 1 % is 30 %; c's 60 % is told apart either way. The ranking ties
+    by the same margin."""
+    bare = only(micro_doc("text-sonnet", None))
+    assert chosen(bare) == ["a"] and bare.runner_up.row.backend == "b" and bare.margin == 0.02
+    beside = only(micro_doc("images-4", 30 * BASE_S))
+    assert chosen(beside) == ["a", "b"] and beside.runner_up.row.backend == "c"
+    assert beside.margin == pytest.approx(0.3, rel=0.02)
+    assert "tied within 30%: 1% of a payload copy" in decision.why(beside, Results(records=[]))
+    for copy_s, tied_with_a in ((None, False), (30 * BASE_S, True)):
+        data = micro_doc("images-4", copy_s)
+        data.records.append(rec({"roundtrip_s": metric(samples(9, 50.0))}, "pickle", "images-4"))
+        places = {r.backend: r.place for r in cmp.ranking(data, "micro")}
+        assert (places["b"] == places["a"] == "1=") is tied_with_a and places["c"] == "3"
 
 
 def test_the_text_block_fits_100_columns_and_ends_the_summary() -> None:
