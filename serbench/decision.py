@@ -10,8 +10,9 @@ transport and other dimensions; ``results.Backend.safe`` declared true) that
 are best within the run's own noise: the best one, and every other whose ratio
 to it has an interval reaching within the metric's practical tie of 1
 (``compare.tied``, ``metrics.Metric.practical_tie``: 5 %, TTFT 10 %, encode +
-decode 2 %, a difference two runs back to back did not reproduce) — ties are
-shown as ties.
+decode 2 %, a difference two runs back to back did not reproduce; encode +
+decode of a request with a payload also within 1 % of one copy of it,
+``compare.tie_margin``) — ties are shown as ties.
 The ratios and intervals are ``compare.geometric_ratio``'s (one bootstrap per
 workload, rounds paired where both sides have them, samples where both were
 taken in turn). Unsafe rows (declared unsafe or undeclared) that beat the

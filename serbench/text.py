@@ -198,11 +198,12 @@ def decision_block(data: Results) -> str:
     if not found:
         return ""
     decided = [d.metric for d in found if not d.missing]
+    rules = (f"    of {center_rule(data, decided)}", f"  tied {tie_rule(decided)};")
+    wrap = {"width": DECISION_WIDTH, "subsequent_indent": "    ", "break_on_hyphens": False}
     lines = [
         "DECISION: the safe backend(s) to use per workload shape, best within this run's own noise",
         "  ×r [low, high]: ratio to the first one named with its 95% interval,",
-        f"    of {center_rule(data, decided)}",
-        f"  tied {tie_rule(decided)};",
+        *(line for rule in rules for line in textwrap.wrap(rule, **wrap)),
         "  unsafe backends are never chosen",
     ]
     shape = None

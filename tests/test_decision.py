@@ -224,6 +224,11 @@ def test_a_micro_difference_under_one_hundredth_of_a_payload_copy_is_a_tie() -> 
     assert chosen(beside) == ["a", "b"] and beside.runner_up.row.backend == "c"
     assert beside.margin == pytest.approx(0.3, rel=0.02)
     assert "tied within 30%: 1% of a payload copy" in decision.why(beside, Results(records=[]))
+    both = micro_doc("images-4", 30 * BASE_S)
+    both.records += ipc_doc(dict.fromkeys("abc", 1.0), dict.fromkeys("abc", SAFE)).records
+    block = text.decision_block(both)  # its rule names both margins: on two lines
+    assert "1% of a payload" in block and "TTFT 10%" in block
+    assert max(map(len, block.splitlines())) <= text.DECISION_WIDTH
     for copy_s, tied_with_a in ((None, False), (30 * BASE_S, True)):
         data = micro_doc("images-4", copy_s)
         data.records.append(rec({"roundtrip_s": metric(samples(9, 50.0))}, "pickle", "images-4"))
