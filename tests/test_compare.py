@@ -466,6 +466,17 @@ def test_a_schema_1_file_compares_with_itself_and_as_schema_2(
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 10, 11, 30, 54])
+def test_medians_and_lower_quartiles_are_numpys_with_nan_as_a_missing_sample(n: int) -> None:
+    values = np.random.default_rng(n).lognormal(0.0, 0.3, n)
+    rows = np.full((2, 60), np.nan)
+    rows[0, :n], rows[1, :n] = values, values[::-1] * 2
+    for center, q in ((cmp.medians, 0.5), (cmp.lower_quartiles, cmp.LOWER)):
+        expected = np.quantile(values, q)
+        assert center(rows) == pytest.approx([expected, 2 * expected])
+        assert center(values) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 10, 11, 30, 54])
 def test_trimmed_means_cut_as_scipy_does_with_nan_as_a_missing_sample(n: int) -> None:
     """A row of the bootstrap holds as many samples as its drawn rounds: NaN pads the rest."""
     values = np.random.default_rng(n).lognormal(0.0, 0.3, n)
