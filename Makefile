@@ -58,8 +58,8 @@ run: install
 # docs/vllm.md for what it adds to a fresh machine. vLLM's bytecode is compiled as it is installed
 # (4 s here): left to the first imports, a fresh clone's first vLLM test took 38 s to set up
 # against 21 s where the bytecode existed, and its vLLM-checkouts gate 96 s against 84 s; `make
-# test` took 415-416 s, 406 s with it. Every package compiled so cost 35 s and saved nothing
-# (docs/measurements).
+# test` took 415-416 s (three runs), 406 and 411 s with it. Every package compiled so cost 35 s
+# and saved nothing (docs/measurements).
 $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(UV)
 	$(INSTALL) -e '.[test,vllm]'
 	$(INSTALL) --no-deps --compile-bytecode vllm
