@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -696,25 +696,31 @@ def tied(name: str, estimate: Estimate, margin: float | None = None) -> bool:
     return estimate.tied(tie_tolerance(name), metric(name).practical_tie if margin is None else margin)
 
 
-def tie_margin(data: Results, scenario: str, name: str, base: Case, workloads: Sequence[str]) -> float:
-    """How far from 1 a ratio to row ``base`` over ``workloads`` in metric ``name`` must lie to
-    tell two rows apart: ``Metric.practical_tie``, or where the metric has a
-    ``Metric.tie_yardstick`` that ``base`` measured on the workload, the larger of it and
-    ``COPY_TIE`` of the yardstick over ``base``'s value; over several workloads, the geometric
-    mean of the workloads' margins (as the ratio is of their ratios)."""
+def tie_margin(
+    name: str, base: Mapping[str, Measurement], yardstick: Mapping[str, Measurement], workloads: Sequence[str]
+) -> float:
+    """How far from 1 a ratio to a row over ``workloads`` in metric ``name`` must lie to tell
+    two rows apart: ``Metric.practical_tie``, or on a workload where that row measured its
+    ``Metric.tie_yardstick`` (``yardstick``, per workload; ``base``: its own measurements), the
+    larger of it and ``COPY_TIE`` of the yardstick over the row's value; over several workloads,
+    the geometric mean of the workloads' margins (as the ratio is of their ratios)."""
     facts = metric(name)
-    own = measurements(data, scenario, name).get(base, {})
-    yardstick_name = facts.tie_yardstick
-    yardstick = measurements(data, scenario, yardstick_name).get(base, {}) if yardstick_name else {}
-    margins = [
-        max(facts.practical_tie, COPY_TIE * location(yardstick_name, yardstick[w]) / location(name, own[w]))
-        if w in yardstick and w in own
-        else facts.practical_tie
-        for w in workloads
-    ]
-    if len(set(margins)) < 2:
+    margins = []
+    for w in workloads:
+        of_copy = 0.0
+        if w in yardstick and w in base:
+            of_copy = COPY_TIE * location(facts.tie_yardstick, yardstick[w]) / location(name, base[w])
+        margins.append(max(facts.practical_tie, of_copy))
+    if len(set(margins)) < 2:  # one margin for all: itself, exactly
         return margins[0] if margins else facts.practical_tie
     return math.exp(statistics.fmean(math.log1p(m) for m in margins)) - 1
+
+
+def yardsticks(data: Results, scenario: str, name: str) -> dict[Case, dict[str, Measurement]]:
+    """``measurements`` of metric ``name``'s ``Metric.tie_yardstick`` ({} for a metric without
+    one): what ``tie_margin`` reads beside a row's own."""
+    facts = metric(name)
+    return measurements(data, scenario, facts.tie_yardstick) if facts.tie_yardstick else {}
 
 
 def geometric_ratio(
@@ -839,12 +845,17 @@ def _factor_pair(name: str, row: Measurement, base: Measurement) -> tuple[Measur
     return (row, base) if speed_of_time else (base, row)
 
 
-def _ranks(data: Results, scenario: str, name: str, rows: list[Ranked], in_mean: set[str]) -> list[Ranked]:
+def _ranks(
+    name: str,
+    rows: list[Ranked],
+    measured: dict[Case, dict[str, Measurement]],
+    yardstick: dict[Case, dict[str, Measurement]],
+    in_mean: set[str],
+) -> list[Ranked]:
     """``rows`` (best first) with ranks: a row not told apart from the leader of the rank before
     it (``tied`` on their geometric ratio over the workloads of the mean both have, with the
-    leader's ``tie_margin``)
+    leader's ``tie_margin``: ``yardstick`` as ``yardsticks`` gives it)
     shares its rank; any other opens a rank of its own, at its position."""
-    measured = measurements(data, scenario, name)
     out: list[Ranked] = []
     lead = -1  # index in ``out`` of the current rank's first row
     for position, row in enumerate(rows, 1):
@@ -852,7 +863,7 @@ def _ranks(data: Results, scenario: str, name: str, rows: list[Ranked], in_mean:
             first = measured[out[lead].row]
             common = [w for w in measured[row.row] if w in first and w in in_mean]
             apart = geometric_ratio([(first[w], measured[row.row][w]) for w in common], center_of(name))
-            margin = tie_margin(data, scenario, name, out[lead].row, common)
+            margin = tie_margin(name, first, yardstick.get(out[lead].row, {}), common)
             if apart is not None and tied(name, apart, margin):
                 out[lead] = replace(out[lead], tied=True)
                 out.append(replace(row, rank=out[lead].rank, tied=True))
@@ -891,4 +902,5 @@ def ranking(data: Results, scenario: str, baseline: str = DEFAULT_BASELINE) -> l
 
     rows.sort(key=order)
     groups = [[r for r in rows if r.variant == variant] for variant in (False, True)]
-    return [ranked for group in groups for ranked in _ranks(data, scenario, name, group, in_mean)]
+    yardstick = yardsticks(data, scenario, name)
+    return [ranked for group in groups for ranked in _ranks(name, group, measured, yardstick, in_mean)]

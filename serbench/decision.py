@@ -49,6 +49,7 @@ from serbench.compare import (
     tie_margin,
     tie_tolerance,
     tied,
+    yardsticks,
 )
 from serbench.metrics import COPY_TIE, LOWER_QUARTILE, MEDIAN, PRACTICAL_TIE, TRIMMED_MEAN, metric
 from serbench.results import Case, Results
@@ -166,7 +167,7 @@ def decide(
         (Standing(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
     )
-    margin = tie_margin(data, scenario, name, best, workloads)
+    margin = tie_margin(name, rows[best], yardsticks(data, scenario, name).get(best, {}), workloads)
     level = [s for s in standings if _safe(data, s.row) and tied(name, s.estimate, margin)]
     apart = [s for s in standings if _safe(data, s.row) and s not in level]
     unsafe = [s for s in standings if not _safe(data, s.row) and better(name, s.estimate, margin)]
