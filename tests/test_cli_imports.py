@@ -10,11 +10,13 @@ it with ``serbench.lazy.torch``, a stand-in that imports it on first use.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
 from fresh_interpreter import printed_json
 
+from serbench import lazy
 from serbench.commands import main
 from serbench.commands.listing import WIDTH
 
@@ -79,6 +81,35 @@ def test_registries_and_transports_import_no_torch() -> None:
         4 * 3 * 896 * 896 * 4,
     ]
     assert printed_json(building + "w.request(0)\nprint(json.dumps('torch._C' in sys.modules))") is True
+
+
+def test_torch_imports_with_the_collector_paused_and_its_objects_frozen() -> None:
+    """The stand-in imports torch without a full pass of the cyclic collector (two of them
+    otherwise, a tenth of the import's CPU), freezes what it made and leaves the collector on."""
+    code = (
+        "import gc, json, sys\n"
+        "from serbench import lazy\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info['generation']))\n"
+        "torch = lazy.torch('__main__')\n"
+        "torch.zeros  # its first attribute access imports it\n"
+        "print(json.dumps(['torch._C' in sys.modules, 2 in passes, gc.isenabled(), gc.get_freeze_count()]))"
+    )
+    imported, full_pass, enabled, frozen = printed_json(code)
+    assert [imported, full_pass, enabled] == [True, False, True] and frozen > 100_000
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_as_it_was_after_an_import_even_one_that_failed(enabled: bool) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.raises(ImportError), lazy.lasting():
+            assert not gc.isenabled()
+            raise ImportError("no such library here")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 # A counting worker's path for text cases (docs/instructions.md): preloading, building the backend,
