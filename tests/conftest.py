@@ -10,6 +10,7 @@ loop, ``-m "not slow"``) leaves them to ``make test``, which runs everything.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import shutil
 import signal
@@ -86,6 +87,14 @@ SLOW_MODULES = {
     "test_vllm_scenarios",
     "test_worker",
 }
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (torch, numpy, serbench, every test module) lives as long as the
+    test process: out of the cyclic collector's reach from here on (``gc.freeze``), as a serving
+    process does once started. Each full pass would walk it again: a test process made 8-13
+    full passes over 170,000-720,000 objects, 2-5 s of CPU each process."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
