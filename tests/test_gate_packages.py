@@ -156,17 +156,19 @@ def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys) -> None
     """Two vLLM checkouts, head's decoder slowed: the vllm backend's decode on vLLM's own
     request is flagged and named (exit 1); its encode, which both checkouts share, and the
     frames are not — the same gate's unchanged rows are its A/A control (the gate's own tests
-    cover an unmodified pair's exit 0). The tolerance is 50 %: on a loaded 2-core runner three
-    rounds of an unmodified pair read up to 1.38x [1.05, 1.86], and eight decodes in one call
-    read 1.89x [1.60, 4.68] (the call does more than the decoder's work). Each side's results
-    name the vLLM it ran."""
+    cover an unmodified pair's exit 0). The tolerance is 100 %: the shared encode is one call of
+    50-90 µs whose reading follows the worker it ran in, and on a loaded 2-core runner three
+    rounds of an unmodified pair read up to 1.38x [1.05, 1.86], which a 50 % tolerance flags
+    (four gates of two rounds read it at 0.61-1.19x); eight decodes in one call read 1.89x [1.60,
+    4.68] at the least, 4.8-9.6x (interval low ends 4.2-7.8) in those four gates. Each side's
+    results name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=True)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "vllm"]
     args += ["--workloads", "images-4:layout=vllm-native", "--rounds", "3", "--measure", "time"]
-    code = commands.main([*args, "--max-regression", "50%", "--out", str(out)])
+    code = commands.main([*args, "--max-regression", "100%", "--out", str(out)])
     printed = capsys.readouterr().out
     rows = {
         name: line
