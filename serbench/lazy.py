@@ -31,8 +31,10 @@ class _Deferred:
         self._owner = owner
 
     def __getattr__(self, name: str) -> Any:
-        with lasting():
-            real = importlib.import_module("torch")
+        real = imported()
+        if real is None:
+            with lasting():
+                real = importlib.import_module("torch")
         sys.modules[self._owner].torch = real
         return getattr(real, name)
 
@@ -45,8 +47,8 @@ def lasting() -> Iterator[None]:
 
     Such an import makes hundreds of thousands of objects and next to no garbage (torch 165,000
     and 7,000 unreachable, left frozen), and the collector's full passes walk them all for
-    nothing, as they accumulate and every pass after: a tenth of torch's import, 1.5-2 s of
-    vLLM's 12-15 s of CPU, and 0.3 s more of a quick run's own process (0.40 s of collecting
+    nothing, as they accumulate and every pass after: a tenth of torch's import, 1.5-2.7 s of
+    vLLM's 12-16 s of CPU, and 0.3 s more of a quick run's own process (0.40 s of collecting
     before, 0.09 s after). Whether the collector is on afterwards is as it was before."""
     enabled = gc.isenabled()
     gc.disable()
