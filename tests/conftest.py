@@ -93,7 +93,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported (torch, numpy, serbench, every test module) lives as long as the
     test process: out of the cyclic collector's reach from here on (``gc.freeze``), as a serving
     process does once started. Each full pass would walk it again: a test process made 8-13
-    full passes over 170,000-720,000 objects, 2-5 s of CPU each process."""
+    full passes over 330,000-720,000 objects, 2-7 s of CPU each process."""
     gc.freeze()
 
 
