@@ -130,7 +130,7 @@ def _link_tree(source: Path, target: Path, skip: set[str]) -> None:
 def _vllm_copy(folder: Path, slowed: bool) -> Path:
     """``folder`` holding a copy of the installed vLLM as a checkout holds it (``folder/vllm``):
     links to its files but ``v1/serial_utils.py``, a real copy — with ``slowed``, one whose
-    decoder does its work eight times (a slowdown no noise of a loaded runner hides). No
+    decoder does its work 32 times (a slowdown no noise of a loaded runner hides). No
     ``__pycache__`` links: the copy's bytecode stays its own."""
     installed = Path(importlib.util.find_spec("vllm").origin).parent
     copy = folder / "vllm"
@@ -142,11 +142,11 @@ def _vllm_copy(folder: Path, slowed: bool) -> Path:
         with codec.open("a") as source:
             source.write(
                 "\n\n_decode_once = MsgpackDecoder.decode\n\n\n"
-                "def _decode_eight_times(self, bufs):\n"
-                "    for _ in range(7):\n"
+                "def _decode_32_times(self, bufs):\n"
+                "    for _ in range(31):\n"
                 "        _decode_once(self, bufs)\n"
                 "    return _decode_once(self, bufs)\n\n\n"
-                "MsgpackDecoder.decode = _decode_eight_times\n"
+                "MsgpackDecoder.decode = _decode_32_times\n"
             )
     return folder
 
@@ -156,21 +156,22 @@ def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys) -> None
     """Two vLLM checkouts, head's decoder slowed: the vllm backend's decode on vLLM's own
     request is flagged and named (exit 1); its encode, which both checkouts share, and the
     frames are not — the same gate's unchanged rows are its A/A control (the gate's own tests
-    cover an unmodified pair's exit 0). The tolerance is 100 %: the shared encode is one call of
-    50-90 µs whose reading follows the worker it ran in, and on a loaded 2-core runner three
-    rounds of an unmodified pair read up to 1.38x [1.05, 1.86], which a 50 % tolerance flags.
-    Two rounds, a worker per side each (every worker imports vLLM, ~9 s of CPU): eleven gates
-    of two rounds, three beside other counted and asv tests, read the encode at 0.61-1.75x
-    (interval low ends at most 0.91 where recorded) and the eight decodes in one call at
-    4.8-13.0x (low ends 4.2-7.8); the lowest decode reading ever seen, 1.89x [1.60, 4.68], was
-    of three rounds under an older suite's load. Each side's results name the vLLM it ran."""
+    cover an unmodified pair's exit 0). Two rounds, a worker per side each (every worker imports
+    vLLM, ~9 s of CPU). The shared encode is one call of 50-90 µs whose reading follows the
+    worker it ran in: beside the suite's other tests on a 2-core runner, two rounds read it up
+    to 1.96x [1.31, 3.30] (flagged at the 100 % tolerance this test once had, with head's decode
+    done eight times). So the decode is done 32 times and the tolerance is 300 % (flagged at
+    2.5x with the interval above 1 and reaching 4x): beside two busy loops, three such gates
+    read the encode at 0.77-1.17x and the decode at 30-45x (interval low ends 18.5-28.1); the
+    lowest eight-times decode ever recorded, 1.89x, stands for about 7.5x here. Each side's
+    results name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=True)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "vllm"]
     args += ["--workloads", "images-4:layout=vllm-native", "--rounds", "2", "--measure", "time"]
-    code = commands.main([*args, "--max-regression", "100%", "--out", str(out)])
+    code = commands.main([*args, "--max-regression", "300%", "--out", str(out)])
     printed = capsys.readouterr().out
     rows = {
         name: line
