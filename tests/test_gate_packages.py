@@ -160,18 +160,19 @@ def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys) -> None
     vLLM, ~9 s of CPU). The shared encode is one call of 50-90 µs whose reading follows the
     worker it ran in: beside the suite's other tests on a 2-core runner, two rounds read it up
     to 1.96x [1.31, 3.30] (flagged at the 100 % tolerance this test once had, with head's decode
-    done eight times). So the decode is done 32 times and the tolerance is 300 % (flagged at
-    2.5x with the interval above 1 and reaching 4x): beside two busy loops, three such gates
-    read the encode at 0.77-1.17x and the decode at 30-45x (interval low ends 18.5-28.1); the
-    lowest eight-times decode ever recorded, 1.89x, stands for about 7.5x here. Each side's
-    results name the vLLM it ran."""
+    done eight times), and 1.99x [1.04, 2.88] on Dec 6; a worker process's own layout carries
+    it (docs/measurements/gate-verdicts.md). So the decode is done 32 times and the tolerance is
+    400 % (flagged at 3x with the interval above 1 and reaching 5x): beside two busy loops, three
+    such gates read the encode at 0.77-1.17x and the decode at 30-45x (interval low ends
+    18.5-28.1); the lowest eight-times decode ever recorded, 1.89x, stands for about 7.5x here.
+    Each side's results name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=True)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "vllm"]
     args += ["--workloads", "images-4:layout=vllm-native", "--rounds", "2", "--measure", "time"]
-    code = commands.main([*args, "--max-regression", "300%", "--out", str(out)])
+    code = commands.main([*args, "--max-regression", "400%", "--out", str(out)])
     printed = capsys.readouterr().out
     rows = {
         name: line
