@@ -164,8 +164,8 @@ def test_gate_of_two_vllm_checkouts(monkeypatch, tmp_path: Path, capsys) -> None
     it (docs/measurements/gate-verdicts.md). So the decode is done 32 times and the tolerance is
     400 % (flagged at 3x with the interval above 1 and reaching 5x): beside two busy loops, three
     such gates read the encode at 0.77-1.17x and the decode at 30-45x (interval low ends
-    18.5-28.1); the lowest eight-times decode ever recorded, 1.89x, stands for about 7.5x here.
-    Each side's results name the vLLM it ran."""
+    18.5-28.1); the lowest eight-times decode ever recorded, 1.89x, would read about 7.5x at
+    32 times. Each side's results name the vLLM it ran."""
     base = _vllm_copy(tmp_path / "base", slowed=False)
     head = _vllm_copy(tmp_path / "head", slowed=True)
     monkeypatch.chdir(tmp_path)
