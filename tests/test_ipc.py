@@ -8,6 +8,8 @@ nothing is left behind.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 
 import numpy as np
 import pytest
@@ -257,6 +259,45 @@ def test_a_budget_adds_requests_while_one_more_fits_and_never_past_the_maximum()
     # A count or a sweep asked for is what is sent.
     assert ipc.settings_for(quick.with_options(ipc_num_prompts=7), images).budget_s is None
     assert ipc.settings_for(quick.with_options(ipc_rates=(2.0,)), images).budget_s is None
+
+
+def test_a_payload_sent_alone_shares_one_cpu_with_its_engine_unless_asked_otherwise() -> None:
+    quick = PROFILES["quick"]
+    images, text = get_workload("images-32"), get_workload("text-sonnet")
+    assert ipc.settings_for(quick, images).one_cpu
+    assert not ipc.settings_for(quick, text).one_cpu  # a rate's concurrent requests keep both CPUs
+    assert not ipc.settings_for(quick.with_options(ipc_engine_cpu="free"), images).one_cpu
+    assert not ipc.settings_for(quick, images, "shm").one_cpu  # shm copies on several threads
+    assert not ipc.settings_for(quick.with_options(ipc_rates=(40.0,)), images).one_cpu
+    assert not ipc.settings_for(quick.with_options(ipc_engine="tcp://127.0.0.1:5555"), images).one_cpu
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_one_cpu_holds_this_thread_and_what_it_forks_then_gives_every_cpu_back() -> None:
+    before = os.sched_getaffinity(0)
+    reader, writer = multiprocessing.get_context("fork").Pipe(duplex=False)
+    with ipc.one_cpu(True):
+        pinned = os.sched_getaffinity(0)
+        child = multiprocessing.get_context("fork").Process(target=_send_affinity, args=(writer,))
+        child.start()
+        inherited = reader.recv()
+        child.join()
+    assert len(pinned) == 1 and pinned <= before
+    assert inherited == pinned
+    assert os.sched_getaffinity(0) == before
+    with ipc.one_cpu(False):
+        assert os.sched_getaffinity(0) == before
+
+
+def _send_affinity(writer) -> None:
+    writer.send(os.sched_getaffinity(0))
+
+
+def test_a_payload_load_on_one_cpu_runs_whole_and_its_settings_say_so() -> None:
+    cfg = settings(num_prompts=2, max_concurrency=1, one_cpu=True)
+    out = measure("msgspec-frombuffer", IMAGES, cfg)
+    assert len(out.metrics["ingress_s"].values) == 2
+    assert out.info.settings["one_cpu"] is True
 
 
 def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() -> None:

@@ -62,10 +62,13 @@ import contextlib
 import dataclasses
 import gc
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import psutil
 
 from serbench import cache, conformance, instructions, metrics, shm, transport
 from serbench.engine.client import EngineLink, Sender, open_link
@@ -175,6 +178,7 @@ class Settings:
     max_prompts: int | None = None
     cache: str = "none"  # the multimodal cache (docs/cache.md)
     cache_bytes: int | None = None  # each side's cache; None: two of the workload's largest requests
+    one_cpu: bool = False  # the frontend and its forked engine share one CPU (``one_cpu``)
 
     def more(self, sent: int, elapsed_s: float) -> bool:
         """Whether the load sends one more request (``run_load``'s ``more``): room under
@@ -214,6 +218,9 @@ def settings_for(
     for key in ("step", "ttft_slo"):
         if opts.get(f"ipc_{key}_ms") is not None:
             values[f"{key}_s"] = opts[f"ipc_{key}_ms"] / 1e3
+    values["one_cpu"] = shares_cpu(
+        values["max_concurrency"], values.get("engine"), link, opts.get("ipc_engine_cpu")
+    )
     # One of the case's interleaved visits (``Ipc.rounds``; split 1 otherwise) takes its share of each count.
     for key in ("num_prompts", "floor", "max_prompts"):
         if values.get(key) is not None:
@@ -221,6 +228,40 @@ def settings_for(
     if values.get("budget_s") is not None:
         values["budget_s"] /= profile.split
     return Settings(**values, staging=device.staging(profile))
+
+
+# Where a forked engine runs (``--engine-cpu``). A request sent alone goes one step at a time
+# (encode, send, receive, decode), so a second CPU lets little of it overlap, and on this 2-vCPU VM
+# what two CPUs added was a second level: zero-copy requests at images-32 in one ipc-only run stood
+# at ~200 ms or at 370-760 ms, 6-9 of each backend's 18 slower. Three ipc-only runs each way,
+# alternating: on one CPU 204-314 ms (median 217, 1 of 175 requests over 300 ms), on two 191-431
+# ms (median 232, 11 of 164); at images-4 19 of 324 over 45 ms against 74 of 324
+# (docs/measurements/2026-12-07-one-cpu.md). ``shm`` keeps every CPU: its copy into the region runs
+# on several threads at once.
+ENGINE_CPUS = ("shared", "free")
+
+
+def shares_cpu(max_concurrency: int | None, engine: str | None, link: str, asked: str | None) -> bool:
+    """Whether the load runs the frontend and its forked engine on one CPU: requests one at a time
+    over ZeroMQ, unless ``--engine-cpu free`` asks otherwise."""
+    return asked != "free" and max_concurrency == 1 and engine is None and link != "shm"
+
+
+@contextlib.contextmanager
+def one_cpu(enabled: bool) -> Iterator[None]:
+    """This thread, and every process and thread it starts meanwhile, on the CPU it is on now.
+
+    Where the platform cannot pin (no ``sched_setaffinity``) it runs as it would without.
+    """
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {psutil.Process().cpu_num()})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def floor_round_trips(link: EngineLink, count: int, idle_s: float) -> list[float]:
@@ -334,7 +375,7 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         cache_mode=cfg.cache if cached else None,
         cache_bytes=cache_bytes,
     )
-    with references as refs, session as (link, local), _frozen_gc():
+    with one_cpu(cfg.one_cpu), references as refs, session as (link, local), _frozen_gc():
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
             offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
@@ -526,6 +567,14 @@ class Ipc(Scenario):
             "ipc_engine",
             _engine_url,
             "drive a `serbench engine` at tcp://HOST:PORT instead of forking one",
+        ),
+        Option(
+            "--engine-cpu",
+            "ipc_engine_cpu",
+            str,
+            "a forked engine fed one request at a time over ZeroMQ: on the frontend's CPU (shared, "
+            "default: steadier on a VM) or wherever the scheduler puts it (free)",
+            choices=ENGINE_CPUS,
         ),
         caching.CACHE_MB,
         *device.OPTIONS,
