@@ -12,6 +12,7 @@ import multiprocessing
 import os
 
 import numpy as np
+import psutil
 import pytest
 import zmq
 
@@ -298,6 +299,21 @@ def test_a_payload_load_on_one_cpu_runs_whole_and_its_settings_say_so() -> None:
     out = measure("msgspec-frombuffer", IMAGES, cfg)
     assert len(out.metrics["ingress_s"].values) == 2
     assert out.info.settings["one_cpu"] is True
+
+
+def test_the_memcpy_reference_target_is_made_after_the_case_forks_its_engine(monkeypatch) -> None:
+    # A fork after the target is faulted in makes its pages copy-on-write again: the first copy
+    # then measures page faults, not a copy.
+    made_beside: list[int] = []
+    plain = transport.Memcpy.__init__
+
+    def counting_children(self, frames) -> None:
+        made_beside.append(len(psutil.Process().children()))
+        plain(self, frames)
+
+    monkeypatch.setattr(transport.Memcpy, "__init__", counting_children)
+    measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1))
+    assert made_beside == [2]  # the engine and the unix-socket reader already forked
 
 
 def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() -> None:

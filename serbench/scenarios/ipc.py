@@ -375,7 +375,10 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         cache_mode=cfg.cache if cached else None,
         cache_bytes=cache_bytes,
     )
-    with one_cpu(cfg.one_cpu), references as refs, session as (link, local), _frozen_gc():
+    # The engine is forked before the references' memcpy target is faulted in: a fork after it
+    # made each of its pages copy-on-write again, and each visit's first copy ran at 0.4-1.7 GB/s
+    # against 8-11 (docs/measurements/2026-12-07-one-cpu.md).
+    with one_cpu(cfg.one_cpu), session as (link, local), references as refs, _frozen_gc():
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
             offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
