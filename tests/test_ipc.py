@@ -301,19 +301,28 @@ def test_a_payload_load_on_one_cpu_runs_whole_and_its_settings_say_so() -> None:
     assert out.info.settings["one_cpu"] is True
 
 
-def test_the_memcpy_reference_target_is_made_after_the_case_forks_its_engine(monkeypatch) -> None:
-    # A fork after the target is faulted in makes its pages copy-on-write again: the first copy
-    # then measures page faults, not a copy.
-    made_beside: list[int] = []
-    plain = transport.Memcpy.__init__
+def test_the_references_fork_before_zeromq_threads_and_fault_their_target_after_the_engine(
+    monkeypatch,
+) -> None:
+    # A fork after the memcpy target is faulted in makes its pages copy-on-write again: the first
+    # copy then measures page faults, not a copy. And a fork is safest before ZeroMQ's threads.
+    seen: dict[str, tuple[int, int]] = {}
+    plain_stream, plain_memcpy = transport.UnixStream.__init__, transport.Memcpy.__init__
 
-    def counting_children(self, frames) -> None:
-        made_beside.append(len(psutil.Process().children()))
-        plain(self, frames)
+    def noting(name, plain):
+        def init(self, frames) -> None:
+            me = psutil.Process()
+            seen[name] = (len(me.children()), me.num_threads())
+            plain(self, frames)
 
-    monkeypatch.setattr(transport.Memcpy, "__init__", counting_children)
+        return init
+
+    monkeypatch.setattr(transport.UnixStream, "__init__", noting("stream", plain_stream))
+    monkeypatch.setattr(transport.Memcpy, "__init__", noting("memcpy", plain_memcpy))
     measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1))
-    assert made_beside == [2]  # the engine and the unix-socket reader already forked
+    (children_then, threads_then), (children_now, threads_now) = seen["stream"], seen["memcpy"]
+    assert children_now == children_then + 2  # the unix-socket reader and the engine
+    assert threads_then < threads_now  # the reader was forked before ZeroMQ's I/O threads started
 
 
 def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() -> None:

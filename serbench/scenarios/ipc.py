@@ -292,7 +292,12 @@ def _frozen_gc() -> Iterator[None]:
 @dataclass
 class References:
     """The payload's two yardsticks, sampled side by side: a unix-socket stream and one memcpy
-    of the payload's first ``nbytes``."""
+    of the bytes the stream sends (``nbytes``).
+
+    Made once the case has forked its engine (``beside``): a fork after the memcpy target is
+    faulted in makes its pages copy-on-write again, and each visit's first copy ran at 0.4-1.7
+    GB/s against 8-11 (docs/measurements/2026-12-07-one-cpu.md).
+    """
 
     stream: transport.UnixStream
     memcpy: transport.Memcpy
@@ -300,21 +305,26 @@ class References:
     unix: list[float] = field(default_factory=list)
     copy: list[float] = field(default_factory=list)
 
+    @classmethod
+    def beside(cls, stream: transport.UnixStream) -> References:
+        """Both yardsticks for the bytes ``stream`` sends."""
+        return cls(stream, transport.Memcpy(stream.views), sum(view.nbytes for view in stream.views))
+
     def sample(self) -> None:
         self.unix.append(self.stream.sample())
         self.copy.append(self.memcpy.sample())
 
 
 @contextlib.contextmanager
-def _references(request: EngineCoreRequest, enabled: bool) -> Iterator[References | None]:
-    """The references for the request's raw tensor bytes (at most ``REFERENCE_BYTES`` of them),
-    or None when not wanted."""
+def _unix_stream(request: EngineCoreRequest, enabled: bool) -> Iterator[transport.UnixStream | None]:
+    """The unix-socket yardstick for the request's raw tensor bytes (at most ``REFERENCE_BYTES`` of
+    them), or None when not wanted. Its reader is forked here, before the session starts ZeroMQ's
+    threads."""
     if not enabled:
         yield None
         return
-    tensors = leading_bytes([array_bytes(leaf) for leaf in arrays(request)])
-    with transport.UnixStream(tensors) as unix:
-        yield References(unix, transport.Memcpy(tensors), sum(t.nbytes for t in tensors))
+    with transport.UnixStream(leading_bytes([array_bytes(leaf) for leaf in arrays(request)])) as unix:
+        yield unix
 
 
 def leading_bytes(frames: list[memoryview], limit: int = REFERENCE_BYTES) -> list[memoryview]:
@@ -361,7 +371,7 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
     cache_bytes = cfg.cache_bytes or max(2 * payload, 1 << 20)
     loads = []
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
-    references = _references(pool.get(0)[0], bool(payload) and not cfg.engine)
+    unix_stream = _unix_stream(pool.get(0)[0], bool(payload) and not cfg.engine)
     staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
     session = open_link(
         backend,
@@ -375,10 +385,8 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         cache_mode=cfg.cache if cached else None,
         cache_bytes=cache_bytes,
     )
-    # The engine is forked before the references' memcpy target is faulted in: a fork after it
-    # made each of its pages copy-on-write again, and each visit's first copy ran at 0.4-1.7 GB/s
-    # against 8-11 (docs/measurements/2026-12-07-one-cpu.md).
-    with one_cpu(cfg.one_cpu), session as (link, local), references as refs, _frozen_gc():
+    with one_cpu(cfg.one_cpu), unix_stream as stream, session as (link, local), _frozen_gc():
+        refs = References.beside(stream) if stream else None  # after the engine's fork
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
             offsets = arrival_offsets(cfg.num_prompts, rate, cfg.burstiness, cfg.seed)
