@@ -294,11 +294,22 @@ def _send_affinity(writer) -> None:
     writer.send(os.sched_getaffinity(0))
 
 
-def test_a_payload_load_on_one_cpu_runs_whole_and_its_settings_say_so() -> None:
+def test_a_payload_load_on_one_cpu_runs_its_engine_there_and_its_settings_say_so(monkeypatch) -> None:
+    placed: list[set[int]] = []
+    plain = transport.Memcpy.__init__
+
+    def noting(self, frames) -> None:  # made inside the load's placement, after the forks
+        me = psutil.Process()
+        placed.extend([set(me.cpu_affinity()), *(set(child.cpu_affinity()) for child in me.children())])
+        plain(self, frames)
+
+    monkeypatch.setattr(transport.Memcpy, "__init__", noting)
     cfg = settings(num_prompts=2, max_concurrency=1, one_cpu=True)
     out = measure("msgspec-frombuffer", IMAGES, cfg)
     assert len(out.metrics["ingress_s"].values) == 2
     assert out.info.settings["one_cpu"] is True
+    assert len(placed) == 3 and len(placed[0]) == 1  # the frontend, its engine and the unix reader
+    assert all(cpus == placed[0] for cpus in placed)
 
 
 def test_the_references_fork_before_zeromq_threads_and_fault_their_target_after_the_engine(

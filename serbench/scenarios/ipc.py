@@ -292,7 +292,7 @@ def _frozen_gc() -> Iterator[None]:
 @dataclass
 class References:
     """The payload's two yardsticks, sampled side by side: a unix-socket stream and one memcpy
-    of the bytes the stream sends (``nbytes``).
+    of the bytes the stream sends.
 
     Made once the case has forked its engine (``beside``): a fork after the memcpy target is
     faulted in makes its pages copy-on-write again, and each visit's first copy ran at 0.4-1.7
@@ -301,14 +301,18 @@ class References:
 
     stream: transport.UnixStream
     memcpy: transport.Memcpy
-    nbytes: int
     unix: list[float] = field(default_factory=list)
     copy: list[float] = field(default_factory=list)
 
     @classmethod
     def beside(cls, stream: transport.UnixStream) -> References:
         """Both yardsticks for the bytes ``stream`` sends."""
-        return cls(stream, transport.Memcpy(stream.views), sum(view.nbytes for view in stream.views))
+        return cls(stream, transport.Memcpy(stream.views))
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes each sample moves."""
+        return self.memcpy.target.nbytes
 
     def sample(self) -> None:
         self.unix.append(self.stream.sample())
