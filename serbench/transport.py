@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import mmap
 import multiprocessing as mp
 import os
 import shutil
@@ -222,15 +223,29 @@ def _unix_reader(sock: socket.socket, other_end: socket.socket, size: int) -> No
     """
     other_end.close()
     while True:
-        # Fresh, untouched memory per message, as zmq receives into: pages fault in during the copy.
-        view = memoryview(np.empty(size, np.uint8))
-        got = 0
-        while got < size:
-            n = sock.recv_into(view[got:])
-            if n == 0:
-                return
-            got += n
+        with fresh_mapping(size) as memory, memoryview(memory) as view:
+            got = 0
+            while got < size:
+                n = sock.recv_into(view[got:])
+                if n == 0:
+                    return
+                got += n
         sock.sendall(b"k")
+
+
+def fresh_mapping(size: int) -> mmap.mmap:
+    """``size`` bytes of memory no page of which is faulted in yet, of the kind the engine
+    receives a large frame into: glibc maps such a block on its own (``heap.fresh_memory``),
+    anonymous and private, with no huge-page advice, and its 4 KiB pages fault in as the
+    bytes arrive.
+
+    Not a numpy array: numpy advises huge pages for its large ones, and on a VM that hands
+    free memory to its host those fault in at 0.4-0.5 GB/s after a few seconds' rest and
+    6-11 GB/s right after a free, where 4 KiB pages fault in at 2.1-2.6 GB/s either way
+    (docs/measurements/2026-12-07-fresh-pages.md): the reference read 0.4 or 3.3 GB/s by
+    what the memory had last done, not by its socket.
+    """
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 class UnixStream:

@@ -7,9 +7,11 @@ nothing is left behind.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import os
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -109,6 +111,44 @@ def test_payload_case_measures_throughput_against_a_unix_socket() -> None:
     assert len(metrics["unix_gb_per_s"].values) == 2
     assert info.payload_vs_unix > 0
     assert info.payload_bytes == get_workload("images-4:profile=llava").payload_bytes()
+
+
+def _mapping_holding(address: int) -> dict[str, str]:
+    """The ``/proc/self/smaps`` fields of the mapping that holds ``address``."""
+    fields: dict[str, str] | None = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head, _, rest = line.partition(" ")
+        if not head.endswith(":"):  # a mapping's first line: "start-end perms ..."
+            low, high = (int(x, 16) for x in head.split("-"))
+            fields = {} if low <= address < high else None
+        elif fields is not None:
+            fields[head[:-1]] = rest.strip()
+            if head == "VmFlags:":
+                return fields
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_the_unix_reference_receives_into_memory_mapped_as_glibc_maps_a_large_block() -> None:
+    """Untouched, and eligible for huge pages exactly where glibc's own large block is (the
+    engine's receive frames): a numpy array's body is advised huge pages and fails this where
+    the kernel's huge pages are "madvise", as on these machines."""
+    smaps = Path("/proc/self/smaps")
+    if not smaps.exists() or "THPeligible" not in smaps.read_text():
+        pytest.skip("no /proc/self/smaps with THPeligible (not Linux): nothing to compare")
+    size = 64 << 20  # above glibc's largest mmap threshold: always a mapping of its own
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    block = libc.malloc(size)
+    try:
+        with transport.fresh_mapping(size) as memory:
+            start = ctypes.c_char.from_buffer(memory)
+            fresh = _mapping_holding(ctypes.addressof(start) + size // 2)
+            del start
+        glibc = _mapping_holding(block + size // 2)
+    finally:
+        libc.free(block)
+    assert fresh["Rss"] == "0 kB"
+    assert fresh["THPeligible"] == glibc["THPeligible"]
 
 
 def test_references_stream_at_most_their_limit_of_the_payload() -> None:
