@@ -23,7 +23,7 @@ import math
 import os
 import secrets
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,27 @@ class IpcInfo(Info, tag="ipc"):
     payload_vs_unix: float | None = None
     payload_vs_memcpy: float | None = None
     cache: dict[str, Any] | None = None  # a cached case: mode, capacity, defined hit ratio (docs/cache.md)
+
+
+# ``IpcInfo``'s ratios of two metrics' medians: the request's times over the transport's floor,
+# the payload rate over its two references.
+IPC_RATIOS = {
+    "ttft_over_floor": ("ttft_s", "floor_rtt_s"),
+    "ingress_over_floor": ("ingress_s", "floor_rtt_s"),
+    "payload_vs_unix": ("payload_gb_per_s", "unix_gb_per_s"),
+    "payload_vs_memcpy": ("payload_gb_per_s", "memcpy_gb_per_s"),
+}
+
+
+def ipc_ratios(measured: Mapping[str, Measurement]) -> dict[str, float]:
+    """``IPC_RATIOS`` of ``measured``, each where it has both metrics: one function for a
+    visit's info and for the record merged from every visit, so that the ratios describe the
+    same samples as the metrics beside them."""
+    return {
+        name: measured[top].median / measured[bottom].median
+        for name, (top, bottom) in IPC_RATIOS.items()
+        if top in measured and bottom in measured
+    }
 
 
 class IpcCountedInfo(Info, tag="ipc-counted"):
@@ -579,10 +600,10 @@ def _merge_case(recs: list[Record]) -> Record:
 
 
 def _merged_info(infos: list[Info | None], merged: dict[str, Measurement]) -> Info | None:
-    """The first round's info; an ipc one with its serving summary recomputed over every round's
-    latencies (so that it describes the same samples as the merged metrics), and the load's
-    duration and output tokens summed over the rounds (the benchmark's, as ``Serving`` counts
-    every round's requests)."""
+    """The first round's info; an ipc one with its serving summary and its ratios
+    (``ipc_ratios``) recomputed over every round's samples (so that they describe the same
+    samples as the merged metrics), and the load's duration and output tokens summed over the
+    rounds (the benchmark's, as ``Serving`` counts every round's requests)."""
     info = infos[0]
     if isinstance(info, IpcInfo) and all(n in merged for n in ("ttft_s", "itl_s", "e2e_s")):
         rounds = [i for i in infos if isinstance(i, IpcInfo)]
@@ -591,6 +612,7 @@ def _merged_info(infos: list[Info | None], merged: dict[str, Measurement]) -> In
             serving=Serving.of(merged["ttft_s"].values, merged["itl_s"].values, merged["e2e_s"].values),
             duration_s=sum(i.duration_s for i in rounds),
             output_tokens=sum(i.output_tokens for i in rounds),
+            **ipc_ratios(merged),
         )
     return info
 

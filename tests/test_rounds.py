@@ -260,19 +260,24 @@ def test_the_gates_worker_measures_each_case_whole(tmp_path: Path, counting: Cou
     assert isinstance(client.sent[-1], protocol.Measured)
 
 
+def _ipc_visit(samples: dict[str, list[float]]) -> results.Record:
+    """One ipc visit's record of these samples, with its info as the scenario makes it."""
+    measured = {name: metrics.measured(name, values) for name, values in samples.items()}
+    info = results.IpcInfo(
+        payload_bytes=1,
+        serving=results.Serving.of(samples["ttft_s"], samples["itl_s"], samples["e2e_s"]),
+        duration_s=sum(samples["ttft_s"]),
+        output_tokens=len(samples["ttft_s"]),
+        settings={},
+        local_engine=True,
+        **results.ipc_ratios(measured),
+    )
+    return results.record(Case("ipc", "pickle", "images-4", transport="ipc"), metrics=measured, info=info)
+
+
 def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark_does() -> None:
     def visit(ttft: list[float]) -> results.Record:
-        measured = {n: metrics.measured(n, ttft) for n in ("ttft_s", "itl_s", "e2e_s")}
-        info = results.IpcInfo(
-            payload_bytes=1,
-            serving=results.Serving.of(ttft, ttft, ttft),
-            duration_s=sum(ttft),
-            output_tokens=len(ttft),
-            settings={},
-            local_engine=True,
-            ttft_over_floor=1.0,
-        )
-        return results.record(Case("ipc", "pickle", "images-4", transport="ipc"), metrics=measured, info=info)
+        return _ipc_visit({"ttft_s": ttft, "itl_s": ttft, "e2e_s": ttft, "floor_rtt_s": [0.001]})
 
     first, second = [0.010, 0.012, 0.011], [0.030, 0.031, 0.029]
     merged = results.merge(
@@ -284,6 +289,28 @@ def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark
     # the benchmark's duration and output tokens: every round's load
     assert rec.info.duration_s == pytest.approx(sum(first + second))
     assert rec.info.output_tokens == len(first + second)
+
+
+def test_merged_visits_ratios_are_of_every_rounds_medians_not_the_first_visits() -> None:
+    """TTFT and ingress over the floor, the payload rate over its references: each describes the
+    merged samples beside it."""
+
+    def visit(ttft: list[float], unix: list[float]) -> results.Record:
+        times = {name: ttft for name in ("ttft_s", "itl_s", "e2e_s", "ingress_s")}
+        rates = {"payload_gb_per_s": [1.0] * 3, "unix_gb_per_s": unix, "memcpy_gb_per_s": [8.0] * 3}
+        return _ipc_visit({**times, **rates, "floor_rtt_s": [0.001] * 3})
+
+    first = visit([0.010, 0.011, 0.012], [0.4, 0.4, 0.4])
+    merged = results.merge(
+        [results.Results(records=[first]), results.Results(records=[visit([0.030, 0.031, 0.032], [3.3] * 3)])]
+    )
+    (rec,) = merged.records
+    assert first.info.ttft_over_floor == pytest.approx(11.0)
+    assert rec.info.ttft_over_floor == pytest.approx(21.0)  # the median of six: (12 + 30) / 2 ms
+    assert rec.info.ingress_over_floor == pytest.approx(21.0)
+    assert first.info.payload_vs_unix == pytest.approx(2.5)
+    assert rec.info.payload_vs_unix == pytest.approx(1 / 1.85)
+    assert rec.info.payload_vs_memcpy == pytest.approx(1 / 8.0)
 
 
 def test_a_p99_of_a_cases_visits_is_taken_over_all_their_requests() -> None:

@@ -75,7 +75,7 @@ from serbench.engine.client import EngineLink, Sender, open_link
 from serbench.engine.protocol import MAX_STEP_S, IntegrityError
 from serbench.engine.staging import Staging
 from serbench.profiles import Profile
-from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results
+from serbench.results import DEFAULT_TRANSPORT, IpcInfo, Results, ipc_ratios
 from serbench.scenarios import caching, device, ipc_counted, stream
 from serbench.scenarios.base import (
     MEASURE,
@@ -416,7 +416,9 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
     first = summaries[0]
     measured = first.metrics
     measured["floor_rtt_s"] = metrics.measured("floor_rtt_s", floor)
-    floor_median = measured["floor_rtt_s"].median
+    if refs:
+        for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
+            measured[name] = metrics.measured(name, [refs.nbytes / s / 1e9 for s in samples])
     info = IpcInfo(
         payload_bytes=payload,
         verification=verification,
@@ -425,10 +427,8 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         output_tokens=first.output_tokens,
         settings=_settings_info(cfg),
         local_engine=local,
-        ttft_over_floor=measured["ttft_s"].median / floor_median,
+        **ipc_ratios(measured),
     )
-    if "ingress_s" in measured:
-        info.ingress_over_floor = measured["ingress_s"].median / floor_median
     if len(loads) > 1:
         points = [
             sweep_point(rate, offsets, tracked, duration, summary.metrics, cfg.ttft_slo_s)
@@ -442,12 +442,6 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         measured["cache_frontend_bytes"] = metrics.measured("cache_frontend_bytes", [front.held_bytes])
         measured["cache_engine_bytes"] = metrics.measured("cache_engine_bytes", [engine_cache["cache_bytes"]])
         measured["cache_evictions"] = metrics.measured("cache_evictions", [front.evictions])
-    if refs:
-        for name, samples in (("unix_gb_per_s", refs.unix), ("memcpy_gb_per_s", refs.copy)):
-            measured[name] = metrics.measured(name, [refs.nbytes / s / 1e9 for s in samples])
-        rate = measured["payload_gb_per_s"].median
-        info.payload_vs_unix = rate / measured["unix_gb_per_s"].median
-        info.payload_vs_memcpy = rate / measured["memcpy_gb_per_s"].median
     return Outcome(measured, info)
 
 
