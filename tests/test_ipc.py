@@ -19,7 +19,9 @@ import pytest
 import zmq
 
 from serbench import transport
+from serbench.engine import server
 from serbench.engine.protocol import Control, EngineError, IntegrityError
+from serbench.isolation import run_isolated
 from serbench.profiles import PROFILES
 from serbench.results import Case, Record, Results, Sweep, SweepPoint, record
 from serbench.scenarios import ipc, load
@@ -128,27 +130,33 @@ def _mapping_holding(address: int) -> dict[str, str]:
     raise AssertionError(f"no mapping holds {address:#x}")
 
 
-def test_the_unix_reference_receives_into_memory_mapped_as_glibc_maps_a_large_block() -> None:
-    """Untouched, and eligible for huge pages exactly where glibc's own large block is (the
-    engine's receive frames): a numpy array's body is advised huge pages and fails this where
-    the kernel's huge pages are "madvise", as on these machines."""
-    smaps = Path("/proc/self/smaps")
-    if not smaps.exists() or "THPeligible" not in smaps.read_text():
-        pytest.skip("no /proc/self/smaps with THPeligible (not Linux): nothing to compare")
-    size = 64 << 20  # above glibc's largest mmap threshold: always a mapping of its own
+def _fresh_mapping_and_engine_frame(size: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The mappings holding a ``transport.fresh_mapping`` and a block malloc'd as the engine's
+    receive thread allocates a frame (glibc set by ``server.fresh_receive_memory``)."""
+    server.fresh_receive_memory()
     libc = ctypes.CDLL(None)
     libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-    block = libc.malloc(size)
+    frame = libc.malloc(size)
     try:
         with transport.fresh_mapping(size) as memory:
             start = ctypes.c_char.from_buffer(memory)
             fresh = _mapping_holding(ctypes.addressof(start) + size // 2)
             del start
-        glibc = _mapping_holding(block + size // 2)
+        return fresh, _mapping_holding(frame + size // 2)
     finally:
-        libc.free(block)
+        libc.free(frame)
+
+
+def test_the_unix_reference_receives_into_memory_mapped_as_the_engines_frames() -> None:
+    """Untouched, and eligible for huge pages exactly where the engine's receive frames are: a
+    numpy array's body is advised huge pages and fails this where the kernel's huge pages are
+    "madvise", as on these machines. In a child: the engine's glibc settings stay there."""
+    smaps = Path("/proc/self/smaps")
+    if not smaps.exists() or "THPeligible" not in smaps.read_text():
+        pytest.skip("no /proc/self/smaps with THPeligible (not Linux): nothing to compare")
+    fresh, frame = run_isolated(_fresh_mapping_and_engine_frame, (64 << 20,), 60)
     assert fresh["Rss"] == "0 kB"
-    assert fresh["THPeligible"] == glibc["THPeligible"]
+    assert fresh["THPeligible"] == frame["THPeligible"]
 
 
 def test_references_stream_at_most_their_limit_of_the_payload() -> None:
