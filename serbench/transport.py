@@ -235,9 +235,9 @@ def _unix_reader(sock: socket.socket, other_end: socket.socket, size: int) -> No
 
 def fresh_mapping(size: int) -> mmap.mmap:
     """``size`` bytes of memory no page of which is faulted in yet, of the kind the engine
-    receives a large frame into: glibc maps such a block on its own (``heap.fresh_memory``),
-    anonymous and private, with no huge-page advice, and its 4 KiB pages fault in as the
-    bytes arrive.
+    receives a large frame into: glibc maps such a block on its own (``heap.fresh_memory``)
+    where no free chunk of its heap holds it, anonymous and private, with no huge-page
+    advice, and its 4 KiB pages fault in as the bytes arrive.
 
     Not a numpy array: numpy advises huge pages for its large ones, and on a VM that hands
     free memory to its host those fault in at 0.4-0.5 GB/s after a few seconds' rest and
