@@ -11,6 +11,7 @@ import ctypes
 import math
 import multiprocessing
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -326,16 +327,24 @@ def _send_affinity(writer) -> None:
     writer.send(os.sched_getaffinity(0))
 
 
+def _on_init(monkeypatch: pytest.MonkeyPatch, cls: type, note: Callable[[psutil.Process], None]) -> None:
+    """``note(this process)`` each time ``cls`` is made, just before it is."""
+    plain = cls.__init__
+
+    def init(self, *args) -> None:
+        note(psutil.Process())
+        plain(self, *args)
+
+    monkeypatch.setattr(cls, "__init__", init)
+
+
 def test_a_payload_load_on_one_cpu_runs_its_engine_there_and_its_settings_say_so(monkeypatch) -> None:
-    placed: list[set[int]] = []
-    plain = transport.Memcpy.__init__
-
-    def noting(self, frames) -> None:  # made inside the load's placement, after the forks
-        me = psutil.Process()
-        placed.extend([set(me.cpu_affinity()), *(set(child.cpu_affinity()) for child in me.children())])
-        plain(self, frames)
-
-    monkeypatch.setattr(transport.Memcpy, "__init__", noting)
+    placed: list[set[int]] = []  # when the memcpy target is made: inside the placement, after the forks
+    _on_init(
+        monkeypatch,
+        transport.Memcpy,
+        lambda me: placed.extend([set(me.cpu_affinity()), *(set(c.cpu_affinity()) for c in me.children())]),
+    )
     cfg = settings(num_prompts=2, max_concurrency=1, one_cpu=True)
     out = measure("msgspec-frombuffer", IMAGES, cfg)
     assert len(out.metrics["ingress_s"].values) == 2
@@ -350,18 +359,12 @@ def test_the_references_fork_before_zeromq_threads_and_fault_their_target_after_
     # A fork after the memcpy target is faulted in makes its pages copy-on-write again: the first
     # copy then measures page faults, not a copy. And a fork is safest before ZeroMQ's threads.
     seen: dict[str, tuple[int, int]] = {}
-    plain_stream, plain_memcpy = transport.UnixStream.__init__, transport.Memcpy.__init__
-
-    def noting(name, plain):
-        def init(self, frames) -> None:
-            me = psutil.Process()
-            seen[name] = (len(me.children()), me.num_threads())
-            plain(self, frames)
-
-        return init
-
-    monkeypatch.setattr(transport.UnixStream, "__init__", noting("stream", plain_stream))
-    monkeypatch.setattr(transport.Memcpy, "__init__", noting("memcpy", plain_memcpy))
+    for name, cls in (("stream", transport.UnixStream), ("memcpy", transport.Memcpy)):
+        _on_init(
+            monkeypatch,
+            cls,
+            lambda me, name=name: seen.update({name: (len(me.children()), me.num_threads())}),
+        )
     measure("msgspec-frombuffer", IMAGES, settings(num_prompts=2, max_concurrency=1))
     (children_then, threads_then), (children_now, threads_now) = seen["stream"], seen["memcpy"]
     assert children_now == children_then + 2  # the unix-socket reader and the engine
