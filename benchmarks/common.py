@@ -32,10 +32,17 @@ from typing import Any
 # imported it again: 2 of the 2.1 s an images-4 request took to make.
 import torch  # noqa: F401
 
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import PROFILES
-from serbench.runner import run_case
 from serbench.scenarios import SCENARIOS
+
+try:  # serbench's folders by concern
+    from serbench.model.profiles import PROFILES
+    from serbench.runner.matrix import run_case
+    from serbench.runtime.isolation import CaseFailed, run_isolated
+except ImportError:  # a commit from before them: the same modules at the top level
+    from serbench.isolation import CaseFailed, run_isolated  # type: ignore[no-redef]
+    from serbench.profiles import PROFILES  # type: ignore[no-redef]
+
+    from serbench.runner import run_case  # type: ignore[no-redef]
 
 try:  # one installed namespace
     from serbench import serializers, workloads

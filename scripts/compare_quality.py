@@ -26,7 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serbench import commands, compare, results
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.model import results
 
 DEFAULT_RUN = ("--scenarios", "micro")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ipc_stability import disagreements, run_once, within_run_ratios  # scripts/ is on the path
 
-from serbench.results import Record, load
-from serbench.text import table
+from serbench.model.results import Record, load
+from serbench.present.text import table
 
 METRICS = ("fanout_s", "fanout_decode_s", "core_cpu_s")
 

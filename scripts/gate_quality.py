@@ -1,7 +1,7 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
 Each trial is one gate run as ``serbench gate`` does it — a ``python -m
-serbench.worker`` worker per side and round, every case measured on base and head back to back
+serbench.runner.measurer`` worker per side and round, every case measured on base and head back to back
 (alternating which goes first), merged per side — except that both sides run
 this working tree and differ only in what their slots are slowed by. Both sides measure the
 same cases under the same names, in the same order (slot 0, 1, …), as a gate
@@ -11,7 +11,7 @@ side put first on that side's path (``gate.Runtime``); base's copy slows no slot
 head's slows slot 0 by nothing and each next slot by a FACTOR. Slot 0, base
 against head, is an A/A trial; every other slot an A/B trial with a known
 slowdown. Verdicts come
-from ``serbench.compare.compare`` with the gate's default threshold; a trial
+from ``serbench.analysis.compare.compare`` with the gate's default threshold; a trial
 "alarms" when any row of its case is a regression — exactly what makes
 ``serbench gate`` exit 1.
 
@@ -46,11 +46,14 @@ from typing import NamedTuple
 
 import msgspec
 
-from serbench import attribution, compare, gate, results
-from serbench.commands import gate as gate_command
-from serbench.profiles import PROFILES, Profile
-from serbench.results import Results
-from serbench.runner import Plan
+from serbench.analysis import attribution, compare
+from serbench.cli import gate as gate_command
+from serbench.gate import measure as gate
+from serbench.model import results
+from serbench.model.profiles import PROFILES, Profile
+from serbench.model.results import Results
+from serbench.probes import instructions
+from serbench.runner.matrix import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = "gate_quality_slots"  # the module whose copy on each side builds its slots
@@ -208,7 +211,7 @@ def _grown(folder: Path, row: compare.MetricComparison, spec: str) -> tuple[str,
         return ()
     case = msgspec.structs.replace(row.case, backend=spec)
     sides = [
-        attribution.per_call(attribution.profile_folder(folder / f"{label}-instructions", case), row.metric)
+        attribution.per_call(instructions.profile_folder(folder / f"{label}-instructions", case), row.metric)
         for label in ("base", "head")
     ]
     if None in sides:

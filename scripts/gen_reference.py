@@ -1,12 +1,12 @@
 """Write the generated reference pages of docs/reference/ from the code, so they cannot drift.
 
-* ``cli.md`` — every command of ``serbench.commands.build_parser()``: its help,
+* ``cli.md`` — every command of ``serbench.cli.build_parser()``: its help,
   every argument with its value, default, choices and help text, and the exit
-  codes and error kinds of ``serbench.errors``;
-* ``metrics.md`` — every entry of ``serbench.metrics.METRICS``: unit,
+  codes and error kinds of ``serbench.model.errors``;
+* ``metrics.md`` — every entry of ``serbench.model.metrics.METRICS``: unit,
   direction, how compare judges it, which scenario measures it, its label;
 * ``results-schema.md`` — the results document, from
-  ``msgspec.json.schema(serbench.results.Results)``, as one table of fields per
+  ``msgspec.json.schema(serbench.model.results.Results)``, as one table of fields per
   struct, with the versioning rules of docs/architecture.md ("Versioning").
 
 The output depends on the code only (no terminal width, no clock, no machine),
@@ -29,9 +29,11 @@ from typing import Any
 
 import msgspec
 
-from serbench import decision, errors, metrics, results, scenarios
-from serbench.commands import build_parser
-from serbench.units import format_value
+from serbench import scenarios
+from serbench.analysis import decision
+from serbench.cli import build_parser
+from serbench.model import errors, metrics, results
+from serbench.model.units import format_value
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "reference"
@@ -112,7 +114,7 @@ def command_lines(name: str, parser: argparse.ArgumentParser, summary: str) -> l
 
 
 def exit_codes() -> Iterator[tuple[str, int, str]]:
-    """``serbench.errors``'s exit codes in source order: name, value and the comment beside it."""
+    """``serbench.model.errors``'s exit codes in source order: name, value and the comment beside it."""
     pattern = re.compile(r"^(EXIT_\w+)\s*=\s*(\d+)\s*(?:#\s*(.*))?$")
     for line in inspect.getsource(errors).splitlines():
         found = pattern.match(line)
@@ -121,7 +123,7 @@ def exit_codes() -> Iterator[tuple[str, int, str]]:
 
 
 def error_kinds() -> Iterator[tuple[str, int, str]]:
-    """Every ``SerbenchError`` kind of ``serbench.errors``: name, exit code, its docstring's gist."""
+    """Every ``SerbenchError`` kind of ``serbench.model.errors``: name, exit code, its docstring's gist."""
     for name, value in vars(errors).items():
         if inspect.isclass(value) and issubclass(value, errors.SerbenchError):
             yield name, value.exit_code, " ".join((inspect.getdoc(value) or "").split("\n\n")[0].split())
@@ -138,7 +140,7 @@ def cli_page() -> str:
     lines += ["", "`serbench --version` prints the version; every command takes `-h` / `--help`.", ""]
     for name, command in sub.choices.items():
         lines += command_lines(name, command, summaries.get(name, ""))
-    lines += ["## Exit codes", "", "From `serbench.errors`; every command returns one of these.", ""]
+    lines += ["## Exit codes", "", "From `serbench.model.errors`; every command returns one of these.", ""]
     lines += table(("code", "name", "meaning"), ((str(v), f"`{n}`", c) for n, v, c in exit_codes()))
     lines += ["", "An error is one line on stderr (`serbench: error: …`) and the exit code of its kind:", ""]
     lines += table(("error", "exit code", "raised for"), ((f"`{n}`", str(v), d) for n, v, d in error_kinds()))
@@ -244,7 +246,7 @@ def metrics_page() -> str:
     by = measured_by()
     lines = [HEADER, "# Metrics", ""]
     lines += [
-        "Every metric a scenario can record (`serbench.metrics.METRICS`), as it appears under "
+        "Every metric a scenario can record (`serbench.model.metrics.METRICS`), as it appears under "
         "`metrics` in a results file. *Better* is the direction compare and the gate read as an "
         "improvement. *Compared*: **sampled** metrics are compared statistically (median, "
         "distribution-free 95 % interval); **exact** ones are machine-independent and compared "
@@ -315,7 +317,7 @@ def schema_page() -> str:
     lines = [HEADER, "# The results document", ""]
     lines += [
         f"Every run writes one JSON document, schema `{results.SCHEMA}`: `results.json` beside "
-        "the report. It is `serbench.results.Results` encoded by msgspec, which validates a file "
+        "the report. It is `serbench.model.results.Results` encoded by msgspec, which validates a file "
         "as it reads it. The tables below are generated from that model; a field that is not "
         "required may be missing from a file and then has its default. `info` is tagged by its "
         "`kind`.",

@@ -1,11 +1,11 @@
 """On a GPU machine: what the device stage costs TTFT, per serializer × transport × staging.
 
-For each transport and round, a worker (``python -m serbench.worker``) per staging — no device
+For each transport and round, a worker (``python -m serbench.runner.measurer``) per staging — no device
 (the reference: the request is ready once decoded), and ``--engine-device
 cuda`` with each ``--pin`` — measures the ipc scenario on the same cases,
-case by case, alternating the order (``serbench.gate.fresh_rounds``, as the
+case by case, alternating the order (``serbench.gate.measure.fresh_rounds``, as the
 gate alternates base and head). Then each staging's TTFT (to device-ready)
-is compared with the reference's (``serbench.compare``: ratio of medians,
+is compared with the reference's (``serbench.analysis.compare``: ratio of medians,
 bootstrap 95 % CI) and a table says which combinations stay within
 ``--target`` (1.3× by default, the issue's bar)::
 
@@ -25,8 +25,11 @@ import json
 import sys
 from pathlib import Path
 
-from serbench import commands, compare, gate, results
-from serbench.commands import options
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.cli import options
+from serbench.gate import measure as gate
+from serbench.model import results
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = "host"  # the side without a device stage

@@ -46,11 +46,11 @@ from typing import NamedTuple
 
 import msgspec
 
-from serbench import decision
-from serbench.compare import center_of, ratio_estimate
-from serbench.results import Case, Record, load
-from serbench.stats import Measurement
-from serbench.text import table
+from serbench.analysis import decision
+from serbench.analysis.compare import center_of, ratio_estimate
+from serbench.model.results import Case, Record, load
+from serbench.model.stats import Measurement
+from serbench.present.text import table
 
 METRICS = ("ttft_s", "ingress_s")
 ALL = "all"

@@ -3,7 +3,7 @@
 For each image count: serbench's ``images-N:layout=vllm`` encoded by ``msgspec-frombuffer`` beside
 ``images-N:layout=vllm-native`` (the same content as the installed vLLM's own ``EngineCoreRequest``)
 encoded by vLLM's ``MsgpackEncoder`` and decoded by ``MsgpackDecoder(EngineCoreRequest)``: frames,
-header bytes, encode and decode time ratios, all interleaved in one process (``serbench.timing``).
+header bytes, encode and decode time ratios, all interleaved in one process (``serbench.probes.timing``).
 It also times the ``vllm`` backend's decode as micro runs it (``scenarios.micro.operations``)
 against a bare loop of vLLM's decoder on the same frames: what the harness adds.
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from serbench import conformance, heap, timing
-from serbench.profiles import PROFILES
+from serbench.model.profiles import PROFILES
+from serbench.plugins.vllm import adapter
+from serbench.probes import heap, timing
 from serbench.scenarios.micro import operations
-from serbench.serializers import get_serializer
-from serbench.vllm import adapter
+from serbench.serializers import conformance, get_serializer
 from serbench.workloads import get_workload
 
 

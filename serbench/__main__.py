@@ -1,5 +1,5 @@
 import sys
 
-from serbench.commands import main
+from serbench.cli import main
 
 sys.exit(main())

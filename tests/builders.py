@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serbench.results import MemoryInfo
+from serbench.model.results import MemoryInfo
 
 
 def memory_info(

@@ -27,7 +27,7 @@ from as_user import serbench_command
 from filelock import FileLock
 from segments import left_named
 
-from serbench import shm, transport
+from serbench.links import shm, transport
 from serbench.serializers import BUILTINS
 
 # The suite sends Ctrl-C to processes it starts. Started as a background job of a
@@ -221,7 +221,7 @@ def vllm():
     the import costs ~15 s of CPU, which every test process paid before it collected a test; now
     only a process that runs a vLLM test pays, once. Module-scoped so that the cases a test forks
     inherit it instead of importing it again."""
-    from serbench.vllm import adapter
+    from serbench.plugins.vllm import adapter
 
     return adapter.load()
 
@@ -230,7 +230,7 @@ def failing_in_background(fn: Callable, args: tuple) -> Callable[[], str]:
     """``fn(*args)`` started in a forked child (``run_isolated``) from a thread, for a test that
     kills part of the case; the function returned waits for the case and returns the one line it
     failed with (asserting that it failed, in one line)."""
-    from serbench.isolation import CaseFailed, run_isolated
+    from serbench.runtime.isolation import CaseFailed, run_isolated
 
     outcome: dict[str, BaseException] = {}
 

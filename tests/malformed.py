@@ -33,8 +33,7 @@ import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from serbench import conformance
-from serbench.serializers import DecodeError, Serializer, get_serializer
+from serbench.serializers import DecodeError, Serializer, conformance, get_serializer
 from serbench.serializers.flat_mmk import REF_EXT, FlatMMKSerializer
 from serbench.serializers.msgpack_backend import NDARRAY_EXT, TENSOR_EXT
 from serbench.serializers.tensors import torch_dtypes

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from serbench import shm
+from serbench.links import shm
 
 
 def left_named(before: set[Path]) -> set[Path]:

@@ -21,10 +21,10 @@ from types import SimpleNamespace
 import by_path
 from asv.util import load_json
 
-from serbench import runner
-from serbench.results import Case
+from serbench.model.results import Case
+from serbench.model.stats import summarize
+from serbench.runner import matrix as runner
 from serbench.scenarios import SCENARIOS, Outcome
-from serbench.stats import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 ASV = [sys.executable, "-m", "asv"]

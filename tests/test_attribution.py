@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from serbench import attribution
-from serbench.results import Case
+from serbench.analysis import attribution
+from serbench.model.results import Case
+from serbench.probes import instructions
 
 CASE = Case("micro", "msgspec-frombuffer", "text-sonnet")
 HEADER = "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npositions: line\nevents: Ir\n\n"
@@ -37,7 +38,7 @@ def profile(decode: int, helper: int, malloc: int, loop: int = 50) -> str:
 
 
 def write_side(out: Path, windows: dict[int, str], metric: str = "decode_instructions") -> Path:
-    folder = attribution.profile_folder(out, CASE)
+    folder = instructions.profile_folder(out, CASE)
     folder.mkdir(parents=True)
     for calls, body in windows.items():
         (folder / f"{metric}-{calls}.callgrind").write_text(body)

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from segments import left_named
 
-from serbench import cache, conformance, shm
-from serbench.engine import server
-from serbench.engine.client import open_link
-from serbench.engine.protocol import EngineError
-from serbench.profiles import PROFILES
-from serbench.results import Case
-from serbench.runner import Plan, execute
+from serbench.links import cache, shm
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case
+from serbench.runner.matrix import Plan, execute
 from serbench.scenarios import SCENARIOS, dimensions
+from serbench.scenarios.engine import server
+from serbench.scenarios.engine.client import open_link
+from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Settings, measure
-from serbench.serializers import BUILTINS, get_serializer
+from serbench.serializers import BUILTINS, conformance, get_serializer
 from serbench.workloads import get_workload
 from serbench.workloads.tree import payload_checksum
 

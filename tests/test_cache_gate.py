@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_gate import assert_the_gate_judges_the_fault
 
-from serbench import cache
+from serbench.links import cache
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 from cache_faults import REENCODE_ON_HIT, inject
@@ -29,7 +29,7 @@ CASE = f"memory pickle cache=lru × {WORKLOAD}"
 
 @pytest.mark.parametrize("fault", [REENCODE_ON_HIT, ""], ids=["re-encode-on-hit", "fault-free"])
 def test_the_gate_flags_a_re_encode_on_hit_and_names_the_case(monkeypatch, tmp_path, capsys, fault) -> None:
-    module, metrics = "serbench/cache.py", ("copies_frontend", "frontend copies")
+    module, metrics = "serbench/links/cache.py", ("copies_frontend", "frontend copies")
     assert_the_gate_judges_the_fault(tmp_path, monkeypatch, capsys, module, fault, GATE, metrics, CASE)
 
 

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from serbench import commands, compare, results, text
-from serbench.commands import options
-from serbench.errors import UsageError
-from serbench.results import Case, Results
-from serbench.runner import Plan
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.cli import options
+from serbench.model import results
+from serbench.model.errors import UsageError
+from serbench.model.results import Case, Results
+from serbench.model.stats import summarize
+from serbench.present import text
+from serbench.runner.matrix import Plan
 from serbench.scenarios import SCENARIOS, Dimension, Outcome, Scenario
 from serbench.scenarios.base import positive_int
-from serbench.stats import summarize
 
 WORKERS = Dimension("workers", "--workers", positive_int, (1,), "worker processes per engine")
 

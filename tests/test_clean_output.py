@@ -7,7 +7,7 @@ from pathlib import Path
 
 from as_user import serbench_command
 
-from serbench.results import load
+from serbench.model.results import load
 
 
 def test_a_run_warns_nothing_and_logs_one_plain_line_per_case(micro_run) -> None:

@@ -5,7 +5,7 @@ torch's import alone takes 1.5-2 s, matplotlib's about 0.5 s: every ``--help``, 
 Each command runs in a fresh interpreter (``python -c``: the suite's own process has imported
 both long ago), and the test reads ``sys.modules`` after it: machine-independent, unlike a time.
 torch counts as imported once its extension (``torch._C``) is: modules below the commands name
-it with ``serbench.lazy.torch``, a stand-in that imports it on first use, out of the cyclic
+it with ``serbench.runtime.lazy.torch``, a stand-in that imports it on first use, out of the cyclic
 collector's way (``lazy.lasting``).
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from fresh_interpreter import printed_json
 
-from serbench import lazy
-from serbench.commands import main
-from serbench.commands.listing import WIDTH
+from serbench.cli import main
+from serbench.cli.listing import WIDTH
+from serbench.runtime import lazy
 
 RESULTS = str(Path(__file__).parent / "fixtures" / "results-schema-1.json")
 
@@ -27,7 +27,7 @@ RESULTS = str(Path(__file__).parent / "fixtures" / "results-schema-1.json")
 # modules it imported.
 COMMAND = """
 import contextlib, io, json, sys
-from serbench.commands import main
+from serbench.cli import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
         code = main({argv!r})
@@ -69,7 +69,7 @@ def test_registries_and_transports_import_no_torch() -> None:
     an image request does."""
     code = (
         "import json, sys\n"
-        "import serbench.isolation, serbench.serializers, serbench.transport, serbench.workloads\n"
+        "import serbench.runtime.isolation, serbench.serializers, serbench.links.transport, serbench.workloads\n"
         "from serbench.serializers import BUILTINS\n"
         "from serbench.workloads import available_workloads\n"
         "assert BUILTINS and available_workloads()\n"
@@ -89,7 +89,7 @@ def test_torch_imports_with_the_collector_paused_and_its_objects_frozen() -> Non
     otherwise, a tenth of the import's CPU), freezes what it made and leaves the collector on."""
     code = (
         "import gc, json, sys\n"
-        "from serbench import lazy\n"
+        "from serbench.runtime import lazy\n"
         "passes = []\n"
         "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info['generation']))\n"
         "torch = lazy.torch('__main__')\n"
@@ -119,9 +119,9 @@ def test_the_collector_is_as_it_was_after_an_import_even_one_that_failed(enabled
 # costs 20 s, so none of it may import torch; image cases do, in the preload, before any fork.
 COUNTED_TEXT = """
 import json, sys
-from serbench import runner
-from serbench.profiles import PROFILES
-from serbench.runner import Plan
+from serbench.runner import matrix as runner
+from serbench.model.profiles import PROFILES
+from serbench.runner.matrix import Plan
 plan = Plan([BACKEND], [WORKLOAD], ["micro"])
 runner._preload(plan, checks_backends=False)
 preloaded = "torch._C" in sys.modules

@@ -1,4 +1,4 @@
-"""serbench.compare on synthetic samples with known distributions and fixed seeds (no timings)."""
+"""serbench.analysis.compare on synthetic samples with known distributions and fixed seeds (no timings)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from serbench import compare as cmp
-from serbench import results, text
-from serbench.metrics import compared
-from serbench.metrics import metric as metric_facts
-from serbench.results import Case, Environment, Record, Results, record
-from serbench.stats import Measurement, summarize
+from serbench.analysis import compare as cmp
+from serbench.model import results
+from serbench.model.metrics import compared
+from serbench.model.metrics import metric as metric_facts
+from serbench.model.results import Case, Environment, Record, Results, record
+from serbench.model.stats import Measurement, summarize
+from serbench.present import text
 
 BASE_S = 1e-5  # a 10 µs timing
 # A run of serbench before the typed model (schema 1): pickle and msgspec-frombuffer ×

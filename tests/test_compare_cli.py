@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from test_compare import doc, metric, rec, samples, schema_1_and_2
 
-from serbench import commands, results
-from serbench.metrics import compared
-from serbench.stats import Measurement
+from serbench import cli as commands
+from serbench.model import results
+from serbench.model.metrics import compared
+from serbench.model.stats import Measurement
 
 
 def write(path: Path, data: results.Results) -> str:

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, gate, results
-from serbench import compare as cmp
-from serbench.commands import options
-from serbench.errors import UsageError
-from serbench.stats import Measurement
+from serbench import cli as commands
+from serbench.analysis import compare as cmp
+from serbench.cli import options
+from serbench.gate import measure as gate
+from serbench.model import results
+from serbench.model.errors import UsageError
+from serbench.model.stats import Measurement
 
 PAIRS = [15] * 15  # the gate's rounds: 15 paired rounds of 15 samples
 
@@ -188,7 +190,7 @@ def test_an_unwritable_markdown_or_export_exits_2_before_reading(tmp_path, capsy
 def test_a_markdown_that_fails_to_write_after_all_exits_2_in_one_line(monkeypatch, tmp_path, capsys) -> None:
     files = noisy_files(tmp_path)
     monkeypatch.setattr(options, "check_writable", lambda path, flag: None)
-    monkeypatch.setattr("serbench.commands.compare.check_writable", lambda path, flag: None)
+    monkeypatch.setattr("serbench.cli.compare.check_writable", lambda path, flag: None)
     assert commands.main(["compare", *files, "--markdown", str(tmp_path)]) == 2  # a folder
     err = capsys.readouterr().err
     assert one_line(err).startswith(f"serbench: error: --markdown {tmp_path}")

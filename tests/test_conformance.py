@@ -11,8 +11,7 @@ import msgspec
 import pytest
 import torch
 
-from serbench import conformance
-from serbench.serializers import get_serializer
+from serbench.serializers import conformance, get_serializer
 from serbench.workloads import get_workload
 from serbench.workloads.messages import EngineCoreRequest
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serbench import commands
+from serbench import cli as commands
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "mypkg"
 SERBENCH = Path(sys.executable).with_name("serbench")  # the console script of this environment

@@ -1,4 +1,4 @@
-"""The decision of a run (serbench.decision) on synthetic results documents: who is named, who
+"""The decision of a run (serbench.analysis.decision) on synthetic results documents: who is named, who
 ties, who is set apart as unsafe, and how the terminal and the report show it (no timings)."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from builders import memory_info
 from scipy.stats import trim_mean
 from test_compare import BASE_S, doc, metric, rec, samples
 
-from serbench import compare as cmp
-from serbench import decision, text
-from serbench.report import run_page
-from serbench.results import Backend, Case, Record, Results, record
-from serbench.stats import summarize
+from serbench.analysis import compare as cmp
+from serbench.analysis import decision
+from serbench.model.results import Backend, Case, Record, Results, record
+from serbench.model.stats import summarize
+from serbench.present import text
+from serbench.present.html import run_page
 
 SAFE, UNSAFE = Backend(safe=True), Backend(safe=False)
 

@@ -29,7 +29,7 @@ from malformed import (
     judge,
 )
 
-from serbench.isolation import run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.serializers import DecodeError, Serializer, get_serializer
 from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
 from serbench.serializers.tensors import torch_dtypes

@@ -86,8 +86,8 @@ def test_reference_pages_are_current(tmp_path: Path) -> None:
 def test_reference_pages_cover_every_command_metric_and_exit_code() -> None:
     """What the generator writes names everything it is generated from (a generator that
     silently skipped a command or a metric would pass the staleness test)."""
-    from serbench import errors, metrics
-    from serbench.commands import build_parser
+    from serbench.cli import build_parser
+    from serbench.model import errors, metrics
 
     cli = (DOCS / "reference" / "cli.md").read_text()
     parser = build_parser()

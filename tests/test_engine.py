@@ -22,20 +22,22 @@ import psutil
 import pytest
 import zmq
 
-from serbench import commands, errors, transport
-from serbench.commands import options
-from serbench.engine.client import EngineLink
-from serbench.engine.protocol import Control, EngineError
-from serbench.engine.server import Engine, open_session
-from serbench.isolation import CaseFailed, kill_tree, run_isolated
-from serbench.profiles import PROFILES
-from serbench.results import load as load_results
-from serbench.runner import Plan, execute
+from serbench import cli as commands
+from serbench.cli import options
+from serbench.links import transport
+from serbench.links.transport import DEFAULT_BIND
+from serbench.model import errors
+from serbench.model.profiles import PROFILES
+from serbench.model.results import load as load_results
+from serbench.present.text import serving_report
+from serbench.runner.matrix import Plan, execute
+from serbench.runtime.isolation import CaseFailed, kill_tree, run_isolated
+from serbench.scenarios.engine.client import EngineLink
+from serbench.scenarios.engine.protocol import Control, EngineError
+from serbench.scenarios.engine.server import Engine, open_session
 from serbench.scenarios.ipc import Ipc, Settings, measure
 from serbench.serializers import get_serializer
 from serbench.serializers.tensors import UNCARRIED_DTYPES
-from serbench.text import serving_report
-from serbench.transport import DEFAULT_BIND
 from serbench.workloads.messages import EngineCoreOutputs
 
 TEXT = "text-sonnet:output_len=6"

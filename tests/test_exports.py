@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from serbench import commands, export, results
-from serbench.results import Backend, Case, Results, record
-from serbench.stats import summarize
+from serbench import cli as commands
+from serbench.model import results
+from serbench.model.results import Backend, Case, Results, record
+from serbench.model.stats import summarize
+from serbench.present import export
 
 NUMBERS = ("median", "ci_low", "ci_high", "n")
 # Cells that exist only for some rows: a dimension a case does not set, an undeclared ``safe``.

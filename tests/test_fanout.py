@@ -15,15 +15,16 @@ import psutil
 import pytest
 from conftest import failing_in_background
 
-from serbench import broadcast, shm
-from serbench import compare as cmp
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import PROFILES
-from serbench.results import Case, Environment, Results, record
-from serbench.runner import Plan
+from serbench.analysis import compare as cmp
+from serbench.links import shm
+from serbench.links.transport import IPC_PREFIX
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case, Environment, Results, record
+from serbench.runner.matrix import Plan
+from serbench.runtime.isolation import CaseFailed, run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.base import TRANSPORT
-from serbench.transport import IPC_PREFIX
+from serbench.scenarios.fanout import broadcast
 
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=2, fanout_decode_steps=1, fanout_timeout_s=5.0)
 PAYLOAD = "tensor-1000000"  # one 1 MB tensor: large frames, quick to build
@@ -209,7 +210,7 @@ def test_kill_9_leaves_nothing_behind(victim: str, clean, ipc_sandbox) -> None:
 
 
 def test_the_default_run_leaves_fanout_out_and_transport_values_split_by_scenario() -> None:
-    from serbench.commands import options
+    from serbench.cli import options
 
     class Args:
         backends = workloads = scenarios = None
@@ -233,8 +234,8 @@ def test_the_scaling_table_marks_oversubscribed_cases_and_names_what_scales() ->
         cpu_count=2, rounds=1, decode_steps=0, batch=1, block_size=16, ring_bytes=None, worker_peak_bytes=[0],
         worker_pss_bytes=[0], worker_uss_bytes=[0], core_pss_bytes=0, encoder_copied_bytes=0, warning=None,
     )  # fmt: skip
-    from serbench.metrics import measured
-    from serbench.results import FanoutInfo
+    from serbench.model.metrics import measured
+    from serbench.model.results import FanoutInfo
 
     records = []
     for transport, times in (("zmq-each", (1.0, 3.0)), ("shm-ring", (1.0, 1.2))):

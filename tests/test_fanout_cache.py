@@ -12,11 +12,12 @@ from __future__ import annotations
 import pytest
 from test_gate import assert_the_gate_judges_the_fault
 
-from serbench import cache
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import PROFILES
-from serbench.results import Case
-from serbench.scenarios import fanout, fanout_cache
+from serbench.links import cache
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case
+from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.scenarios import fanout
+from serbench.scenarios.fanout import cached as fanout_cache
 from serbench.workloads import get_workload
 
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=3, fanout_decode_steps=1, fanout_timeout_s=5.0)
@@ -99,7 +100,7 @@ def test_a_hit_that_resolves_to_the_wrong_tensor_is_an_integrity_failure(clean) 
 
 
 # vLLM #52040: the core looks its cache up (it knows what the workers hold) and serializes every
-# tensor into the step all the same. Source text, appended to serbench/scenarios/fanout_cache.py in the head
+# tensor into the step all the same. Source text, appended to serbench/scenarios/fanout/cached.py in the head
 # commit of a clone for the gate, executed in a case's child for the in-process test; never in
 # serbench's code.
 RESEND_ON_HIT = """
@@ -151,5 +152,5 @@ CASE = f"fanout msgspec-frombuffer@shm-ring workers=1 cache=lru × {WORKLOAD}"
 
 @pytest.mark.parametrize("fault", [RESEND_ON_HIT, ""], ids=["resend-on-hit", "fault-free"])
 def test_the_gate_flags_a_core_that_resends_cached_tensors(monkeypatch, tmp_path, capsys, fault) -> None:
-    module, metrics = "serbench/scenarios/fanout_cache.py", ("wire bytes", "wire_bytes")
+    module, metrics = "serbench/scenarios/fanout/cached.py", ("wire bytes", "wire_bytes")
     assert_the_gate_judges_the_fault(tmp_path, monkeypatch, capsys, module, fault, GATE, metrics, CASE)

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from serbench import attribution, instructions
-from serbench.results import Case
-from serbench.scenarios import fanout_counted, fanout_steps
+from serbench.analysis import attribution
+from serbench.model.results import Case
+from serbench.probes import instructions
+from serbench.scenarios.fanout import counted as fanout_counted
+from serbench.scenarios.fanout import steps as fanout_steps
 from serbench.serializers import get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,7 +131,7 @@ def test_a_slower_decode_costs_the_worker_more_and_the_core_its_encode(counted: 
 def test_the_workers_windows_are_kept_for_attribution(counted: tuple[dict, Path]) -> None:
     _, out = counted
     case = Case("fanout", SLOWED.format(1.10, 1), "text-sonnet", transport="shm-ring", workers=2)
-    folder = attribution.profile_folder(out, case)
+    folder = instructions.profile_folder(out, case)
     for name in ("core_instructions", "worker_instructions"):
         costs = attribution.per_call(folder, name)
         assert costs is not None and sum(costs.values()) > 10_000, name

@@ -22,12 +22,13 @@ import pytest
 import torch  # noqa: F401  imported before any case is forked, as the runner does
 from conftest import _no_children_left, failing_in_background
 
-from serbench import broadcast, shm
-from serbench.commands import main
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import PROFILES
-from serbench.results import Case
+from serbench.cli import main
+from serbench.links import shm
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case
+from serbench.runtime.isolation import CaseFailed, run_isolated
 from serbench.scenarios import fanout
+from serbench.scenarios.fanout import broadcast
 
 ROUNDS, DECODE_STEPS = 2, 1
 BASE = PROFILES["quick"].with_options(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from serbench.scenarios import fanout_steps
+from serbench.scenarios.fanout import steps as fanout_steps
 
 
 def _sent(workload: str, index: int) -> tuple[Any, int]:

@@ -15,12 +15,17 @@ import psutil
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, gate, instructions, protocol, results, testing
-from serbench.errors import EXIT_TERMINATED, GateError
-from serbench.isolation import kill_tree
-from serbench.profiles import PROFILES
-from serbench.results import Backend, Case, Results
-from serbench.runner import Plan
+from serbench import cli as commands
+from serbench import testing
+from serbench.gate import measure as gate
+from serbench.model import results
+from serbench.model.errors import EXIT_TERMINATED, GateError
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Backend, Case, Results
+from serbench.probes import instructions
+from serbench.runner import protocol
+from serbench.runner.matrix import Plan
+from serbench.runtime.isolation import kill_tree
 from serbench.serializers import BUILTINS, get_serializer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -226,7 +231,7 @@ def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path)
         worker.ready()
 
 
-# A revision from before serbench.worker, as small as the gate needs: `serbench run --help`
+# A revision from before serbench.runner.measurer, as small as the gate needs: `serbench run --help`
 # (with or without --worker), and `serbench run --worker` speaking the JSON lines of serbench
 # before the typed model (schema-1 results, the transport in the backend: spec@transport).
 OLD_MAIN = """
@@ -260,7 +265,7 @@ OLD_CASES = [["ipc", "pickle@shm", "text-sonnet"], ["micro", "pickle", "text-son
 
 
 def old_revision(folder: Path, worker: bool) -> Path:
-    """A tree whose serbench predates ``serbench.worker`` (``OLD_MAIN``)."""
+    """A tree whose serbench predates ``serbench.runner.measurer`` (``OLD_MAIN``)."""
     (folder / "serbench").mkdir(parents=True)
     (folder / "serbench" / "__init__.py").write_text('__version__ = "0.0.1"\n')
     code = f"WORKER = {worker}\nCASES = {OLD_CASES!r}\n{OLD_MAIN}"
@@ -269,7 +274,7 @@ def old_revision(folder: Path, worker: bool) -> Path:
 
 
 def test_a_revision_without_serbench_worker_falls_back_to_its_run_worker(tmp_path: Path) -> None:
-    """Its serbench.worker never says hello (the module is missing there; the editable
+    """Its serbench.runner.measurer never says hello (the module is missing there; the editable
     install's would be another tree's, and says so and ends), so its `serbench run --worker`
     measures, given the plan as options; its case keys and schema-1 results come back as
     ``Case``s, keyed like head's."""
@@ -284,13 +289,13 @@ def test_a_revision_without_serbench_worker_falls_back_to_its_run_worker(tmp_pat
         assert old.cases == [shm, micro]
         assert new.cases == [micro]  # the same key on both sides: the pair is measured back to back
         measured = old.measure(tmp_path / "base-1-1", shm)
-    assert "base predates serbench.worker" in notes[-1]
+    assert "base predates serbench.runner.measurer" in notes[-1]
     (record,) = measured.records
     assert record.case == shm and record.metrics["encode_s"].median == 1e-5
     command = measured.environment.command  # the options it was started with: the plan as text
     assert command[command.index("--transport") + 1] == "shm" and "--worker" in command
     assert command[command.index("--scenarios") + 1] == "micro,ipc"
-    assert "no worker" in (tmp_path / "base.log").read_text()  # why it fell back
+    assert "No module named serbench.worker" in (tmp_path / "base.log").read_text()  # why it fell back
 
 
 def test_if_one_side_has_no_worker_both_run_a_process_per_round(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """serbench gate on another package's change: each side's interpreter and path (``--base-path``,
 ``--head-python``, ...), one serbench on both; and which code a results file names
-(``serbench.provenance``)."""
+(``serbench.runtime.provenance``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 from test_gate import BASE_BACKEND, HEAD_BACKEND, PADDED, git
 
-from serbench import commands, gate, provenance, results
-from serbench.errors import GateError
-from serbench.profiles import PROFILES
-from serbench.runner import Plan
-from serbench.vllm import adapter
+from serbench import cli as commands
+from serbench.gate import measure as gate
+from serbench.model import results
+from serbench.model.errors import GateError
+from serbench.model.profiles import PROFILES
+from serbench.plugins.vllm import adapter
+from serbench.runner.matrix import Plan
+from serbench.runtime import provenance
 
 
 def _package(folder: Path, name: str, text: str = "") -> Path:

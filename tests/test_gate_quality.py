@@ -9,8 +9,8 @@ import by_path
 import pytest
 from test_compare import doc, metric, rec, samples
 
-from serbench import results
-from serbench.results import Results
+from serbench.model import results
+from serbench.model.results import Results
 
 gate_quality = by_path.load("scripts/gate_quality.py", "gate_quality")
 

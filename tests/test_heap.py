@@ -1,4 +1,4 @@
-"""The allocator settings a measuring process takes (serbench.heap): where a large block's pages come from."""
+"""The allocator settings a measuring process takes (serbench.probes.heap): where a large block's pages come from."""
 
 from __future__ import annotations
 
@@ -36,15 +36,15 @@ def _growth(setting: str, after_free: str = "pass", block: int = BLOCK) -> list[
 @pytest.mark.parametrize(
     "setting",
     [
-        "from serbench.engine.server import fresh_receive_memory; fresh_receive_memory()",
-        "from serbench.heap import fresh_memory; fresh_memory()",
+        "from serbench.scenarios.engine.server import fresh_receive_memory; fresh_receive_memory()",
+        "from serbench.probes.heap import fresh_memory; fresh_memory()",
     ],
 )
 def test_fresh_memory_faults_every_large_block_in(setting: str) -> None:
     """glibc's adaptive mmap threshold can hand a later 10 MB frame heap memory an earlier one
     left, still resident; the engine keeps it fixed and trims, so every such frame's pages come
     fresh: touching each block adds 10 MB of RSS (reused pages would add ~0)."""
-    after_free = "from serbench.heap import release_free_memory; release_free_memory()"
+    after_free = "from serbench.probes.heap import release_free_memory; release_free_memory()"
     growth = _growth(setting, after_free)
     assert all(grew >= BLOCK // 2 for grew in growth), growth
 
@@ -55,7 +55,7 @@ def test_reused_memory_faults_a_large_block_in_once(block: int) -> None:
     the 32 MiB that glibc's mmap threshold can reach. Left to glibc's adaptive threshold (the
     control), the first block is mapped and unmapped, which raises the threshold, so the
     second comes from the heap and faults in afresh too."""
-    growth = _growth("from serbench.heap import reused_memory; reused_memory()", block=block)
+    growth = _growth("from serbench.probes.heap import reused_memory; reused_memory()", block=block)
     assert growth[0] >= block // 2, growth
     assert all(grew < block // 10 for grew in growth[1:]), growth
     assert _growth("pass")[1] >= BLOCK // 2

@@ -18,11 +18,18 @@ import psutil
 import pytest
 from test_compare import doc, metric, one, rec, samples
 
-from serbench import commands, compare, gate, instructions, protocol, results, text, worker
-from serbench.commands import gate as gate_command
-from serbench.errors import GateError
-from serbench.profiles import PROFILES
-from serbench.runner import Plan
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.cli import gate as gate_command
+from serbench.gate import measure as gate
+from serbench.model import results
+from serbench.model.errors import GateError
+from serbench.model.profiles import PROFILES
+from serbench.present import text
+from serbench.probes import instructions
+from serbench.runner import measurer as worker
+from serbench.runner import protocol
+from serbench.runner.matrix import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
@@ -87,7 +94,7 @@ def test_reading_a_dump_takes_its_total_and_allocates_nothing_its_size(monkeypat
 
 ARENA_PROBE = """
 import sys
-from serbench import instructions
+from serbench.probes import instructions
 if sys.argv[1] == "aligned":
     instructions.align_arenas()
 kept = [object() for _ in range(10_000)]
@@ -121,7 +128,7 @@ def test_aligned_arenas_start_at_a_multiple_of_their_size() -> None:
 
 POOL_PROBE = """
 import sys
-from serbench import instructions
+from serbench.probes import instructions
 
 def main(history, fill):
     kept = [bytes(n % 470 + 1) for n in range(history)] + [object() for _ in range(history)]
@@ -361,7 +368,7 @@ def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path:
 UNDER_CALLGRIND = """
 import json, os, sys
 from pathlib import Path
-from serbench import instructions
+from serbench.probes import instructions
 before = instructions.launched()
 instructions.counting_in(Path(json.loads(sys.stdin.readline())["dumps"]))
 unset = [k for k in os.environ if k.startswith("SERBENCH")]

@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serbench import results
-from serbench.isolation import run_isolated
-from serbench.runner import sigterm_as_interrupt
+from serbench.model import results
+from serbench.runner.matrix import sigterm_as_interrupt
+from serbench.runtime.isolation import run_isolated
 
 PLUGINS = Path(__file__).parent / "plugins"
 HANGING = "misbehaving_backends:misbehaving:mode=hang"

@@ -19,14 +19,14 @@ import psutil
 import pytest
 import zmq
 
-from serbench import transport
-from serbench.engine.protocol import Control, EngineError, IntegrityError
-from serbench.profiles import PROFILES
-from serbench.results import Case, Record, Results, Sweep, SweepPoint, record
-from serbench.scenarios import ipc, load
-from serbench.scenarios.ipc import Settings, measure
-from serbench.scenarios.load import Tracked, account
-from serbench.stats import MIN_DISTRIBUTION
+from serbench.links import transport
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case, Record, Results, Sweep, SweepPoint, record
+from serbench.model.stats import MIN_DISTRIBUTION
+from serbench.scenarios import ipc
+from serbench.scenarios.engine.protocol import Control, EngineError, IntegrityError
+from serbench.scenarios.ipc import Settings, load, measure
+from serbench.scenarios.ipc.load import Tracked, account
 from serbench.workloads import get_workload, output_token
 from serbench.workloads.messages import EngineCoreOutput, EngineCoreOutputs
 
@@ -379,7 +379,7 @@ def test_a_budgeted_payload_load_sends_more_requests_and_a_reference_for_each() 
 
 
 def test_rate_option_takes_a_sweep() -> None:
-    from serbench.commands import build_parser
+    from serbench.cli import build_parser
 
     args = build_parser().parse_args(["run", "--rate", "10,40,160,inf"])
     assert args.ipc_rates == (10.0, 40.0, 160.0, math.inf)
@@ -407,7 +407,7 @@ def test_arrivals_are_seeded_with_the_requested_mean_rate() -> None:
     ],
 )
 def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
-    from serbench.commands import build_parser
+    from serbench.cli import build_parser
 
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["run", *argv])
@@ -415,7 +415,7 @@ def test_bad_ipc_options_are_usage_errors(argv: list[str]) -> None:
 
 
 def _record(ttft: list[float], workload: str = "images-4") -> Record:
-    from serbench import metrics as m
+    from serbench.model import metrics as m
 
     measured = {"ttft_s": m.measured("ttft_s", ttft)}
     if len(ttft) >= MIN_DISTRIBUTION:
@@ -424,8 +424,8 @@ def _record(ttft: list[float], workload: str = "images-4") -> Record:
 
 
 def test_fewer_than_five_samples_say_n_in_the_terminal_and_the_report() -> None:
-    from serbench.report.page import metric_cell
-    from serbench.text import render
+    from serbench.present.html.page import metric_cell
+    from serbench.present.text import render
 
     few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5], "text-sonnet")
     text = render(Results(records=[few, enough]))

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from serbench import attribution, instructions
-from serbench.engine.protocol import IntegrityError
-from serbench.engine.staging import Staging
-from serbench.metrics import metric
-from serbench.results import Case
-from serbench.scenarios import ipc_counted
+from serbench.analysis import attribution
+from serbench.model.metrics import metric
+from serbench.model.results import Case
+from serbench.probes import instructions
+from serbench.scenarios.engine.protocol import IntegrityError
+from serbench.scenarios.engine.staging import Staging
+from serbench.scenarios.ipc import counted as ipc_counted
 
 REPO = Path(__file__).resolve().parent.parent
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
@@ -113,7 +114,7 @@ def test_the_same_work_counts_the_same_and_a_slower_decode_more(counted: tuple[d
 def test_each_sides_windows_are_kept_for_attribution(counted: tuple[dict, Path]) -> None:
     _, out = counted
     case = Case("ipc", SLOWED.format(1.10, 2), "text-sonnet", transport="ipc")
-    folder = attribution.profile_folder(out, case)
+    folder = instructions.profile_folder(out, case)
     for name in ("send_instructions", "receive_instructions"):
         costs = attribution.per_call(folder, name)
         assert costs is not None and sum(costs.values()) > 10_000, name

@@ -21,16 +21,16 @@ import pytest
 import torch
 from fresh_interpreter import printed_json
 
-from serbench import results
-from serbench.commands import build_parser
-from serbench.commands.options import profile as profile_of
-from serbench.profiles import PROFILES
-from serbench.results import Record
+from serbench.cli import build_parser
+from serbench.cli.options import profile as profile_of
+from serbench.model import results
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Record
+from serbench.present.text import render
 from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
 from serbench.serializers import get_serializer
 from serbench.serializers.tensors import UNCARRIED_DTYPES
-from serbench.text import render
 from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, iter_leaves, map_leaves
 
@@ -172,9 +172,9 @@ def test_one_more_copy_of_the_payload_shows_as_one_more_engine_copy(run: Run, sp
 # allocator one way or another.
 COPIES_AFTER = """
 import json
-from serbench import heap
-from serbench.profiles import PROFILES
-from serbench.results import Record
+from serbench.probes import heap
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Record
 from serbench.scenarios.base import Case
 from serbench.scenarios.memory import Memory
 {setting}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mutants import MUTANTS, mutant
 
-from serbench import conformance
+from serbench.serializers import conformance
 
 ROOT = Path(__file__).parent.parent
 

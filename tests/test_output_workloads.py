@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serbench import results
-from serbench.engine.protocol import IntegrityError
-from serbench.metrics import measured
-from serbench.profiles import PROFILES
-from serbench.results import Record, StreamInfo
-from serbench.scenarios import stream
+from serbench.model import results
+from serbench.model.metrics import measured
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Record, StreamInfo
+from serbench.model.specs import SpecError
 from serbench.scenarios.base import Case
-from serbench.scenarios.load import Tracked, account
+from serbench.scenarios.engine.protocol import IntegrityError
+from serbench.scenarios.ipc import stream
+from serbench.scenarios.ipc.load import Tracked, account
 from serbench.scenarios.micro import Micro
 from serbench.serializers import get_serializer
-from serbench.specs import SpecError
 from serbench.workloads import Running, expand, get_workload, output_token
 from serbench.workloads.messages import EngineCoreOutputs, FlatEngineCoreOutputs
 from serbench.workloads.sizes import SIZES

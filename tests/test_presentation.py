@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from serbench import report, results, text
-from serbench.results import Case, Results
+from serbench.model import results
+from serbench.model.results import Case, Results
+from serbench.model.stats import summarize
+from serbench.model.views import MEDIAN, Figure, Table
+from serbench.present import html as report
+from serbench.present import text
 from serbench.scenarios import SCENARIOS, Scenario
-from serbench.stats import summarize
-from serbench.views import MEDIAN, Figure, Table
 
 ROOT = Path(__file__).resolve().parent.parent
-PRESENTATION = [ROOT / "serbench" / "text.py", *sorted((ROOT / "serbench" / "report").glob("*.py"))]
+PRESENTATION = sorted((ROOT / "serbench" / "present").rglob("*.py"))
 
 
 class Probe(Scenario):

@@ -9,9 +9,13 @@ import pytest
 from builders import memory_info
 from test_compare import doc, metric, rec, samples
 
-from serbench import commands, compare, environment, results, system, text
-from serbench.report import plots, run_page
-from serbench.results import Backend, Results
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.model import results
+from serbench.model.results import Backend, Results
+from serbench.present import text
+from serbench.present.html import plots, run_page
+from serbench.probes import environment, system
 
 
 def ranked_doc() -> Results:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from serbench.model.specs import Spec, SpecError, format_spec, parse_spec
 from serbench.serializers import BUILTINS, available_serializers, get_serializer, is_safe
-from serbench.specs import Spec, SpecError, format_spec, parse_spec
 
 
 def test_parse_spec_forms() -> None:

@@ -28,11 +28,11 @@ from builders import memory_info
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
-from serbench import commands, compare, environment, report, results
-from serbench.metrics import metric
-from serbench.report import plots, run_page
-from serbench.report.page import TIMES, Look, line
-from serbench.results import (
+from serbench import cli as commands
+from serbench.analysis import compare
+from serbench.model import results
+from serbench.model.metrics import metric
+from serbench.model.results import (
     Backend,
     Case,
     Conformance,
@@ -44,8 +44,12 @@ from serbench.results import (
     Sweep,
     SweepPoint,
 )
-from serbench.stats import MIN_DISTRIBUTION, Measurement, summarize
-from serbench.units import format_value
+from serbench.model.stats import MIN_DISTRIBUTION, Measurement, summarize
+from serbench.model.units import format_value
+from serbench.present import html as report
+from serbench.present.html import plots, run_page
+from serbench.present.html.page import TIMES, Look, line
+from serbench.probes import environment
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = (
@@ -132,7 +136,7 @@ FAILED_ERROR = "failed conformance (1 case(s)): strided-1d: view size is not com
 
 
 def build_results(path: Path, slow: float = 3.0, seed: int = 6) -> Results:
-    """A results file through ``serbench.results``: ipc, memory, a failed case, an unknown scenario."""
+    """A results file through ``serbench.model.results``: ipc, memory, a failed case, an unknown scenario."""
     rng = np.random.default_rng(seed)
     file = results.ResultsFile(
         path, environment.collect(["run", "--built"]), "quick", copy.deepcopy(BACKENDS)

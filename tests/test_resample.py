@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from serbench.resample import (
+from serbench.analysis.resample import (
     TABULATED,
     Rounds,
     _beta_positions,

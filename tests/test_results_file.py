@@ -15,9 +15,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from serbench import commands, results
-from serbench.results import Backend, Case, Environment, ResultsError, ResultsFile, record
-from serbench.stats import summarize
+from serbench import cli as commands
+from serbench.model import results
+from serbench.model.results import Backend, Case, Environment, ResultsError, ResultsFile, record
+from serbench.model.stats import summarize
 
 METRIC = summarize([1.0, 2.0], "s")
 SCHEMA_1 = Path(__file__).parent / "fixtures" / "results-schema-1.json"

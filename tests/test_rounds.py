@@ -1,5 +1,5 @@
 """Interleaved rounds: an interleaved scenario's cases are measured round by round, every backend of
-a group in turn, and each case's visits merged into one record (``serbench.runner``)."""
+a group in turn, and each case's visits merged into one record (``serbench.runner.matrix``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
-from serbench import metrics, protocol, results, runner
-from serbench.isolation import run_isolated
-from serbench.profiles import PROFILES, Profile
-from serbench.results import Backend, Case
-from serbench.runner import Plan, Visit, execute, visits, work
+from serbench.model import metrics, results
+from serbench.model.profiles import PROFILES, Profile
+from serbench.model.results import Backend, Case
+from serbench.runner import matrix as runner
+from serbench.runner import protocol
+from serbench.runner.matrix import Plan, Visit, execute, visits, work
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import SCENARIOS, Outcome, Scenario, micro
 from serbench.scenarios.ipc import MORE_VISITS, Ipc, settings_for
 from serbench.workloads import get_workload

@@ -9,8 +9,8 @@ import numpy as np
 import psutil
 import pytest
 
-from serbench import rss
-from serbench.rss import MeasurementFailed, Side, measure
+from serbench.probes import rss
+from serbench.probes.rss import MeasurementFailed, Side, measure
 
 MiB = 1 << 20
 # What a side's run costs beside the allocation it measures: pages of code it runs for the

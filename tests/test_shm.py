@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from segments import left_named
 
-from serbench import shm
-from serbench.engine.protocol import EngineError
-from serbench.profiles import PROFILES
+from serbench.links import shm
+from serbench.model.profiles import PROFILES
 from serbench.scenarios.base import Case
+from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Ipc, Settings, measure
 from serbench.scenarios.memory import Memory
 from serbench.serializers import get_serializer

@@ -23,7 +23,8 @@ import pytest
 from segments import left_named
 from test_interrupt import session_processes
 
-from serbench import results, shm
+from serbench.links import shm
+from serbench.model import results
 
 START_TIMEOUT_S = 240  # imports, the conformance check, the request pool on a busy 2-core box
 EXIT_TIMEOUT_S = 60

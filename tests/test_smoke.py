@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serbench import results
+from serbench.model import results
 
 
 def test_the_smallest_default_run_passes_every_case(tmp_path: Path) -> None:

@@ -21,18 +21,19 @@ import pytest
 import torch
 import zmq
 
-from serbench import commands, environment
-from serbench.engine.client import open_link
-from serbench.engine.protocol import Control, EngineError, request_checksum
-from serbench.engine.server import open_session
-from serbench.engine.staging import Stager, Staging, parse_device, recv_pinned, unavailable
-from serbench.errors import UsageError
-from serbench.isolation import run_isolated
-from serbench.profiles import PROFILES
-from serbench.report.run_page import accelerator_rows
-from serbench.results import Accelerator, Device, Phase
-from serbench.runner import Plan, execute
+from serbench import cli as commands
+from serbench.model.errors import UsageError
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Accelerator, Device, Phase
+from serbench.present.html.run_page import accelerator_rows
+from serbench.probes import environment
+from serbench.runner.matrix import Plan, execute
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import device
+from serbench.scenarios.engine.client import open_link
+from serbench.scenarios.engine.protocol import Control, EngineError, request_checksum
+from serbench.scenarios.engine.server import open_session
+from serbench.scenarios.engine.staging import Stager, Staging, parse_device, recv_pinned, unavailable
 from serbench.scenarios.ipc import Settings, measure
 from serbench.scenarios.memory import phases
 from serbench.serializers import get_serializer
@@ -119,7 +120,7 @@ def test_bad_device_is_an_argparse_usage_error() -> None:
 
 
 def test_one_flag_serves_both_scenarios() -> None:
-    from serbench.commands.options import profile
+    from serbench.cli.options import profile
 
     args = commands.build_parser().parse_args(["run", "--scenarios", "memory", "--engine-device", "cpu"])
     assert device.staging(profile(args)) == Staging("cpu")

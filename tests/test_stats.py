@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serbench.stats import median_ci, relative_spread, summarize
+from serbench.model.stats import median_ci, relative_spread, summarize
 
 
 def test_median_ci_covers_the_true_median_about_95_percent_of_the_time() -> None:

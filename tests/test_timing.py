@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from serbench import timing
-from serbench.profiles import PROFILES
+from serbench.model.profiles import PROFILES
+from serbench.probes import timing
 
 
 class Clock:

@@ -8,11 +8,13 @@ import msgspec
 import pytest
 from test_compare import doc
 
-from serbench import compare, results, text
-from serbench.commands import main
-from serbench.results import Backend, Case, Record, record
-from serbench.runner import Plan
-from serbench.stats import summarize
+from serbench.analysis import compare
+from serbench.cli import main
+from serbench.model import results
+from serbench.model.results import Backend, Case, Record, record
+from serbench.model.stats import summarize
+from serbench.present import text
+from serbench.runner.matrix import Plan
 
 
 def _schema_1(records: list[dict]) -> bytes:

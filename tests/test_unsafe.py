@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from serbench import commands, report, text
-from serbench.results import Backend, Case, Environment, Results, ResultsFile, record
+from serbench import cli as commands
+from serbench.model.results import Backend, Case, Environment, Results, ResultsFile, record
+from serbench.model.stats import Measurement
+from serbench.present import html as report
+from serbench.present import text
 from serbench.serializers import BUILTINS, DecodeError, get_serializer, is_safe
-from serbench.stats import Measurement
 from serbench.workloads.messages import EngineCoreRequest
 
 UNSAFE = ["pickle", "pickle-oob", "cloudpickle"]

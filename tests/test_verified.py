@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from serbench import conformance
-from serbench.engine.protocol import EngineError
-from serbench.errors import VerificationError
-from serbench.profiles import PROFILES
-from serbench.runner import Plan, execute
+from serbench.model.errors import VerificationError
+from serbench.model.profiles import PROFILES
+from serbench.runner.matrix import Plan, execute
+from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Settings, measure
-from serbench.serializers import get_serializer
+from serbench.serializers import conformance, get_serializer
 from serbench.workloads import get_workload
 
 FAST = dataclasses.replace(
@@ -89,9 +88,10 @@ def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) 
 
 def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
     """A case the backend declares unsupported was never timed: the tables and the report say so."""
-    from serbench import report, text
-    from serbench.results import Backend, Case, Results, record
-    from serbench.stats import summarize
+    from serbench.model.results import Backend, Case, Results, record
+    from serbench.model.stats import summarize
+    from serbench.present import html as report
+    from serbench.present import text
 
     rec = record(
         Case("micro", "pickle", "text-sonnet"), unsupported="no tensors here", error="unsupported: x"

@@ -16,14 +16,14 @@ import pytest
 import torch
 from conftest import NEEDS_VLLM
 
-from serbench import conformance, environment
-from serbench.engine.protocol import IntegrityError
-from serbench.results import Accelerator
-from serbench.scenarios import stream
-from serbench.scenarios.load import Tracked, account
-from serbench.serializers import DecodeError, get_serializer
-from serbench.specs import SpecError
-from serbench.vllm import adapter
+from serbench.model.results import Accelerator
+from serbench.model.specs import SpecError
+from serbench.plugins.vllm import adapter
+from serbench.probes import environment
+from serbench.scenarios.engine.protocol import IntegrityError
+from serbench.scenarios.ipc import stream
+from serbench.scenarios.ipc.load import Tracked, account
+from serbench.serializers import DecodeError, conformance, get_serializer
 from serbench.workloads import Running, get_workload
 from serbench.workloads.tree import iter_leaves, payload_bytes
 
@@ -163,7 +163,7 @@ def test_without_vllm_one_line_and_exit_2(tmp_path):
         f"""
         import sys
         sys.modules["vllm"] = None  # as if not installed
-        from serbench.commands import main
+        from serbench.cli import main
         sys.exit(main(["run", "--backends", "pickle", "--workloads", "{NATIVE}", "--scenarios", "micro",
                        "--out", "{tmp_path / "out"}"]))
         """

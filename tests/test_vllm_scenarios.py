@@ -14,14 +14,16 @@ import math
 import pytest
 from conftest import NEEDS_VLLM
 
-from serbench import cache, conformance, runner
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import PROFILES
-from serbench.results import Case
+from serbench.links import cache
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case
+from serbench.plugins.vllm import adapter
+from serbench.runner import matrix as runner
+from serbench.runtime.isolation import CaseFailed, run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.base import Outcome
 from serbench.scenarios.ipc import Settings, measure
-from serbench.vllm import adapter
+from serbench.serializers import conformance
 from serbench.workloads import get_workload
 
 pytestmark = [NEEDS_VLLM, pytest.mark.usefixtures("vllm")]

@@ -1,4 +1,4 @@
-"""The worker protocol (``serbench.protocol``) through ``python -m serbench.worker``, and the case
+"""The worker protocol (``serbench.runner.protocol``) through ``python -m serbench.runner.measurer``, and the case
 dimensions' flags, parsed once on the command line and handed to the workers as values."""
 
 from __future__ import annotations
@@ -14,15 +14,19 @@ from typing import Any
 import pytest
 
 import serbench
-from serbench import commands, gate, protocol, results, worker
-from serbench.commands import build_parser, options
-from serbench.errors import EXIT_USAGE, GateError, UsageError
-from serbench.profiles import PROFILES
-from serbench.protocol import Failed, Measure, Measured, Progress, Ready, Setup
-from serbench.results import Case
-from serbench.runner import Plan
+from serbench import cli as commands
+from serbench.cli import build_parser, options
+from serbench.gate import measure as gate
+from serbench.links.transport import KINDS
+from serbench.model import results
+from serbench.model.errors import EXIT_USAGE, GateError, UsageError
+from serbench.model.profiles import PROFILES
+from serbench.model.results import Case
+from serbench.runner import measurer as worker
+from serbench.runner import protocol
+from serbench.runner.matrix import Plan
+from serbench.runner.protocol import Failed, Measure, Measured, Progress, Ready, Setup
 from serbench.scenarios import dimensions
-from serbench.transport import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 MICRO = protocol.Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
@@ -34,7 +38,7 @@ def start(
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    command = [sys.executable, "-m", "serbench.worker"]
+    command = [sys.executable, "-m", "serbench.runner.measurer"]
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": stderr}
     return subprocess.Popen(command, cwd=cwd, env=env, **pipes)
 
@@ -108,7 +112,7 @@ def test_a_dimension_value_the_worker_does_not_take_is_refused() -> None:
 
 
 def test_a_serbench_without_a_worker_never_says_hello(tmp_path: Path) -> None:
-    """A tree from before serbench.worker: `python -m serbench.worker` there finds none (or the
+    """A tree from before serbench.runner.measurer: `python -m serbench.runner.measurer` there finds none (or the
     editable install's, which is another tree's and says so): no hello, a line on stderr."""
     (tmp_path / "serbench").mkdir()
     (tmp_path / "serbench" / "__init__.py").write_text('__version__ = "0.0.1"\n')
@@ -231,7 +235,7 @@ def test_the_plan_carries_the_values_parsed_once() -> None:
 
 def test_the_gate_hands_its_workers_the_values_not_the_text(monkeypatch, tmp_path) -> None:
     """The gate's plan carries the tuple; its worker's Setup carries it typed; only a revision
-    from before serbench.worker gets it back as an option's text."""
+    from before serbench.runner.measurer gets it back as an option's text."""
     asked = {}
 
     def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes):

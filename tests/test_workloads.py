@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serbench.specs import SpecError
+from serbench.model.specs import SpecError
 from serbench.workloads import available_workloads, default_workloads, get_workload, output_token
 from serbench.workloads.text import OUTPUT_TOKENS, PREFIX_TOKENS, PROMPT_TOKENS
 from serbench.workloads.tree import arrays, is_array, iter_leaves, payload_bytes, payload_checksum

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from serbench.results import Case
+from serbench.model.results import Case
+from serbench.model.specs import SpecError
 from serbench.scenarios.base import Dimension, Option, Outcome, Scenario
 from serbench.scenarios.fanout import Fanout
 from serbench.scenarios.ipc import Ipc
 from serbench.scenarios.memory import Memory
 from serbench.scenarios.micro import Micro
-from serbench.specs import SpecError
 
 __all__ = ["SCENARIOS", "Case", "Dimension", "Option", "Outcome", "Scenario", "dimensions", "get_scenario"]
 

@@ -1,11 +1,11 @@
 """What a scenario is: a named measurement run on one (backend, workload) case.
 
 A scenario's ``run`` executes inside the case's own fresh process (see
-``serbench.isolation``) and returns an ``Outcome``: metrics built with
+``serbench.runtime.isolation``) and returns an ``Outcome``: metrics built with
 ``metrics.measured`` and its own kind of ``results.Info``; raising fails that
 case only. The dimensions it varies beyond backend and workload (the
 transport, …) are declared as ``Dimension``s. Its command-line
-settings are declared as ``Option``s, data that ``serbench.commands`` turns
+settings are declared as ``Option``s, data that ``serbench.cli`` turns
 into flags: no scenario sees argparse.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any, ClassVar
 
-from serbench import transport
-from serbench.profiles import Profile
-from serbench.results import Case, Results, ScenarioInfo
-from serbench.stats import Measurement
-from serbench.views import Figure, Table
+from serbench.links import transport
+from serbench.model.profiles import Profile
+from serbench.model.results import Case, Results, ScenarioInfo
+from serbench.model.stats import Measurement
+from serbench.model.views import Figure, Table
 
 
 @dataclass
@@ -126,8 +126,8 @@ class Scenario:
     description: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
     dimensions: ClassVar[tuple[Dimension, ...]] = ()  # what it varies beyond backend and workload
-    figures: ClassVar[tuple[Figure, ...]] = ()  # its report section's figures (``serbench.views``)
-    # Its cases of a run are measured in interleaved rounds (``serbench.runner``): every backend of
+    figures: ClassVar[tuple[Figure, ...]] = ()  # its report section's figures (``serbench.model.views``)
+    # Its cases of a run are measured in interleaved rounds (``serbench.runner.matrix``): every backend of
     # a group in turn, each visit ``Profile.share`` of the samples, so between-backend ratios pair.
     interleaved: ClassVar[bool] = False
     # At least this many rounds where the profile has rounds at all: for a scenario whose visits'

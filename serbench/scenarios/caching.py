@@ -13,12 +13,12 @@ from collections.abc import Iterable
 
 import msgspec
 
-from serbench import cache
-from serbench.profiles import Profile
-from serbench.results import Case, Results
+from serbench.links import cache
+from serbench.model.profiles import Profile
+from serbench.model.results import Case, Results
+from serbench.model.units import format_value
+from serbench.model.views import MEDIAN, Figure, Table
 from serbench.scenarios.base import Dimension, Option
-from serbench.units import format_value
-from serbench.views import MEDIAN, Figure, Table
 
 CACHE = Dimension(
     "cache",

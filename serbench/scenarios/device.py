@@ -1,7 +1,7 @@
 """The engine-device options that the ipc and memory scenarios share, and their check before any case.
 
 ``--engine-device cpu|cuda[:N]`` adds the engine's stage after decode
-(``serbench.engine.staging``): the request counts as ready once its tensors
+(``serbench.scenarios.engine.staging``): the request counts as ready once its tensors
 are on that device. ``--pin none|decode|receive`` says how the bytes get into
 pinned memory on the way. Without ``--engine-device`` there is no stage, as
 before. ``check`` refuses, before any case runs, what this machine cannot do
@@ -10,11 +10,11 @@ before. ``check`` refuses, before any case runs, what this machine cannot do
 
 from __future__ import annotations
 
-from serbench.engine.staging import PIN_MODES, Staging, parse_device, unavailable
-from serbench.errors import UsageError
-from serbench.isolation import CaseFailed, run_isolated
-from serbench.profiles import Profile
+from serbench.model.errors import UsageError
+from serbench.model.profiles import Profile
+from serbench.runtime.isolation import CaseFailed, run_isolated
 from serbench.scenarios.base import Option
+from serbench.scenarios.engine.staging import PIN_MODES, Staging, parse_device, unavailable
 
 PROBE_TIMEOUT_S = 120.0  # a first CUDA initialisation can take tens of seconds
 

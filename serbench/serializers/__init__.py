@@ -16,7 +16,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from serbench import lazy
+from serbench.model.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
+from serbench.runtime import lazy
 from serbench.serializers.base import (
     DecodeError,
     Serializer,
@@ -27,7 +28,6 @@ from serbench.serializers.base import (
     safety_text,
     unsupported_cases,
 )
-from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 
 __all__ = [
     "BUILTINS",

@@ -20,9 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from serbench import lazy
+from serbench.runtime import lazy
 
-torch = lazy.torch(__name__)  # imported on first use (serbench.lazy)
+torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 
 Buffer = Any  # anything with the buffer protocol: bytes, bytearray, memoryview, zmq.Frame
 

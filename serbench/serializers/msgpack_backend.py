@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError, parse_threshold
 from serbench.serializers.tensors import (
     UNCARRIED_DTYPES,
@@ -27,7 +27,9 @@ from serbench.serializers.tensors import (
     torch_dtype_name,
 )
 
-torch = lazy.torch(__name__)  # imported on first use (serbench.lazy): a text-only counting run never pays it
+torch = lazy.torch(
+    __name__
+)  # imported on first use (serbench.runtime.lazy): a text-only counting run never pays it
 
 TENSOR_EXT = 1
 NDARRAY_EXT = 2

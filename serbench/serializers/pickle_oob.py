@@ -14,7 +14,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, parse_threshold
 from serbench.serializers.tensors import UNCARRIED_DTYPES, tensor_buffer, tensor_from_buffer, torch_dtype_name
 

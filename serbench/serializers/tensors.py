@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.serializers.base import Buffer, DecodeError, quiet_readonly_views
 from serbench.workloads.tree import array_bytes
 
-torch = lazy.torch(__name__)  # imported on first use (serbench.lazy): a text-only counting run never pays it
+torch = lazy.torch(
+    __name__
+)  # imported on first use (serbench.runtime.lazy): a text-only counting run never pays it
 
 
 def _carried_by_bytes(dtype: torch.dtype) -> bool:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from serbench.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
+from serbench.model.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from serbench.workloads.base import Running, Workload, output_token
 from serbench.workloads.text import TextSonnet
 

@@ -49,7 +49,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.workloads.base import Workload
 from serbench.workloads.messages import (
     EngineCoreRequest,

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.workloads.base import VOCAB_SIZE, Running, Workload, output_token
 from serbench.workloads.messages import (
     EngineCoreOutput,

@@ -12,7 +12,7 @@ prompt.
 
 from __future__ import annotations
 
-from serbench import lazy
+from serbench.runtime import lazy
 from serbench.workloads import SIZES  # noqa: F401  where asv's suite (benchmarks/outputs.py) reads it, in every commit
 from serbench.workloads.base import Workload
 from serbench.workloads.messages import (

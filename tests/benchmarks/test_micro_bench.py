@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from serbench.conformance import assert_same, verify
 from serbench.scenarios.micro import operations
 from serbench.serializers import BUILTINS, get_serializer
+from serbench.serializers.conformance import assert_same, verify
 from serbench.workloads import get_workload
 
 WORKLOADS = ["text-sonnet", "images-4", "images-32"]

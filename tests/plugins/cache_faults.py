@@ -3,7 +3,7 @@
 ``REENCODE_ON_HIT`` is vLLM #52040's shape on the first hop: on a cache hit
 the frontend still serializes the tensor (a copy of its bytes, held until the
 message is built) although only the reference is sent. It is source text:
-``tests/test_cache_gate.py`` appends it to ``serbench/cache.py`` in the head
+``tests/test_cache_gate.py`` appends it to ``serbench/links/cache.py`` in the head
 commit of a clone, a regression as a commit would bring one, and the gate must
 flag that commit; ``inject`` applies it to a running process.
 """
@@ -29,5 +29,5 @@ FrontendCache.hit = _reencode_on_hit
 
 
 def inject(module: ModuleType) -> None:
-    """Apply the fault to ``serbench.cache`` as imported (for the tests that run in-process)."""
+    """Apply the fault to ``serbench.links.cache`` as imported (for the tests that run in-process)."""
     exec(REENCODE_ON_HIT, module.__dict__)

@@ -3,7 +3,7 @@
 ``pytest tests/test_conformance.py --backend mutants:mutant:bug=NAME`` must
 fail for every bug in ``MUTANTS`` (tests/test_mutants.py asserts it, and that
 the specimen named beside each bug is one that kills it). A mutant that
-survives shows a specimen missing from ``serbench.conformance``.
+survives shows a specimen missing from ``serbench.serializers.conformance``.
 """
 
 from __future__ import annotations

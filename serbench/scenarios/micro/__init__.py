@@ -1,0 +1,247 @@
+"""micro: encode and decode of one workload message in one process.
+
+The message is the workload's (``Workload.message``): a request, or for an
+output workload (``outputs-B``) one engine step's outputs for B requests, so
+micro times the per-step encode on the engine and decode on the frontend.
+Timing starts after ``gc.freeze()``, as a serving process does once started
+(vLLM's engine and API server both freeze their start-up heap): otherwise a
+decode that builds thousands of objects pays for the collector walking
+torch's ~10^5 objects, 5-10x the decode itself on this machine. And with the
+heap set to keep what a call frees (``heap.reused_memory``), as a
+long-running process's mostly is: left to glibc's adaptive thresholds, the
+same decode of 9.6 MB tensors faulted its buffers in afresh on every call in
+one process and not in another (16 ms or 32 ms for images-4, by history).
+
+For an output workload micro also takes ``decode_cpu_s``: the decode's CPU
+time (``time.thread_time``), which preemption on a loaded machine does not
+inflate, the same clock as the ipc output path's ``step_decode_s``.
+
+Beside the backend's own timings it times one plain copy of the payload
+(``np.copyto`` into a buffer already mapped) in the same interleaved loop, so
+every timing can be read as a multiple of the machine's copy speed: a
+zero-copy backend is a small fraction of one copy, an in-band one several.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from serbench.model.metrics import measured
+from serbench.model.profiles import Profile
+from serbench.model.results import MicroInfo
+from serbench.model.stats import Measurement
+from serbench.model.views import MEDIAN, Figure
+from serbench.probes import heap, instructions
+from serbench.probes.timing import interleaved
+from serbench.runtime.isolation import error_text
+from serbench.scenarios.base import MEASURE, Case, Outcome, Scenario, counting
+from serbench.serializers import Serializer, conformance, get_serializer
+from serbench.workloads import get_workload
+from serbench.workloads.tree import array_bytes, arrays, payload_bytes
+
+
+def payload_copier(message: Any):
+    """A function that copies every payload byte of ``message`` once, or None for text."""
+    sources = [np.frombuffer(array_bytes(leaf), np.uint8) for leaf in arrays(message)]
+    if not sources:
+        return None
+    targets = [np.ones_like(src) for src in sources]  # touched: pages already mapped
+
+    def copy() -> None:
+        for dst, src in zip(targets, sources, strict=True):
+            np.copyto(dst, src)
+
+    return copy
+
+
+def operations(serializer: Serializer, message: Any) -> dict[str, Callable[[], object]]:
+    """The timed operations on one message: encode, decode, their round trip,
+    and (when the message has a payload) one plain copy of it.
+
+    Shared by the micro scenario, the pytest-benchmark suite and asv."""
+    msg_type = type(message)
+    frames = serializer.encode(message)
+    ops: dict[str, Callable[[], object]] = {
+        "encode_s": lambda: serializer.encode(message),
+        "decode_s": lambda: serializer.decode(frames, msg_type),
+        "roundtrip_s": lambda: serializer.decode(serializer.encode(message), msg_type),
+    }
+    copy = payload_copier(message)
+    if copy is not None:
+        ops["copy_s"] = copy
+    return ops
+
+
+def wire_bytes(frames: list) -> int:
+    return sum(memoryview(frame).nbytes for frame in frames)
+
+
+def on_the_wire(message: Any, frames: list) -> dict[str, Measurement]:
+    """What a message is on the wire: bytes and frames, and where its arrays travel."""
+    metrics = {
+        "wire_bytes": measured("wire_bytes", [wire_bytes(frames)]),
+        "frames": measured("frames", [len(frames)]),
+    }
+    arrays, out_of_band = array_count(message), len(frames) - 1
+    if arrays:
+        metrics["oob_frames"] = measured("oob_frames", [out_of_band])
+        metrics["inline_arrays"] = measured("inline_arrays", [max(arrays - out_of_band, 0)])
+    return metrics
+
+
+def array_count(message: Any) -> int:
+    """Tensors and ndarrays in a message: each leaves inline or as an out-of-band frame."""
+    return sum(1 for _ in arrays(message))
+
+
+# Processes differ: the same code (text-sonnet's numpy-intermediate and msgspec-frombuffer, which
+# send no tensor) read 3-8 % apart process by process, and a process as a whole can run 1.5-2x
+# slower. So micro plans MORE_ROUNDS, each a process of its own, as pyperf spreads its values
+# over many processes (when each backend had its own process a round, six micro-only runs agreed
+# on all three decisions in 6 of 15 pairs with three rounds, 10 of 15 with nine;
+# docs/measurements), and takes those past the profile's rounds while the case's own seconds so
+# far were at most MORE_ROUNDS_S: a zero-copy backend costs 0.1-0.5 s a round here, an in-band one
+# at images-32 5-7 s (pickle's encode and decode allocate 308 MB a call), which nine rounds would
+# spend on ratios of 500x that three rounds already tell.
+MORE_ROUNDS = 9
+MORE_ROUNDS_S = 10.0
+
+# What ``--measure instructions`` counts: encode and decode (a round trip is their sum, and
+# the plain copy is a yardstick of the machine's memory, which instruction counts do not see).
+COUNTED = {"encode_s": "encode_instructions", "decode_s": "decode_instructions"}
+
+
+class Micro(Scenario):
+    name = "micro"
+    description = (
+        "encode / decode one message (a request, or one engine step) in-process: "
+        "calibrated loops, median + CI, bytes, frames"
+    )
+    figures = (
+        Figure("bars", "Encode and decode time of one request", (("encode_s", MEDIAN), ("decode_s", MEDIAN))),
+        Figure("bars", "Bytes and frames on the wire", (("wire_bytes", MEDIAN), ("frames", MEDIAN))),
+        Figure(
+            "batch",
+            "One engine step's encode and decode against batch (outputs-B)",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("decode_cpu_s", MEDIAN)),
+            table=False,
+        ),
+        Figure(
+            "size",
+            "Latency against tensor size (tensor-N): 256 B inline threshold, 64 KiB zmq copy threshold",
+            (("encode_s", MEDIAN), ("decode_s", MEDIAN), ("roundtrip_s", MEDIAN), ("oob_frames", MEDIAN)),
+            table=False,
+        ),
+    )
+    # Rounds, each one process timing every backend of the group a sample at a time: the
+    # difference between processes (allocator history, CPU placement) goes into the interval,
+    # and a slow spell of the machine (milliseconds) into both samples of a pair or neither.
+    interleaved = True
+    together = True
+    min_rounds = MORE_ROUNDS
+    options = (MEASURE,)
+
+    def rounds(self, case: Case, profile: Profile) -> int:
+        """Counting instructions is one valgrind process for the run: no rounds."""
+        return 1 if counting(profile) else super().rounds(case, profile)
+
+    def revisit(self, case: Case, profile: Profile, visited: int, spent_s: float) -> bool:
+        """The profile's rounds, and more while the visits so far took at most ``MORE_ROUNDS_S``."""
+        return visited < profile.rounds or spent_s <= MORE_ROUNDS_S
+
+    def run(self, case: Case, profile: Profile) -> Outcome:
+        """One case in its own process: counted under valgrind (``--measure instructions``), else
+        timed alone."""
+        prepared = _Prepared.of(case, get_workload(case.workload).message(0))
+        if not counting(profile):
+            return _timed([prepared], profile)[0]
+        reason = instructions.unavailable()
+        if reason is not None:
+            prepared.info.instructions = f"not counted: {reason}"
+            return _timed([prepared], profile)[0]
+        # under valgrind a wall clock measures valgrind: counts only
+        counts, counted = instructions.per_call({name: prepared.ops[op] for op, name in COUNTED.items()})
+        prepared.info.calls_per_window = counted["calls_per_window"]
+        metrics = {name: measured(name, [value]) for name, value in counts.items()}
+        return Outcome({**metrics, **on_the_wire(prepared.message, prepared.frames)}, prepared.info)
+
+    def run_together(self, cases: list[Case], profile: Profile) -> list[Outcome | str]:
+        """The backends of one round of a group in this one process: each checked and prepared
+        (one that fails there fails alone), then every one's operations timed in turn."""
+        message = get_workload(cases[0].workload).message(0)
+        prepared: dict[Case, _Prepared | str] = {}
+        for case in cases:
+            try:
+                prepared[case] = _Prepared.of(case, message)
+            except Exception as exc:
+                prepared[case] = error_text(exc)
+        ready = [p for p in prepared.values() if isinstance(p, _Prepared)]
+        outcomes = dict(zip((p.case for p in ready), _timed(ready, profile), strict=True)) if ready else {}
+        return [outcomes.get(case) or str(prepared[case]) for case in cases]
+
+
+@dataclass
+class _Prepared:
+    """A case checked and ready to time: its message round-tripped (``conformance.verify``), its
+    frames, its operations, and the seconds that took."""
+
+    case: Case
+    message: Any
+    frames: list
+    ops: dict[str, Callable[[], object]]
+    info: MicroInfo
+    seconds: float
+
+    @classmethod
+    def of(cls, case: Case, message: Any) -> _Prepared:
+        """``case`` ready to time on ``message``; raises what its check or its backend raised."""
+        start = time.perf_counter()
+        serializer = get_serializer(case.backend)
+        kind = get_workload(case.workload).kind
+        verification = conformance.verify(serializer, [message], kind, (case.backend, case.workload))
+        info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
+        frames = serializer.encode(message)
+        ops = operations(serializer, message)
+        if kind == "outputs":  # the frontend's CPU per step, as the ipc output path counts it
+            ops["decode_cpu_s"] = ops["decode_s"]
+        return cls(case, message, frames, ops, info, time.perf_counter() - start)
+
+
+def _timed(cases: list[_Prepared], profile: Profile) -> list[Outcome]:
+    """Every operation of ``cases`` timed in turn, one sample of each (``timing.interleaved``);
+    ``decode_cpu_s`` on the thread's CPU clock in a loop of its own. Cases timed together have
+    their timings marked ``in_turn`` and their own seconds in ``Outcome.seconds``."""
+    heap.reused_memory()
+    gc.freeze()
+    # operation by operation, every case in turn: the samples a ratio between two cases pairs
+    # are taken one after the other, not with the others' copies of the payload between them
+    timed_in_turn = [(i, op) for op in cases[0].ops for i in range(len(cases))]
+    wall = {(i, op): cases[i].ops[op] for i, op in timed_in_turn if op != "decode_cpu_s"}
+    cpu = {(i, op): cases[i].ops[op] for i, op in timed_in_turn if op == "decode_cpu_s"}
+    samples, timed = interleaved(wall, profile)
+    if cpu:
+        cpu_samples, cpu_timed = interleaved(cpu, profile, time.thread_time)
+        samples.update(cpu_samples)
+        timed["seconds"].update(cpu_timed["seconds"])
+    together = len(cases) > 1
+    outcomes = []
+    for i, case in enumerate(cases):
+        case.info.loops = {op: loops for (j, op), loops in timed["loops"].items() if j == i}
+        case.info.samples = timed["samples"]
+        # No payload throughput here: a zero-copy round trip moves no payload byte, so
+        # payload / time would read 500+ GB/s, above any memory bandwidth. ``copy_s``,
+        # one real copy of the payload, is the yardstick to read the times against.
+        metrics = {op: measured(op, samples[(i, op)]) for op in case.ops}
+        if together:
+            metrics = {op: msgspec.structs.replace(m, in_turn=True) for op, m in metrics.items()}
+        metrics.update(on_the_wire(case.message, case.frames))
+        own = case.seconds + sum(seconds for (j, _), seconds in timed["seconds"].items() if j == i)
+        outcomes.append(Outcome(metrics, case.info, own if together else None))
+    return outcomes
