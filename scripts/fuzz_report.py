@@ -4,7 +4,7 @@
     python scripts/fuzz_report.py --examples 20000 # a soak
 
 Runs the fixed corpus and the three generators of ``serbench.testing.malformed``
-(the inputs ``tests/test_decoder_robustness.py`` uses) against every safe
+(the inputs ``tests/serializers/test_decoder_robustness.py`` uses) against every safe
 backend and prints a Markdown table. Generation is derandomized, so the same
 code gives the same counts on every run. An input that ends in anything but
 ``DecodeError`` or a valid decoded object stops the report with exit 1.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+from suite_paths import ROOT
+
+ROOT = ROOT
 
 
 def load(relative: str, name: str) -> ModuleType:

@@ -1,7 +1,7 @@
 """pytest options shared by the suite.
 
 ``--backend SPEC`` (repeatable) runs the conformance suite against any
-backend, e.g. ``pytest tests/test_conformance.py --backend mypkg.mod:factory``;
+backend, e.g. ``pytest tests/serializers/test_conformance.py --backend mypkg.mod:factory``;
 without it the suite covers every built-in backend and threshold variant.
 
 The tests of ``SLOW_MODULES`` are marked ``slow``: ``make check`` (the edit-test
@@ -26,6 +26,7 @@ import pytest
 from as_user import serbench_command
 from filelock import FileLock
 from segments import left_named
+from suite_paths import BACKENDS
 
 from serbench.links import shm, transport
 from serbench.serializers import BUILTINS
@@ -35,8 +36,8 @@ from serbench.serializers import BUILTINS
 # exec, so Ctrl-C would do nothing; with Python's handler here, children start with the default.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Backends written outside the package, named by dotted path in tests (tests/plugins).
-sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+# Backends written outside the package, named by dotted path in tests (tests/backends).
+sys.path.insert(0, str(BACKENDS))
 
 BUILTIN_VARIANTS = [
     *BUILTINS,

@@ -13,7 +13,7 @@ corpus of the nastiest, and judges each decode with one oracle:
   lies inside one frame, or is an inline copy no larger than the header.
 
 Anything else — another exception type, a crash — fails the caller.
-Shared by ``tests/test_decoder_robustness.py`` and ``scripts/fuzz_report.py``.
+Shared by ``tests/serializers/test_decoder_robustness.py`` and ``scripts/fuzz_report.py``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import by_path
 import pytest
+from suite_paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MEASUREMENTS = DOCS / "measurements"

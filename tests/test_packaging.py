@@ -18,8 +18,9 @@ import tomllib
 from asv.util import load_json
 from packaging.requirements import Requirement
 from packaging.version import Version
+from suite_paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 
 
 def _requirements() -> dict[str, Requirement]:

@@ -5,7 +5,7 @@ bit-exact, or the backend declares it unsupported.
 each: pass / fail / unsupported. A backend declares what it cannot carry in
 ``unsupported`` (specimen id or glob → reason); such a specimen must really
 fail, or the declaration itself is reported as wrong. The runner checks each
-backend this way before timing it, and ``tests/test_conformance.py`` runs
+backend this way before timing it, and ``tests/serializers/test_conformance.py`` runs
 the same specimens under pytest (``--backend SPEC`` points it at any backend).
 
 Passing the suite is not enough to be timed: ``verify`` round-trips the very

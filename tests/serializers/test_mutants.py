@@ -1,6 +1,6 @@
 """The conformance suite is proven by mutants: every one of them fails it (mutation score 100 %).
 
-Each mutant in ``tests/plugins/mutants.py`` is a built-in backend with one
+Each mutant in ``tests/backends/mutants.py`` is a built-in backend with one
 realistic bug. If one ever passes, a specimen is missing from the suite.
 """
 
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from mutants import MUTANTS, mutant
+from suite_paths import ROOT
 
 from serbench.serializers import conformance
 
-ROOT = Path(__file__).parent.parent
+ROOT = ROOT
 
 
 def test_there_are_at_least_twelve_mutants() -> None:
@@ -33,14 +34,14 @@ def test_the_named_specimen_kills_the_mutant(bug: str) -> None:
 
 
 def test_pytest_with_backend_fails_for_every_mutant(tmp_path: Path) -> None:
-    """``pytest tests/test_conformance.py --backend MUTANT`` fails for each, at its killing specimen.
+    """``pytest tests/serializers/test_conformance.py --backend MUTANT`` fails for each, at its killing specimen.
 
     One pytest run for all mutants, on the one test per mutant that must fail
     (the whole suite per mutant is the in-process test above, ×100 the time).
     """
     report = tmp_path / "junit.xml"
     specs = {bug: f"mutants:mutant:bug={bug}" for bug in MUTANTS}
-    test = "tests/test_conformance.py::test_case_round_trips_or_is_truly_unsupported"
+    test = "tests/serializers/test_conformance.py::test_case_round_trips_or_is_truly_unsupported"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
     command += [f"{test}[{spec}-{MUTANTS[bug][1]}]" for bug, spec in specs.items()]
     command += [arg for spec in specs.values() for arg in ("--backend", spec)]

@@ -105,7 +105,7 @@ def test_a_hit_that_resolves_to_the_wrong_tensor_is_an_integrity_failure(clean) 
 # serbench's code.
 RESEND_ON_HIT = """
 
-# ---- a fault injected by tests/test_fanout_cache.py: vLLM #52040 ----
+# ---- a fault injected by tests/scenarios/test_fanout_cache.py: vLLM #52040 ----
 _looked_up = CoreCache.prepare
 
 

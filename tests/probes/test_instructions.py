@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_paths import ROOT
 from test_compare import doc, metric, one, rec, samples
 
 from serbench import cli as commands
@@ -31,7 +32,7 @@ from serbench.runner import measurer as worker
 from serbench.runner import protocol
 from serbench.runner.matrix import Plan
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 QUICK = PROFILES["quick"]
 MICRO = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_paths import ROOT
 from test_compare import doc, metric, rec, samples
 
 from serbench import cli as commands
@@ -28,7 +29,7 @@ from serbench.runner.matrix import Plan
 from serbench.runtime.isolation import kill_tree
 from serbench.serializers import BUILTINS, get_serializer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 QUICK = PROFILES["quick"]
 
 
@@ -462,7 +463,7 @@ def make():
 
 # Head's version sends one extra empty frame where its process has GATE_PADDED set: a
 # machine-independent regression (frames +1, wire bytes unchanged) that the gate must flag
-# whatever the timing noise (tests/test_gate_packages.py sets it in one side's interpreter only).
+# whatever the timing noise (tests/gate/test_gate_packages.py sets it in one side's interpreter only).
 PADDED = "GATE_PADDED"
 HEAD_BACKEND = """
 import os

@@ -3,7 +3,7 @@
 ``REENCODE_ON_HIT`` is vLLM #52040's shape on the first hop: on a cache hit
 the frontend still serializes the tensor (a copy of its bytes, held until the
 message is built) although only the reference is sent. It is source text:
-``tests/test_cache_gate.py`` appends it to ``serbench/links/cache.py`` in the head
+``tests/gate/test_cache_gate.py`` appends it to ``serbench/links/cache.py`` in the head
 commit of a clone, a regression as a commit would bring one, and the gate must
 flag that commit; ``inject`` applies it to a running process.
 """
@@ -14,7 +14,7 @@ from types import ModuleType
 
 REENCODE_ON_HIT = """
 
-# ---- a fault injected by tests/test_cache_gate.py (tests/plugins/cache_faults.py) ----
+# ---- a fault injected by tests/gate/test_cache_gate.py (tests/backends/cache_faults.py) ----
 _sent_hit = FrontendCache.hit
 
 

@@ -1,7 +1,7 @@
 """Mutants: built-in backends with one realistic bug each, to prove the conformance suite.
 
-``pytest tests/test_conformance.py --backend mutants:mutant:bug=NAME`` must
-fail for every bug in ``MUTANTS`` (tests/test_mutants.py asserts it, and that
+``pytest tests/serializers/test_conformance.py --backend mutants:mutant:bug=NAME`` must
+fail for every bug in ``MUTANTS`` (tests/serializers/test_mutants.py asserts it, and that
 the specimen named beside each bug is one that kills it). A mutant that
 survives shows a specimen missing from ``serbench.serializers.conformance``.
 """

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 from scipy.stats import trim_mean
+from suite_paths import FIXTURES
 
 from serbench.analysis import compare as cmp
 from serbench.model import results
@@ -22,7 +23,7 @@ from serbench.present import text
 BASE_S = 1e-5  # a 10 µs timing
 # A run of serbench before the typed model (schema 1): pickle and msgspec-frombuffer ×
 # text-sonnet, images-4, outputs-8 × micro, ipc, memory × the ipc and shm transports.
-SCHEMA_1_FIXTURE = Path(__file__).parent / "fixtures" / "results-schema-1.json"
+SCHEMA_1_FIXTURE = FIXTURES / "results-schema-1.json"
 
 
 def samples(seed: int, factor: float = 1.0, n: int = 60, sigma: float = 0.02) -> list[float]:

@@ -13,9 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite_paths import ROOT
+
 from serbench import cli as commands
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "mypkg"
+EXAMPLE = ROOT / "docs" / "examples" / "mypkg"
 SERBENCH = Path(sys.executable).with_name("serbench")  # the console script of this environment
 README_COMMAND = ["conformance", "mypkg.myser:factory"]
 

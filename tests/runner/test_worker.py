@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_paths import ROOT
 
 import serbench
 from serbench import cli as commands
@@ -28,7 +29,7 @@ from serbench.runner.matrix import Plan
 from serbench.runner.protocol import Failed, Measure, Measured, Progress, Ready, Setup
 from serbench.scenarios import dimensions
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 MICRO = protocol.Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 

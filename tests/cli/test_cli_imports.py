@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 from fresh_interpreter import printed_json
+from suite_paths import FIXTURES
 
 from serbench.cli import main
 from serbench.cli.listing import WIDTH
 from serbench.runtime import lazy
 
-RESULTS = str(Path(__file__).parent / "fixtures" / "results-schema-1.json")
+RESULTS = str(FIXTURES / "results-schema-1.json")
 
 # Run one command line with its output swallowed; print its exit code and which of the heavy
 # modules it imported.

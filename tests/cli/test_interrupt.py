@@ -19,12 +19,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_paths import BACKENDS
 
 from serbench.model import results
 from serbench.runner.matrix import sigterm_as_interrupt
 from serbench.runtime.isolation import run_isolated
 
-PLUGINS = Path(__file__).parent / "plugins"
+PLUGINS = BACKENDS
 HANGING = "misbehaving_backends:misbehaving:mode=hang"
 START_TIMEOUT_S = 240  # imports, conformance check and one quick micro case on a busy 2-core box
 EXIT_TIMEOUT_S = 60

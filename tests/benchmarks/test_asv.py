@@ -20,13 +20,14 @@ from types import SimpleNamespace
 
 import by_path
 from asv.util import load_json
+from suite_paths import ROOT
 
 from serbench.model.results import Case
 from serbench.model.stats import summarize
 from serbench.runner import matrix as runner
 from serbench.scenarios import SCENARIOS, Outcome
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 ASV = [sys.executable, "-m", "asv"]
 MACHINE = "serbench-test"
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_paths import ROOT
 
 from serbench.analysis import attribution
 from serbench.model.metrics import metric
@@ -19,7 +20,7 @@ from serbench.scenarios.engine.protocol import IntegrityError
 from serbench.scenarios.engine.staging import Staging
 from serbench.scenarios.ipc import counted as ipc_counted
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 
 

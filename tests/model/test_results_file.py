@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from suite_paths import FIXTURES
 
 from serbench import cli as commands
 from serbench.model import results
@@ -21,7 +22,7 @@ from serbench.model.results import Backend, Case, Environment, ResultsError, Res
 from serbench.model.stats import summarize
 
 METRIC = summarize([1.0, 2.0], "s")
-SCHEMA_1 = Path(__file__).parent / "fixtures" / "results-schema-1.json"
+SCHEMA_1 = FIXTURES / "results-schema-1.json"
 
 
 def good_document(tmp_path: Path) -> dict:

@@ -5,14 +5,14 @@ commit without the fault passes (docs/cache.md)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from suite_paths import BACKENDS
 from test_gate import assert_the_gate_judges_the_fault
 
 from serbench.links import cache
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+sys.path.insert(0, str(BACKENDS))
 from cache_faults import REENCODE_ON_HIT, inject
 
 # The memory scenario's frontend copies are machine-independent (exact, to 0.01 of the payload).

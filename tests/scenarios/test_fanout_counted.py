@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_paths import ROOT
 
 from serbench.analysis import attribution
 from serbench.model.results import Case
@@ -19,7 +20,7 @@ from serbench.scenarios.fanout import counted as fanout_counted
 from serbench.scenarios.fanout import steps as fanout_steps
 from serbench.serializers import get_serializer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 from fresh_interpreter import printed_json
+from suite_paths import TESTS
 
 from serbench.cli import build_parser
 from serbench.cli.options import profile as profile_of
@@ -35,7 +36,7 @@ from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, iter_leaves, map_leaves
 
 MB = 1e6
-TESTS = Path(__file__).parent
+TESTS = TESTS
 COPYING = f"{__name__}:copying_decoder"
 ZERO_COPY = "msgspec-frombuffer"
 ZERO_COPY_OFF = "msgspec-frombuffer:threshold=inf"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from suite_paths import ROOT
 
 from serbench.model import results
 from serbench.model.results import Case, Results
@@ -16,7 +17,7 @@ from serbench.present import html as report
 from serbench.present import text
 from serbench.scenarios import SCENARIOS, Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 PRESENTATION = sorted((ROOT / "serbench" / "present").rglob("*.py"))
 
 

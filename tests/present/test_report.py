@@ -27,6 +27,7 @@ import pytest
 from builders import memory_info
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
+from suite_paths import FIXTURES
 
 from serbench import cli as commands
 from serbench.analysis import compare
@@ -64,7 +65,7 @@ CHROMIUM_FLAGS = (
 )
 WINDOW = (1366, 900)
 IMAGE_COUNTS = (4, 16)
-SCHEMA_1 = Path(__file__).parent / "fixtures" / "results-schema-1.json"
+SCHEMA_1 = FIXTURES / "results-schema-1.json"
 
 
 # ---------------------------------------------------------------- building results files
