@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.model import results
 
 DEFAULT_RUN = ("--scenarios", "micro")
@@ -56,8 +57,8 @@ def score(out: Path) -> dict:
                 code = commands.main(["compare", str(base), str(head)])
             finally:
                 sys.stdout = stdout
-        comparison = compare.compare(results.load(base), results.load(head))
-        flagged = [r for r in comparison.rows if r.verdict == compare.SLOWER_INDICATIVE]
+        comparison = verdicts.compare(results.load(base), results.load(head))
+        flagged = [r for r in comparison.rows if r.verdict == Verdict.SLOWER_INDICATIVE]
         rows.append({"base": base.parent.name, "head": head.parent.name, "exit": code, "flags": len(flagged)})
         print(f"{base.parent.name} → {head.parent.name}: exit {code}, {len(flagged)} indicative slower rows")
     alarms = sum(r["exit"] == 1 for r in rows)

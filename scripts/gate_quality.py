@@ -46,7 +46,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from serbench.analysis import attribution, compare
+from serbench.analysis import attribution, verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
 from serbench.gate import measure as gate
 from serbench.model import results
@@ -191,7 +192,7 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     flagged = {}
     for factor, spec in zip([1.0, *trial["factors"]], trial["slots"], strict=True):
-        comparison = compare.compare(
+        comparison = verdicts.compare(
             _only(base, spec),
             _only(head, spec),
             max_regression,
@@ -203,7 +204,7 @@ def evaluate(folder: Path, max_regression: float, rounds: int | None = None) -> 
     return flagged
 
 
-def _grown(folder: Path, row: compare.MetricComparison, spec: str) -> tuple[str, ...] | None:
+def _grown(folder: Path, row: verdicts.MetricComparison, spec: str) -> tuple[str, ...] | None:
     """For a flagged count row: the three functions whose self instructions per call grew most
     between the two sides' kept profiles (what the gate's summary names first); ``()`` for a
     timed row, ``None`` where a side kept no profile."""
@@ -228,19 +229,19 @@ def disturbed(folder: Path, max_regression: float, rounds: int | None = None) ->
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     moved = []
     for backend in trial.get("bystanders", []):
-        rows = compare.compare(
+        rows = verdicts.compare(
             _only(base, backend), _only(head, backend), max_regression, side_by_side=True
         ).rows
         moved += [
             f"{backend} {r.metric} {r.workload} {r.verdict} {r.slowdown:.4f}"
             for r in rows
-            if r.verdict in (compare.REGRESSION, compare.IMPROVEMENT)
+            if r.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
         ]
     return moved
 
 
 # Verdicts that say nothing got worse: a row that could not have seen its tolerance must not get them.
-CLEARING = (compare.NO_CHANGE, compare.IMPROVEMENT, compare.FASTER_TOLERATED)
+CLEARING = (Verdict.NO_CHANGE, Verdict.IMPROVEMENT, Verdict.FASTER_TOLERATED)
 
 
 def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> dict[float, dict[str, int]]:
@@ -252,7 +253,7 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
     scores = {}
     for factor, spec in zip([1.0, *trial["factors"]], trial["slots"], strict=True):
-        rows = compare.compare(
+        rows = verdicts.compare(
             _only(base, spec),
             _only(head, spec),
             max_regression,
@@ -261,7 +262,7 @@ def honesty(folder: Path, max_regression: float, rounds: int | None = None) -> d
         sampled = [r for r in rows if not r.exact]
         scores[factor] = {
             "rows": len(sampled),
-            "inconclusive": sum(r.verdict == compare.INCONCLUSIVE for r in sampled),
+            "inconclusive": sum(r.verdict == Verdict.INCONCLUSIVE for r in sampled),
             "overclaimed": sum(
                 r.verdict in CLEARING and (r.detectable is None or r.detectable > r.threshold)
                 for r in sampled
@@ -377,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="reports/gate-quality")
     parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
     args = parser.parse_args(argv)
-    max_regression = compare.parse_tolerance(args.max_regression)
+    max_regression = verdicts.parse_tolerance(args.max_regression)
     if args.analyze:
         report(Path(args.analyze), max_regression, args.rounds)
         return 0

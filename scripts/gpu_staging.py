@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import verdicts
 from serbench.cli import options
 from serbench.gate import measure as gate
 from serbench.model import results
@@ -89,9 +89,9 @@ def table(out: Path, target: float) -> list[str]:
                 continue
             head = results.load(head_path)
             base_records, head_records = base.by_case(), head.by_case()
-            for row in compare.compare(base, head).rows:
+            for row in verdicts.compare(base, head).rows:
                 backend = row.case.backend
-                if row.metric == compare.CASE_METRIC:
+                if row.metric == verdicts.CASE_METRIC:
                     lines.append(f"| {backend} | {transport} | pin {pin} | | | {row.verdict} | | no |")
                 if row.metric != "ttft_s":
                     continue
@@ -114,14 +114,14 @@ def table(out: Path, target: float) -> list[str]:
     return lines
 
 
-def _ratio(row: compare.MetricComparison) -> str:
+def _ratio(row: verdicts.MetricComparison) -> str:
     if row.ratio is None:
         return "—"
     interval = "" if row.ci_low is None else f" [{row.ci_low:.2f}, {row.ci_high:.2f}]"
     return f"{row.ratio:.2f}{interval}"
 
 
-def _within(row: compare.MetricComparison, target: float) -> str:
+def _within(row: verdicts.MetricComparison, target: float) -> str:
     """yes: the whole interval is within the target; likely: the estimate is; no: it is not."""
     if row.ratio is None or row.ratio > target:
         return "no"

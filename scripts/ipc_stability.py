@@ -11,7 +11,7 @@ workload with tensor bytes) it prints
   ratio"; ``--reference NAME``: each backend's to that one's instead, or
   ``best``: to each run's fastest), paired by
   round where both were measured in the same interleaved rounds
-  (``compare.ratio_estimate``, as a comparison and a ranking read them), and
+  (``estimates.ratio_estimate``, as a comparison and a ranking read them), and
   whether the two runs' ratios agree within ``--tolerance`` (10 % by default,
   issue 33's bound): larger / smaller - 1; and whether their 95 % intervals
   overlap, i.e. whether the runs disagree by more than their own noise allows
@@ -47,7 +47,7 @@ from typing import NamedTuple
 import msgspec
 
 from serbench.analysis import decision
-from serbench.analysis.compare import center_of, ratio_estimate
+from serbench.analysis.estimates import center_of, ratio_estimate
 from serbench.model.results import Case, Record, load
 from serbench.model.stats import Measurement
 from serbench.present.text import table

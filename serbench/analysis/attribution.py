@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serbench.analysis.compare import REGRESSION, MetricComparison
+from serbench.analysis.verdicts import MetricComparison, Verdict
 from serbench.model import metrics
 from serbench.model.results import Case
 from serbench.probes import instructions
@@ -196,5 +196,5 @@ def _growth_line(growth: Growth) -> str:
 
 def flagged_counts(rows: Sequence[MetricComparison]) -> list[tuple[Case, str]]:
     """``(case, metric)`` of every count row (``COUNTED``)
-    among ``rows`` (``compare.MetricComparison``s) that is a regression."""
-    return [(r.case, r.metric) for r in rows if r.metric in COUNTED and r.verdict == REGRESSION]
+    among ``rows`` (``verdicts.MetricComparison``s) that is a regression."""
+    return [(r.case, r.metric) for r in rows if r.metric in COUNTED and r.verdict == Verdict.REGRESSION]

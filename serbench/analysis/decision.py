@@ -5,25 +5,25 @@ to use. For each workload *shape* of a run (``shape``: text, few images, many
 images, outputs, tensor, …) and each scenario's headline metric
 (``metrics.Metric.headline``: TTFT for ipc, encode + decode for micro, the
 engine's payload copies for memory, time to the last worker for fanout), the
-decision names the *safe* rows (``compare.row_of``: a backend with its
+decision names the *safe* rows (``ranking.row_of``: a backend with its
 transport and other dimensions; ``results.Backend.safe`` declared true) that
 are best within the run's own noise: the best one, and every other whose ratio
 to it has an interval reaching within the metric's practical tie of 1
-(``compare.tied``, ``metrics.Metric.practical_tie``: 5 %, TTFT 10 %, encode +
+(``ranking.tied``, ``metrics.Metric.practical_tie``: 5 %, TTFT 10 %, encode +
 decode 2 %, a difference two runs back to back did not reproduce; encode +
 decode of a request with a payload also within 1 % of one copy of it,
-``compare.tie_margin``) — ties are shown as ties.
-The ratios and intervals are ``compare.geometric_ratio``'s (one bootstrap per
+``ranking.tie_margin``) — ties are shown as ties.
+The ratios and intervals are ``estimates.geometric_ratio``'s (one bootstrap per
 workload, rounds paired where both sides have them, samples where both were
 taken in turn). Unsafe rows (declared unsafe or undeclared) that beat the
 chosen set beyond noise are listed apart as faster but unsafe, never chosen.
-Variants (``compare.is_variant``: ``threshold=inf`` and any other spec with
+Variants (``ranking.is_variant``: ``threshold=inf`` and any other spec with
 options) are not candidates.
 
 Data and its wording only: ``serbench.present.text`` prints the decision at the end of a
 run's summary and the report's run page opens with it. How a ranking reads
 (``ranking_title``, ``ranking_notes``, ``interval_text``) is here too, below both,
-so that the terminal and the page word ``compare.ranking`` alike.
+so that the terminal and the page word ``ranking.ranking`` alike.
 """
 
 from __future__ import annotations
@@ -33,18 +33,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from serbench.analysis.compare import (
-    TRIM,
-    Estimate,
+from serbench.analysis.estimates import TRIM, Estimate, center_of, geometric_ratio, location
+from serbench.analysis.ranking import (
     Ranked,
     better,
-    center_of,
-    geometric_ratio,
     has_payload,
     headline_metric,
     is_memory,
     is_variant,
-    location,
     measurements,
     tie_margin,
     tie_tolerance,
@@ -103,7 +99,7 @@ class Decision:
     it; ``runner_up``: the best safe row told apart from it (None when there is none);
     ``unsafe``: the unsafe rows better than the best safe one beyond noise, best first;
     ``best``: the best's measurement per workload; ``margin``: how far from 1 a ratio to it
-    told a row apart (``compare.tie_margin``). ``missing`` says why nothing is chosen
+    told a row apart (``ranking.tie_margin``). ``missing`` says why nothing is chosen
     (the lists are empty then). ``workers``: the worker count the rows ran with
     (``Case.workers``): a setting of the deployment, not a choice, so each count is decided
     apart.
@@ -161,7 +157,7 @@ def decide(
 
     sign = -1 if metric(name).higher_is_better else 1
     # the best: the lowest (a rate: highest) geometric mean over the workloads of where each row
-    # stands (``compare.location``: the metric's center of its samples)
+    # stands (``estimates.location``: the metric's center of its samples)
     best = min(safe, key=lambda row: sign * sum(math.log(location(name, rows[row][w])) for w in workloads))
     standings = sorted(
         (Standing(row, against(best, row)) for row in rows if row != best),
@@ -192,7 +188,7 @@ def _shape_order(group: str) -> tuple[int, str]:
 
 def decisions(data: Results) -> list[Decision]:
     """Every decision of a run: per shape (``SHAPES`` first, in that order), per scenario with a
-    headline metric (in the run's order). A memory metric (``compare.is_memory``) leaves out
+    headline metric (in the run's order). A memory metric (``ranking.is_memory``) leaves out
     the workloads without a payload (text): the shape says so instead of choosing."""
     out = []
     for scenario in data.scenarios():
@@ -251,7 +247,7 @@ def chosen_text(decision: Decision, data: Results) -> str:
 
 def why(decision: Decision, data: Results) -> list[str]:
     """One line of why, in parts (joined with "; "): the metric and the best's median, interval
-    and n per workload (named a median: the ratios are of ``compare.center_of``); each tied
+    and n per workload (named a median: the ratios are of ``estimates.center_of``); each tied
     row's ratio to it with its interval; the runner-up's, which its interval tells apart. []
     for a decision without a choice."""
     if decision.missing:
@@ -285,14 +281,14 @@ def unsafe_text(decision: Decision, data: Results) -> str:
 
 def _margin_words(name: str) -> str:
     """A metric's practical tie in words: ``10%``; ``max(2%, 1% of a payload copy)`` for one
-    with a ``Metric.tie_yardstick`` (``compare.tie_margin``)."""
+    with a ``Metric.tie_yardstick`` (``ranking.tie_margin``)."""
     facts = metric(name)
     words = f"{facts.practical_tie:.0%}"
     return f"max({words}, {COPY_TIE:.0%} of a payload copy)" if facts.tie_yardstick else words
 
 
 def tie_rule(names: Iterable[str]) -> str:
-    """When two rows tie in the metrics ``names`` (``compare.tied``): "unless the whole interval
+    """When two rows tie in the metrics ``names`` (``ranking.tied``): "unless the whole interval
     is more than 5% from 1", a metric whose practical tie is another named with its own
     ("(TTFT 10%)")."""
     words = {metric(name).label: _margin_words(name) for name in names}
@@ -305,7 +301,7 @@ def tie_rule(names: Iterable[str]) -> str:
     return f"{rule.format(default)} ({own})"
 
 
-# What a metric taken in turn is compared by, whatever its center (``compare.ratio_estimate``).
+# What a metric taken in turn is compared by, whatever its center (``estimates.ratio_estimate``).
 IN_TURN = "in turn"
 
 # How ``center_rule`` names each ``metrics.Metric.center``, and ``IN_TURN``.
@@ -319,7 +315,7 @@ CENTER_WORDS = {
 
 def center_rule(data: Results, names: Iterable[str]) -> str:
     """What a ratio between two rows of ``data`` in the metrics ``names`` is a ratio of
-    (``compare.center_of``): "medians", or each metric with a center of its own named with it
+    (``estimates.center_of``): "medians", or each metric with a center of its own named with it
     ("TTFT's 10%-trimmed means, other metrics' medians"); a metric whose samples the run took in
     turn (``Measurement.in_turn``): those samples, by the median of their ratios."""
     names = list(names)
@@ -333,7 +329,7 @@ def center_rule(data: Results, names: Iterable[str]) -> str:
 
 def ranking_title(data: Results, scenario: str, baseline: str) -> str:
     """What a ranking's factors are: a speed-up (higher is better) or × the baseline's memory
-    (``compare.is_memory``, lower is better)."""
+    (``ranking.is_memory``, lower is better)."""
     name = headline_metric(data, scenario) or ""
     if is_memory(name):
         return f"{scenario}: ranking by {metric(name).label}, × peak memory vs {baseline}, lower is better"

@@ -1,4 +1,4 @@
-"""Bootstrap draws from samples grouped in rounds: what ``serbench.analysis.compare``'s intervals are made of.
+"""Bootstrap draws from samples grouped in rounds: what serbench.analysis.estimates' intervals hold.
 
 A round is the samples one process gave. The bootstrap draws whole rounds first (the caller's
 ``picks``: round indices, one row a resample) and samples within each drawn round second. Two

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from serbench.analysis import attribution
-from serbench.analysis.compare import Comparison, compare
+from serbench.analysis.verdicts import Comparison, compare
 from serbench.cli.options import add_comparison_options, check_metric_names, check_writable, tolerances
 from serbench.model import results
 from serbench.model.errors import EXIT_OK, EXIT_REGRESSION, ResultsError, UsageError

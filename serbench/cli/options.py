@@ -9,7 +9,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serbench.analysis.compare import DEFAULT_BASELINE, parse_tolerance
+from serbench.analysis.ranking import DEFAULT_BASELINE
+from serbench.analysis.verdicts import parse_tolerance
 from serbench.model.errors import UsageError
 from serbench.model.metrics import METRICS, metric
 from serbench.model.profiles import PROFILES, Profile

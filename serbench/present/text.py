@@ -16,17 +16,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from serbench.analysis.compare import (
-    BAD_VERDICTS,
-    DEFAULT_BASELINE,
-    Comparison,
-    MetricComparison,
-    case_order,
-    noise,
-    ranking,
-    row_of,
-    what_would_decide,
-)
 from serbench.analysis.decision import (
     center_rule,
     chosen_text,
@@ -37,6 +26,14 @@ from serbench.analysis.decision import (
     tie_rule,
     unsafe_text,
     why,
+)
+from serbench.analysis.ranking import DEFAULT_BASELINE, ranking, row_of, typical_spread
+from serbench.analysis.verdicts import (
+    BAD_VERDICTS,
+    Comparison,
+    MetricComparison,
+    case_order,
+    what_would_decide,
 )
 from serbench.model.metrics import METRICS, metric
 from serbench.model.results import (
@@ -477,7 +474,7 @@ def _case_words(case: Case) -> str:
 def _notes(comparison: Comparison, base: Results, head: Results, bullet: str) -> list[str]:
     """Lines under the table: noise, environment, failures, added/removed cases."""
     lines = []
-    base_noise, head_noise = noise(base), noise(head)
+    base_noise, head_noise = typical_spread(base), typical_spread(head)
     if base_noise is not None and head_noise is not None:
         lines.append(
             f"noise: ±{base_noise:.1%} base, ±{head_noise:.1%} head (median CI half-width per metric)"

@@ -12,7 +12,8 @@ import pytest
 from test_compare import doc, metric, rec, samples
 
 from serbench import cli as commands
-from serbench.analysis import compare as cmp
+from serbench.analysis import verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.cli import options
 from serbench.gate import measure as gate
 from serbench.model import results
@@ -31,9 +32,9 @@ def paired(seed: int, factor: float = 1.0, spread: float = 0.01) -> Measurement:
     return metric(values, rounds=PAIRS)
 
 
-def compared(base: dict[str, Measurement], head: dict[str, Measurement], **kwargs) -> cmp.Comparison:
+def compared(base: dict[str, Measurement], head: dict[str, Measurement], **kwargs) -> verdicts.Comparison:
     """Base against head as the gate compares its sides: rounds measured side by side."""
-    return cmp.compare(doc([rec(base)]), doc([rec(head)]), side_by_side=True, **kwargs)
+    return verdicts.compare(doc([rec(base)]), doc([rec(head)]), side_by_side=True, **kwargs)
 
 
 # ---------------------------------------------------------------- the rule
@@ -42,19 +43,19 @@ def compared(base: dict[str, Measurement], head: dict[str, Measurement], **kwarg
 @pytest.mark.parametrize(
     ("verdict", "detects", "expected"),
     [
-        (cmp.NO_CHANGE, 0.05, cmp.NO_CHANGE),  # could have seen 10 %: a real "no change"
-        (cmp.NO_CHANGE, 0.10, cmp.NO_CHANGE),  # exactly the tolerance: still seen
-        (cmp.NO_CHANGE, 0.27, cmp.INCONCLUSIVE),  # issue 32's msgspec-frombuffer × text-sonnet decode
-        (cmp.NO_CHANGE, None, cmp.INCONCLUSIVE),  # no interval at all
-        (cmp.IMPROVEMENT, 0.15, cmp.INCONCLUSIVE),
-        (cmp.IMPROVEMENT, 0.05, cmp.IMPROVEMENT),
-        (cmp.FASTER_TOLERATED, 0.15, cmp.INCONCLUSIVE),
-        (cmp.REGRESSION, 0.60, cmp.REGRESSION),  # significant: seen however noisy
-        (cmp.SLOWER_TOLERATED, 0.60, cmp.SLOWER_TOLERATED),
+        (Verdict.NO_CHANGE, 0.05, Verdict.NO_CHANGE),  # could have seen 10 %: a real "no change"
+        (Verdict.NO_CHANGE, 0.10, Verdict.NO_CHANGE),  # exactly the tolerance: still seen
+        (Verdict.NO_CHANGE, 0.27, Verdict.INCONCLUSIVE),  # issue 32's msgspec-frombuffer × text-sonnet decode
+        (Verdict.NO_CHANGE, None, Verdict.INCONCLUSIVE),  # no interval at all
+        (Verdict.IMPROVEMENT, 0.15, Verdict.INCONCLUSIVE),
+        (Verdict.IMPROVEMENT, 0.05, Verdict.IMPROVEMENT),
+        (Verdict.FASTER_TOLERATED, 0.15, Verdict.INCONCLUSIVE),
+        (Verdict.REGRESSION, 0.60, Verdict.REGRESSION),  # significant: seen however noisy
+        (Verdict.SLOWER_TOLERATED, 0.60, Verdict.SLOWER_TOLERATED),
     ],
 )
 def test_powered_keeps_what_was_seen_and_refuses_what_could_not_be(verdict, detects, expected) -> None:
-    assert cmp.powered(verdict, detects, 0.10) == expected
+    assert verdicts.checked_for_power(verdict, detects, 0.10) == expected
 
 
 def test_a_noisy_paired_row_that_straddles_1_is_inconclusive_and_counted() -> None:
@@ -64,9 +65,9 @@ def test_a_noisy_paired_row_that_straddles_1_is_inconclusive_and_counted() -> No
     rows = {r.metric: r for r in comparison.rows}
     noisy, quiet = rows["decode_s"], rows["encode_s"]
     assert noisy.ci_low < 1 < noisy.ci_high and noisy.detectable > 0.10
-    assert noisy.verdict == cmp.INCONCLUSIVE and not noisy.decisive
+    assert noisy.verdict == Verdict.INCONCLUSIVE and not noisy.decisive
     assert noisy.rounds == 15 and noisy.threshold == 0.10
-    assert quiet.detectable <= 0.10 and quiet.verdict == cmp.NO_CHANGE and quiet.decisive
+    assert quiet.detectable <= 0.10 and quiet.verdict == Verdict.NO_CHANGE and quiet.decisive
     assert comparison.inconclusive == [noisy] and not comparison.regressions
     assert noisy in comparison.changes  # shown with --changes-only
 
@@ -75,16 +76,16 @@ def test_a_significant_regression_stays_one_however_wide_its_interval() -> None:
     base, head = {"decode_s": paired(1, spread=0.15)}, {"decode_s": paired(2, 1.8, spread=0.15)}
     (row,) = compared(base, head).rows
     assert row.ci_low > 1 and row.detectable > 0.10
-    assert row.verdict == cmp.REGRESSION
+    assert row.verdict == Verdict.REGRESSION
 
 
 def test_counts_and_exact_metrics_are_always_decisive() -> None:
     base = {"decode_instructions": metric([1000.0], "count"), "wire_bytes": metric([100.0], "bytes")}
     head = {"decode_instructions": metric([1000.0], "count"), "wire_bytes": metric([100.0], "bytes")}
     rows = {r.metric: r for r in compared(base, head).rows}
-    assert rows["decode_instructions"].verdict == cmp.NO_CHANGE
+    assert rows["decode_instructions"].verdict == Verdict.NO_CHANGE
     assert rows["decode_instructions"].detectable == 0.01  # a count detects its tolerance
-    assert rows["wire_bytes"].verdict == cmp.NO_CHANGE and rows["wire_bytes"].detectable is None
+    assert rows["wire_bytes"].verdict == Verdict.NO_CHANGE and rows["wire_bytes"].detectable is None
 
 
 def test_plain_runs_stay_indicative_and_become_inconclusive_when_too_noisy() -> None:
@@ -93,9 +94,9 @@ def test_plain_runs_stay_indicative_and_become_inconclusive_when_too_noisy() -> 
     base = {"encode_s": metric(samples(1)), "decode_s": metric(samples(3, sigma=0.4))}
     head = {"encode_s": metric(samples(2, 1.3)), "decode_s": metric(samples(4, sigma=0.4))}
     rows = {r.metric: r for r in compared(base, head).rows}
-    assert rows["encode_s"].verdict == cmp.SLOWER_INDICATIVE
-    assert rows["decode_s"].verdict == cmp.INCONCLUSIVE and rows["decode_s"].rounds is None
-    assert cmp.unpaired_verdict(cmp.INCONCLUSIVE) == cmp.INCONCLUSIVE
+    assert rows["encode_s"].verdict == Verdict.SLOWER_INDICATIVE
+    assert rows["decode_s"].verdict == Verdict.INCONCLUSIVE and rows["decode_s"].rounds is None
+    assert verdicts.unpaired_verdict(Verdict.INCONCLUSIVE) == Verdict.INCONCLUSIVE
 
 
 def test_where_counts_were_taken_they_decide_the_cpu_work_the_clock_could_not() -> None:
@@ -104,22 +105,22 @@ def test_where_counts_were_taken_they_decide_the_cpu_work_the_clock_could_not() 
     counts = {"decode_instructions": metric([1000.0], "count")}
     comparison = compared({**noisy, **counts}, {**noisy_head, **counts})
     rows = {r.metric: r for r in comparison.rows}
-    assert rows["decode_s"].verdict == cmp.COUNTS_DECIDE  # decode was counted
-    assert rows["encode_s"].verdict == cmp.INCONCLUSIVE  # encode was not
+    assert rows["decode_s"].verdict == Verdict.COUNTS_DECIDE  # decode was counted
+    assert rows["encode_s"].verdict == Verdict.INCONCLUSIVE  # encode was not
     assert comparison.inconclusive == [rows["encode_s"]]
-    ways = cmp.what_would_decide(comparison)
+    ways = verdicts.what_would_decide(comparison)
     # counts were taken: --measure instructions is not what would decide encode_s (an ipc case's
     # TTFT parts, say, beside its send and receive counts)
     assert not any(way.startswith("instruction counts") for way in ways)
     assert any("rounds" in way for way in ways) and any("quieter machine" in way for way in ways)
     uncounted = compared(noisy, noisy_head)
-    assert cmp.what_would_decide(uncounted)[0].startswith("instruction counts")
+    assert verdicts.what_would_decide(uncounted)[0].startswith("instruction counts")
 
 
 def test_rounds_to_decide_grows_with_the_square_of_the_width() -> None:
     base, head = {"decode_s": paired(1, spread=0.25)}, {"decode_s": paired(2, spread=0.25)}
     (row,) = compared(base, head).rows
-    needed = cmp.rounds_to_decide(row)
+    needed = verdicts.rounds_to_decide(row)
     scale = np.log1p(row.detectable) / np.log1p(0.10)
     assert needed == int(np.ceil(15 * scale**2)) and needed > 15
 

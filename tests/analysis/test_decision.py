@@ -10,8 +10,7 @@ from builders import memory_info
 from scipy.stats import trim_mean
 from test_compare import BASE_S, doc, metric, rec, samples
 
-from serbench.analysis import compare as cmp
-from serbench.analysis import decision
+from serbench.analysis import decision, estimates, ranking
 from serbench.model.results import Backend, Case, Record, Results, record
 from serbench.model.stats import summarize
 from serbench.present import text
@@ -170,7 +169,7 @@ def test_a_ratio_is_told_apart_only_where_its_whole_interval_lies_beyond_the_pra
     """One edge, not two: a noisy run whose point ratio crossed the margin while its interval
     still reaches into it ties, as a quieter run of the same code would."""
     ratio = (low * high) ** 0.5
-    assert cmp.tied("ttft_s", cmp.Estimate(ratio, low, high, 1)) is tie
+    assert ranking.tied("ttft_s", estimates.Estimate(ratio, low, high, 1)) is tie
 
 
 def test_a_noisy_difference_beyond_the_tie_whose_interval_reaches_into_it_is_a_tie() -> None:
@@ -233,7 +232,7 @@ def test_a_micro_difference_under_one_hundredth_of_a_payload_copy_is_a_tie() -> 
     for copy_s, tied_with_a in ((None, False), (30 * BASE_S, True)):
         data = micro_doc("images-4", copy_s)
         data.records.append(rec({"roundtrip_s": metric(samples(9, 50.0))}, "pickle", "images-4"))
-        places = {r.backend: r.place for r in cmp.ranking(data, "micro")}
+        places = {r.backend: r.place for r in ranking.ranking(data, "micro")}
         assert (places["b"] == places["a"] == "1=") is tied_with_a and places["c"] == "3"
 
 
@@ -325,7 +324,9 @@ def test_ttft_is_compared_by_trimmed_means_where_its_median_jumps_between_modes(
     assert np.median(b) / np.median(a) > 1.2
     found = _decided("ipc", "ttft_s", a, b, [5] * 6)
     assert chosen(found) == ["a", "b"]
-    assert found.chosen[1].estimate.ratio == pytest.approx(trim_mean(b, cmp.TRIM) / trim_mean(a, cmp.TRIM))
+    assert found.chosen[1].estimate.ratio == pytest.approx(
+        trim_mean(b, estimates.TRIM) / trim_mean(a, estimates.TRIM)
+    )
 
 
 def _slowed_visits(cost: float, slow: set[int], seed: int) -> list[float]:
@@ -343,7 +344,7 @@ def test_micro_is_compared_by_lower_quartiles_that_slow_spells_do_not_reach() ->
     apart, as two runs back to back did on the VM where medians changed their decision."""
     a = _slowed_visits(1e-4, {0, 4, 7}, seed=1)
     b = _slowed_visits(1.1e-4, {2, 5}, seed=2)
-    by_medians = cmp.ratio_estimate(metric(a, rounds=[2] * 9), metric(b, rounds=[2] * 9), pooled=True)
+    by_medians = estimates.ratio_estimate(metric(a, rounds=[2] * 9), metric(b, rounds=[2] * 9), pooled=True)
     assert by_medians[1] <= 1  # the interval of the medians' ratio holds 1
     found = _decided("micro", "roundtrip_s", a, b, [2] * 9)
     assert chosen(found) == ["a"]

@@ -10,7 +10,7 @@ from builders import memory_info
 from test_compare import doc, metric, rec, samples
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import ranking
 from serbench.model import results
 from serbench.model.results import Backend, Results
 from serbench.present import text
@@ -35,7 +35,7 @@ def ranked_doc() -> Results:
 
 
 def test_ranking_is_speedup_over_the_baseline_with_its_geometric_mean_and_interval() -> None:
-    ranked = compare.ranking(ranked_doc(), "micro", "pickle")
+    ranked = ranking.ranking(ranked_doc(), "micro", "pickle")
     assert [r.backend for r in ranked] == ["fast", "pickle", "slow"]
     assert [r.place for r in ranked] == ["1", "2", "3"]  # told apart: no tie
     fast = ranked[0]
@@ -43,7 +43,7 @@ def test_ranking_is_speedup_over_the_baseline_with_its_geometric_mean_and_interv
     assert fast.geomean.ratio == pytest.approx(math.sqrt(8.0), rel=0.02)
     assert fast.geomean.low < fast.geomean.ratio < fast.geomean.high
     assert (ranked[2].n, ranked[2].geomean.ratio) == (1, pytest.approx(0.5, rel=0.02))  # one workload
-    assert compare.ranking(ranked_doc(), "micro", "absent") == []
+    assert ranking.ranking(ranked_doc(), "micro", "absent") == []
 
 
 def test_rows_within_noise_share_a_rank() -> None:
@@ -51,7 +51,7 @@ def test_rows_within_noise_share_a_rank() -> None:
     data = doc(
         [rec({"roundtrip_s": metric(samples(seed, f))}, b) for seed, (b, f) in enumerate(factors.items())]
     )
-    ranked = compare.ranking(data, "micro", "pickle")
+    ranked = ranking.ranking(data, "micro", "pickle")
     assert [(r.backend, r.place) for r in ranked] == [
         ("a", "1="), ("b", "1="), ("c", "3="), ("d", "3="), ("pickle", "5"),
     ]  # fmt: skip
@@ -80,7 +80,7 @@ def memory_doc() -> Results:
 
 def test_the_memory_ranking_speaks_of_memory_leaves_text_out_and_ranks_variants_apart() -> None:
     data = memory_doc()
-    ranked = compare.ranking(data, "memory", "pickle")
+    ranked = ranking.ranking(data, "memory", "pickle")
     assert [(r.backend, r.place) for r in ranked] == [
         ("zero", "1"),
         ("pickle", "2"),

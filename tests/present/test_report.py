@@ -30,7 +30,7 @@ from PIL import Image
 from suite_paths import FIXTURES
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import verdicts
 from serbench.model import results
 from serbench.model.metrics import metric
 from serbench.model.results import (
@@ -223,7 +223,7 @@ def built(tmp_path_factory) -> tuple[Path, Results]:
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory, built) -> tuple[Path, compare.Comparison]:
+def compared(tmp_path_factory, built) -> tuple[Path, verdicts.Comparison]:
     """Head = base with pickle three times slower on ipc, the failed case fixed, a case added."""
     folder = tmp_path_factory.mktemp("compared")
     base_path = built[0] / "results.json"
@@ -239,7 +239,7 @@ def compared(tmp_path_factory, built) -> tuple[Path, compare.Comparison]:
         commands.main(["report", str(base_path), str(folder / "head.json"), "--out", str(folder / "page")])
         == 0
     )
-    return folder / "page", compare.compare(results.load(base_path), results.load(folder / "head.json"))
+    return folder / "page", verdicts.compare(results.load(base_path), results.load(folder / "head.json"))
 
 
 # ---------------------------------------------------------------- tests

@@ -20,7 +20,8 @@ from suite_paths import ROOT
 from test_compare import doc, metric, one, rec, samples
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import estimates, verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
 from serbench.gate import measure as gate
 from serbench.model import results
@@ -196,31 +197,31 @@ def counts(value: float) -> dict:
 
 def test_a_count_is_compared_with_its_own_tolerance_not_the_wall_clock_threshold() -> None:
     # A count is one exact number a side: 0.9 % more is slower, but within its 1 % tolerance.
-    assert one(counts(100_000), counts(100_900))["decode_instructions"].verdict == compare.SLOWER_TOLERATED
+    assert one(counts(100_000), counts(100_900))["decode_instructions"].verdict == Verdict.SLOWER_TOLERATED
     slower = one(counts(100_000), counts(101_500), max_regression=0.10)["decode_instructions"]
-    assert slower.verdict == compare.REGRESSION and slower.exact
+    assert slower.verdict == Verdict.REGRESSION and slower.exact
     assert slower.ratio == pytest.approx(1.015) and slower.detectable == pytest.approx(0.01)
-    assert one(counts(100_000), counts(96_000))["decode_instructions"].verdict == compare.IMPROVEMENT
+    assert one(counts(100_000), counts(96_000))["decode_instructions"].verdict == Verdict.IMPROVEMENT
     loose = one(counts(100_000), counts(104_000), overrides={"decode_instructions": 0.05})
-    assert loose["decode_instructions"].verdict == compare.SLOWER_TOLERATED
+    assert loose["decode_instructions"].verdict == Verdict.SLOWER_TOLERATED
 
 
 def test_the_minimum_detectable_effect_grows_with_the_interval() -> None:
     # A ±2 % interval: 1.96 standard errors below; 2.8 of them make about 2.9 %.
     expected = math.exp(math.log(1 / 0.98) * (1.95996 + 0.84162) / 1.95996) - 1
-    assert compare.detectable(1.0, 0.98, 1.02, False) == pytest.approx(expected, rel=1e-4)
-    assert compare.detectable(1.0, 0.99, 1.01, False) < compare.detectable(1.0, 0.98, 1.02, False)
+    assert estimates.detectable(1.0, 0.98, 1.02, False) == pytest.approx(expected, rel=1e-4)
+    assert estimates.detectable(1.0, 0.99, 1.01, False) < estimates.detectable(1.0, 0.98, 1.02, False)
     # A rate's interval reads the same.
-    assert compare.detectable(1.0, 0.98, 1 / 0.98, True) == pytest.approx(expected, rel=1e-4)
+    assert estimates.detectable(1.0, 0.98, 1 / 0.98, True) == pytest.approx(expected, rel=1e-4)
     # A lopsided interval (few rounds, one of them slow) is as blind as its wider half.
-    lopsided = compare.detectable(1.0, 0.99, 1.30, False)
-    assert lopsided == pytest.approx(compare.detectable(1.0, 1 / 1.30, 1.01, False)) and lopsided > 0.3
-    assert compare.detectable(1.0, None, None, False) is None
+    lopsided = estimates.detectable(1.0, 0.99, 1.30, False)
+    assert lopsided == pytest.approx(estimates.detectable(1.0, 1 / 1.30, 1.01, False)) and lopsided > 0.3
+    assert estimates.detectable(1.0, None, None, False) is None
 
 
 def test_every_timed_comparison_states_what_it_could_detect() -> None:
     base, head = doc([rec({"encode_s": metric(samples(1))})]), doc([rec({"encode_s": metric(samples(2))})])
-    comparison = compare.compare(base, head)
+    comparison = verdicts.compare(base, head)
     (row,) = comparison.rows
     assert 0 < row.detectable < 0.05  # 2 % noise per sample, 60 samples a side
     header, _, line, *_ = text.comparison_table(comparison, base, head).splitlines()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from serbench import cli as commands
-from serbench.analysis import compare
+from serbench.analysis import verdicts
 from serbench.cli import options
 from serbench.model import results
 from serbench.model.errors import UsageError
@@ -67,7 +67,7 @@ def test_the_plan_makes_one_case_per_value_and_the_file_keeps_it(tmp_path: Path)
 
 
 def test_compare_keys_by_it_and_the_tables_give_each_value_a_row() -> None:
-    comparison = compare.compare(_results(), _results(factor=2.0), strict=True)
+    comparison = verdicts.compare(_results(), _results(factor=2.0), strict=True)
     assert {r.case.workers for r in comparison.rows} == {1, 2} and not comparison.added
     shown = text.render(_results())
     assert "pickle workers=1" in shown and "pickle workers=2" in shown

@@ -15,7 +15,8 @@ import psutil
 import pytest
 from conftest import failing_in_background
 
-from serbench.analysis import compare as cmp
+from serbench.analysis import verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.links import shm
 from serbench.links.transport import IPC_PREFIX
 from serbench.model.profiles import PROFILES
@@ -90,9 +91,9 @@ def test_re_serializing_per_worker_is_caught_and_the_gate_flags_it(clean) -> Non
     assert set(bad.metrics["encode_calls"].values) == {2.0}  # one encode per worker
     base = _doc([record(case, metrics=good.metrics, info=good.info)])
     head = _doc([record(case, metrics=bad.metrics, info=bad.info)])
-    comparison = cmp.compare(base, head)
+    comparison = verdicts.compare(base, head)
     flagged = {row.metric: row.verdict for row in comparison.regressions}
-    assert flagged.get("encode_calls") == cmp.REGRESSION
+    assert flagged.get("encode_calls") == Verdict.REGRESSION
 
 
 def _crash(worker, step, decoded):

@@ -8,7 +8,8 @@ import msgspec
 import pytest
 from test_compare import doc
 
-from serbench.analysis import compare
+from serbench.analysis import verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.cli import main
 from serbench.model import results
 from serbench.model.results import Backend, Case, Record, record
@@ -63,15 +64,15 @@ def test_compare_keeps_transports_apart_and_an_old_file_matches_the_default() ->
     written = [{"scenario": "ipc", "backend": "pickle", "workload": "images-4", "metrics": {"ttft_s": ttft}}]
     old = msgspec.structs.replace(doc([]), records=results.decode(_schema_1(written)).records)
     new = doc([_ttft("pickle", "ipc", 0.2), _ttft("pickle", "shm", 0.05)])
-    comparison = compare.compare(old, new)
-    assert [(r.backend, r.verdict) for r in comparison.rows] == [("pickle", compare.NO_CHANGE)]
+    comparison = verdicts.compare(old, new)
+    assert [(r.backend, r.verdict) for r in comparison.rows] == [("pickle", Verdict.NO_CHANGE)]
     assert [case.row for case in comparison.added] == ["pickle@shm"]
     data = msgspec.structs.replace(new, backends={"pickle": Backend(safe=False)})
     assert "pickle@shm (unsafe)" in text.render(data)
 
 
 def test_reproduce_command_names_the_transport() -> None:
-    row = compare.compare(doc([_ttft("pickle", "shm", 0.1)]), doc([_ttft("pickle", "shm", 0.2)])).rows[0]
+    row = verdicts.compare(doc([_ttft("pickle", "shm", 0.1)]), doc([_ttft("pickle", "shm", 0.2)])).rows[0]
     command = text.reproduce_command(row, doc([]), doc([], git_commit="b" * 40))
     assert "--backends pickle --workloads images-4 --transport shm" in command
 
@@ -88,7 +89,7 @@ def test_reproduce_command_names_every_dimension_the_case_sets() -> None:
     case = Case("memory", "pickle", "images-8:repeat=0.5", transport="ipc", cache="lru")
     base = doc([results.record(case, metrics={"copies": summarize([1.0], "ratio")})])
     head = doc([results.record(case, metrics={"copies": summarize([2.0], "ratio")})], git_commit="b" * 40)
-    (row,) = [r for r in compare.compare(base, head).rows if r.metric == "copies"]
+    (row,) = [r for r in verdicts.compare(base, head).rows if r.metric == "copies"]
     command = text.reproduce_command(row, base, head)
     assert command.endswith("--workloads images-8:repeat=0.5 --cache lru") and "--transport" not in command
     fanned = msgspec.structs.replace(case, scenario="fanout", transport="shm-ring", workers=2, cache=None)

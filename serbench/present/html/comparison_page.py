@@ -1,6 +1,6 @@
 """The comparison page of two runs (base, head): verdicts, both environments, ratios per scenario.
 
-The page shows ``compare.compare``'s verdicts: per metric the ratio
+The page shows ``verdicts.compare``'s verdicts: per metric the ratio
 head/base with its interval, regressions and improvements marked; the
 statistics are compare's, not this module's (docs/architecture.md, Report).
 A row stands for its ``results.Case`` (``MetricComparison.case``); the ratio
@@ -13,7 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from serbench.analysis import compare
+from serbench.analysis import verdicts
+from serbench.analysis.verdicts import Verdict
 from serbench.model.metrics import metric
 from serbench.model.results import Case, Results
 from serbench.model.units import format_value
@@ -36,7 +37,7 @@ from serbench.present.html.run_page import Run, environment_section, failed_sect
 from serbench.scenarios import SCENARIOS
 
 
-def _ratio_text(row: compare.MetricComparison) -> str:
+def _ratio_text(row: verdicts.MetricComparison) -> str:
     if row.ratio is None:
         return DASH
     if row.ci_low is None or row.ci_high is None or row.exact:
@@ -44,14 +45,14 @@ def _ratio_text(row: compare.MetricComparison) -> str:
     return f"{row.ratio:.3f} <span class='ci'>[{row.ci_low:.3f} {DASH} {row.ci_high:.3f}]</span>"
 
 
-def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bool) -> str:
+def _comparison_row(row: verdicts.MetricComparison, look: Look, with_scenario: bool) -> str:
     def side(value: float | None) -> str:
         return DASH if value is None else format_value(value, row.unit)
 
     label = metric(row.metric).label + (" (exact)" if row.exact else "")
     first = f"<td>{e(row.case.scenario)}</td>" if with_scenario else ""
     verdict = row.verdict.replace(" ", "-")
-    badge = f"{verdict} moderate" if row.verdict == compare.INCONCLUSIVE else verdict
+    badge = f"{verdict} moderate" if row.verdict == Verdict.INCONCLUSIVE else verdict
     detects = DASH if row.detectable is None else f"{row.detectable:.1%}"
     return (
         f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
@@ -62,7 +63,7 @@ def _comparison_row(row: compare.MetricComparison, look: Look, with_scenario: bo
 
 
 def comparison_table(
-    rows: Sequence[compare.MetricComparison], look: Look, with_scenario: bool = False
+    rows: Sequence[verdicts.MetricComparison], look: Look, with_scenario: bool = False
 ) -> str:
     headers = [
         "backend",
@@ -78,7 +79,7 @@ def comparison_table(
     return table(["scenario", *headers] if with_scenario else headers, body, "numbers")
 
 
-def _ratio_figure(scenario: str, rows: Sequence[compare.MetricComparison], look: Look) -> bytes | None:
+def _ratio_figure(scenario: str, rows: Sequence[verdicts.MetricComparison], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.present.html import plots
 
@@ -100,7 +101,7 @@ def _ratio_figure(scenario: str, rows: Sequence[compare.MetricComparison], look:
 
 
 def _comparison_scenario(
-    scenario: str, rows: Sequence[compare.MetricComparison], workloads: list[str], look: Look
+    scenario: str, rows: Sequence[verdicts.MetricComparison], workloads: list[str], look: Look
 ) -> str:
     """The ratio figure and every row of one scenario, ordered like the run (workload, line)."""
     lines = list(look.drawn)
@@ -123,7 +124,7 @@ def _case_list(title: str, cases: Sequence[Case]) -> str:
     )
 
 
-def verdict_section(result: compare.Comparison, max_regression: float, look: Look) -> str:
+def verdict_section(result: verdicts.Comparison, max_regression: float, look: Look) -> str:
     """The headline: regressions and improvements first, then the inconclusive rows and what
     would decide them, then what differs in the set-ups."""
     bad, good, unsure = result.regressions, result.improvements, result.inconclusive
@@ -134,7 +135,7 @@ def verdict_section(result: compare.Comparison, max_regression: float, look: Loo
         f"{len(result.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
     )
     if unsure:
-        ways = "".join(f"<li>{e(way)}</li>" for way in compare.what_would_decide(result))
+        ways = "".join(f"<li>{e(way)}</li>" for way in verdicts.what_would_decide(result))
         summary += (
             "<p>Inconclusive: the comparison could not have seen a slowdown of the row's tolerance "
             "(its <i>detects</i>, the minimum detectable effect, is above it), so it claims neither "
@@ -181,7 +182,7 @@ def render_comparison(
 ) -> str:
     """The comparison page: verdicts, both environments, and per scenario the ratios head/base."""
     look = Look.of(base, head)
-    result = compare.compare(base, head, max_regression)
+    result = verdicts.compare(base, head, max_regression)
     runs = [Run("base", sources[0], base), Run("head", sources[1], head)]
     scenarios = unique(r.case.scenario for r in result.rows)
     workloads = unique(r.workload for d in (base, head) for r in d.records)

@@ -6,7 +6,7 @@ records of it, with the figures and tables the scenario declares
 metric name, so a metric missing from a file only drops its panel. Every case of the file lands
 in a table row (``data-case``), failed ones with their error, so nothing
 measured is hidden behind a figure. What a metric is called and how it is
-plotted is ``serbench.model.metrics``'; how noisy a run was is ``compare.spreads``,
+plotted is ``serbench.model.metrics``'; how noisy a run was is ``ranking.spreads``,
 the rule compare and the gate use (docs/architecture.md, Report).
 
 Everything here reads the typed model: ``results.Results`` and its
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from serbench.analysis import compare, decision
+from serbench.analysis import decision, ranking
 from serbench.model.metrics import metric
 from serbench.model.results import (
     Accelerator,
@@ -354,10 +354,10 @@ class Noise:
 
 
 def noise(data: Results) -> list[Noise]:
-    """Per scenario, in page order, the spreads ``compare.spreads`` counts (the rule compare and
+    """Per scenario, in page order, the spreads ``ranking.spreads`` counts (the rule compare and
     the gate use: sampled metrics with at least ``stats.MIN_DISTRIBUTION`` samples); a scenario
     with none is left out."""
-    per_scenario = compare.spreads(data)
+    per_scenario = ranking.spreads(data)
     return [Noise(s, per_scenario[s]) for s in _scenarios(data) if s in per_scenario]
 
 
@@ -453,7 +453,7 @@ def _workloads(data: Results, scenario: str) -> list[str]:
     return unique(r.workload for r in data.records if r.scenario == scenario)
 
 
-def _geomean_cell(r: compare.Ranked) -> str:
+def _geomean_cell(r: ranking.Ranked) -> str:
     if r.geomean is None:
         return "<td></td>"
     return f"<td><b>{r.geomean.ratio:.3g}×</b> {decision.interval_text(r.geomean)}</td>"
@@ -461,11 +461,11 @@ def _geomean_cell(r: compare.Ranked) -> str:
 
 def ranking_section(data: Results, baseline: str, look: Look) -> str:
     """Per scenario, rows ranked by the geometric mean (with its interval) of their factor
-    against ``baseline`` across workloads in its headline metric (``compare.ranking``): ties
+    against ``baseline`` across workloads in its headline metric (``ranking.ranking``): ties
     share a rank, variants come after; memory reads × the baseline, lower is better."""
     blocks = []
     for scenario in _scenarios(data):
-        ranked = compare.ranking(data, scenario, baseline)
+        ranked = ranking.ranking(data, scenario, baseline)
         if not ranked:
             continue
         workloads = _workloads(data, scenario)
@@ -524,7 +524,7 @@ def decision_section(data: Results, look: Look) -> str:
     return section("decision", "Decision: what to use", intro + table(headers, rows))
 
 
-def render(data: Results, source: str = "", baseline: str = compare.DEFAULT_BASELINE) -> str:
+def render(data: Results, source: str = "", baseline: str = ranking.DEFAULT_BASELINE) -> str:
     """The report page of one results document; the ranking is against ``baseline``."""
     look = Look.of(data)
     runs = [Run("this run", source, data)]
@@ -542,7 +542,7 @@ def render(data: Results, source: str = "", baseline: str = compare.DEFAULT_BASE
 
 
 def write_report(
-    data: Results, out_dir: Path, source: str = "", baseline: str = compare.DEFAULT_BASELINE
+    data: Results, out_dir: Path, source: str = "", baseline: str = ranking.DEFAULT_BASELINE
 ) -> Path:
     """Render ``data`` to ``out_dir/index.html``: what ``serbench run`` leaves beside results.json."""
     return write_page(render(data, source or str(out_dir / "results.json"), baseline), out_dir)
