@@ -231,7 +231,8 @@ def failing_in_background(fn: Callable, args: tuple) -> Callable[[], str]:
     """``fn(*args)`` started in a forked child (``run_isolated``) from a thread, for a test that
     kills part of the case; the function returned waits for the case and returns the one line it
     failed with (asserting that it failed, in one line)."""
-    from serbench.runtime.isolation import CaseFailed, run_isolated
+    from serbench.model.errors import CaseFailed
+    from serbench.runtime.isolation import run_isolated
 
     outcome: dict[str, BaseException] = {}
 

@@ -53,6 +53,7 @@ import msgspec
 import numpy as np
 
 from serbench.links import shm
+from serbench.model.errors import CacheError
 from serbench.runtime import lazy
 from serbench.workloads import Workload
 from serbench.workloads.messages import EngineCoreRequest, MultiModalKwargs, MultiModalKwargsItem
@@ -64,10 +65,6 @@ MODES = ("none", "lru", "shm")
 PREFIX = "\x00serbench-cache:"
 MIN_BYTES = 1024  # smaller tensors travel inline: a reference would be about as large
 ALIGN = 64
-
-
-class CacheError(RuntimeError):
-    """A reference the engine cannot resolve, or a cache used as it cannot be."""
 
 
 class Ref(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import psutil
 
+from serbench.model.errors import ShmError
+
 SHM_DIR = Path("/dev/shm")
 PREFIX = "serbench-shm-"
 NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]{{32}}")
@@ -52,10 +54,6 @@ ALIGN = 64  # each placed frame starts on a cache line
 INLINE_BELOW = 64 * 1024  # smaller frames go over ZeroMQ, which copies them into its own message anyway
 SPLIT_FROM = 1 << 20  # frames this large are copied by every copy thread, a slice each
 MAX_COPY_THREADS = 4
-
-
-class ShmError(RuntimeError):
-    """A region that cannot be made, mapped or used as asked; the message says why."""
 
 
 def _aligned(n: int) -> int:

@@ -52,6 +52,7 @@ import psutil
 import zmq
 
 from serbench.links.endpoints import tcp_endpoint
+from serbench.model.errors import TransportTimeout
 from serbench.runtime.isolation import kill_tree
 
 IPC_PREFIX = "serbench-ipc-"
@@ -61,10 +62,6 @@ DEFAULT_KIND = "ipc"
 DEFAULT_BIND = "tcp://127.0.0.1:5555"  # where `serbench engine` listens unless told: loopback only
 PING = b""  # the empty message: its round trip is the transport's own floor
 LOOPBACK_NAMES = {"localhost"}
-
-
-class TransportTimeout(TimeoutError):
-    """Nothing arrived on a socket within the time allowed."""
 
 
 @dataclass(frozen=True)

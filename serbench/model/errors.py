@@ -4,6 +4,12 @@ Modules raise the error that names what went wrong; ``serbench.cli``
 catches ``SerbenchError`` (and ``specs.SpecError``, which the lower layers
 raise) and turns it into one line on stderr and its exit code. Nothing below
 the commands prints an error or exits.
+
+Every error serbench defines is a ``SerbenchError`` (tests/model/test_errors.py
+holds the few exceptions and why). Those a case raises while it measures
+(``EngineError``, ``ShmError``, ...) fail that case only: the run loop records
+the message and goes on. One that reaches the command line exits 2, as a step
+that could not run.
 """
 
 from __future__ import annotations
@@ -43,3 +49,36 @@ class VerificationError(SerbenchError):
     """A backend's round trip of the very messages a case would time differs from them: the case
     is not timed. Raised in the case's own process before timing; the message names the first
     difference."""
+
+
+class CaseFailed(SerbenchError):
+    """A case's isolated process raised, crashed or timed out; the message says which."""
+
+
+class MeasurementFailed(SerbenchError):
+    """A side of an RSS measurement raised, died or timed out; the message says which side and why."""
+
+
+class ShmError(SerbenchError):
+    """A shared-memory region that cannot be made, mapped or used as asked; the message says why."""
+
+
+class CacheError(SerbenchError):
+    """A cache reference the engine cannot resolve, or a cache used as it cannot be."""
+
+
+class TransportTimeout(SerbenchError, TimeoutError):
+    """Nothing arrived on a socket within the time allowed (a ``TimeoutError`` too, as the standard
+    library's socket timeouts are)."""
+
+
+class EngineError(SerbenchError):
+    """The engine process reported an error, refused the session, died or went silent."""
+
+
+class IntegrityError(SerbenchError):
+    """An engine output was wrong, duplicated, unexpected or never came."""
+
+
+class BroadcastError(SerbenchError):
+    """A fan-out worker died, hung or reported a wrong step; the message says which, in one line."""

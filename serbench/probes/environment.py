@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 
 import serbench
+from serbench.model.errors import CaseFailed
 from serbench.model.results import Accelerator, Device, Environment
 from serbench.probes import system
 from serbench.runtime import lazy, provenance
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 

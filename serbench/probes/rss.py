@@ -51,6 +51,7 @@ from typing import Any
 
 import psutil
 
+from serbench.model.errors import MeasurementFailed
 from serbench.probes.heap import fresh_memory, release_free_memory
 from serbench.runtime.isolation import kill_tree
 
@@ -59,10 +60,6 @@ MAX_TIMELINE_POINTS = 400
 EXIT_GRACE_S = 1.0  # for a released side to exit by itself before it is killed
 
 _context = mp.get_context("fork")
-
-
-class MeasurementFailed(RuntimeError):
-    """A side raised, died or timed out; the message says which side and why."""
 
 
 def status_bytes(field: str, pid: int | str = "self") -> int:

@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 
 from serbench.model import metrics
-from serbench.model.errors import Terminated
+from serbench.model.errors import CaseFailed, Terminated
 from serbench.model.profiles import Profile
 from serbench.model.results import (
     Accelerator,
@@ -67,7 +67,7 @@ from serbench.model.results import (
 )
 from serbench.probes import environment, instructions
 from serbench.runner import protocol
-from serbench.runtime.isolation import CaseFailed, Zygote, error_text, run_isolated
+from serbench.runtime.isolation import Zygote, error_text, run_isolated
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import conformance, declared_safety, describe, get_serializer, tensors
 from serbench.workloads import get_workload

@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from serbench.model.errors import Terminated
+from serbench.model.errors import CaseFailed, Terminated
 from serbench.runtime import lazy
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy), where it is used
@@ -38,10 +38,6 @@ torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy), w
 _context = mp.get_context("fork")
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 GRACE_S = 2.0  # how long an ended child may take to clean up before it is killed
-
-
-class CaseFailed(Exception):
-    """The isolated function raised, crashed or timed out; the message says which."""
 
 
 def _unwind(signum: int, frame: object) -> None:

@@ -10,9 +10,9 @@ before. ``check`` refuses, before any case runs, what this machine cannot do
 
 from __future__ import annotations
 
-from serbench.model.errors import UsageError
+from serbench.model.errors import CaseFailed, UsageError
 from serbench.model.profiles import Profile
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios.base import Option
 from serbench.scenarios.engine.staging import PIN_MODES, Staging, parse_device, unavailable
 

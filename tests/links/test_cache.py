@@ -13,13 +13,13 @@ import pytest
 from segments import left_named
 
 from serbench.links import cache, shm
+from serbench.model.errors import CacheError, EngineError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
 from serbench.runner.matrix import Plan, execute
 from serbench.scenarios import SCENARIOS, dimensions
 from serbench.scenarios.engine import server
 from serbench.scenarios.engine.client import open_link
-from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Settings, measure
 from serbench.serializers import BUILTINS, conformance, get_serializer
 from serbench.workloads import get_workload
@@ -148,7 +148,7 @@ def test_a_reference_to_an_evicted_hash_is_a_one_line_error() -> None:
         message, _ = front.prepare(request, cache.digests(request, known))
         if i == 0:
             engine.resolve(message)
-    with pytest.raises(cache.CacheError) as caught:
+    with pytest.raises(CacheError) as caught:
         engine.resolve(message)
     assert "\n" not in str(caught.value)
     assert "no longer holds (evicted or never sent)" in str(caught.value)

@@ -18,9 +18,9 @@ import pytest
 from segments import left_named
 
 from serbench.links import shm
+from serbench.model.errors import EngineError, ShmError
 from serbench.model.profiles import PROFILES
 from serbench.scenarios.base import Case
-from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Ipc, Settings, measure
 from serbench.scenarios.memory import Memory
 from serbench.serializers import get_serializer
@@ -70,9 +70,9 @@ def test_ring_waits_when_full_and_refuses_what_can_never_fit() -> None:
     assert ring.allocate(600) is None  # full: the caller waits for a release
     ring.release(first.id)
     assert ring.allocate(600) is not None
-    with pytest.raises(shm.ShmError, match="cannot fit"):
+    with pytest.raises(ShmError, match="cannot fit"):
         ring.allocate(2000)
-    with pytest.raises(shm.ShmError, match="not held"):
+    with pytest.raises(ShmError, match="not held"):
         ring.release(first.id)
 
 
@@ -95,10 +95,10 @@ def test_region_is_private_unguessable_and_read_only_for_the_engine(shm_sandbox:
             frames[1][0] = 1  # the engine cannot write into the frontend's memory
         del frames
         engine.close()
-        with pytest.raises(shm.ShmError, match="expected 1048577"):
+        with pytest.raises(ShmError, match="expected 1048577"):
             shm.Region.attach(region.name, region.size + 1)
     assert not path.exists()
-    with pytest.raises(shm.ShmError, match="not a serbench"):
+    with pytest.raises(ShmError, match="not a serbench"):
         shm.Region.attach("../../etc/passwd", 1)
 
 

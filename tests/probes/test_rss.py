@@ -9,8 +9,9 @@ import numpy as np
 import psutil
 import pytest
 
+from serbench.model.errors import MeasurementFailed
 from serbench.probes import rss
-from serbench.probes.rss import MeasurementFailed, Side, measure
+from serbench.probes.rss import Side, measure
 
 MiB = 1 << 20
 # What a side's run costs beside the allocation it measures: pages of code it runs for the

@@ -15,10 +15,11 @@ import psutil
 import pytest
 
 from serbench.model import results
+from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.present.text import render
 from serbench.runner.matrix import Plan, execute
-from serbench.runtime.isolation import CaseFailed, Zygote, run_isolated
+from serbench.runtime.isolation import Zygote, run_isolated
 
 FAST = dataclasses.replace(
     PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=20

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from serbench.model.errors import VerificationError
+from serbench.model.errors import EngineError, VerificationError
 from serbench.model.profiles import PROFILES
 from serbench.runner.matrix import Plan, execute
-from serbench.scenarios.engine.protocol import EngineError
 from serbench.scenarios.ipc import Settings, measure
 from serbench.serializers import conformance, get_serializer
 from serbench.workloads import get_workload

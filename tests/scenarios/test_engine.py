@@ -27,13 +27,14 @@ from serbench.cli import options
 from serbench.links import transport
 from serbench.links.transport import DEFAULT_BIND
 from serbench.model import errors
+from serbench.model.errors import CaseFailed, EngineError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import load as load_results
 from serbench.present.text import serving_report
 from serbench.runner.matrix import Plan, execute
-from serbench.runtime.isolation import CaseFailed, kill_tree, run_isolated
+from serbench.runtime.isolation import kill_tree, run_isolated
 from serbench.scenarios.engine.client import EngineLink
-from serbench.scenarios.engine.protocol import Control, EngineError
+from serbench.scenarios.engine.protocol import Control
 from serbench.scenarios.engine.server import Engine, open_session
 from serbench.scenarios.ipc import Ipc, Settings, measure
 from serbench.serializers import get_serializer

@@ -19,10 +19,11 @@ from serbench.analysis import verdicts
 from serbench.analysis.verdicts import Verdict
 from serbench.links import shm
 from serbench.links.transport import IPC_PREFIX
+from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case, Environment, Results, record
 from serbench.runner.matrix import Plan
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.base import TRANSPORT
 from serbench.scenarios.fanout import broadcast

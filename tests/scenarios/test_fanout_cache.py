@@ -13,9 +13,10 @@ import pytest
 from test_gate import assert_the_gate_judges_the_fault
 
 from serbench.links import cache
+from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.fanout import cached as fanout_cache
 from serbench.workloads import get_workload

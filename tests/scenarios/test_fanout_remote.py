@@ -24,9 +24,10 @@ from conftest import _no_children_left, failing_in_background
 
 from serbench.cli import main
 from serbench.links import shm
+from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.fanout import broadcast
 

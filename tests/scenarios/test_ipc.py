@@ -20,11 +20,12 @@ import pytest
 import zmq
 
 from serbench.links import transport
+from serbench.model.errors import EngineError, IntegrityError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case, Record, Results, Sweep, SweepPoint, record
 from serbench.model.stats import MIN_DISTRIBUTION
 from serbench.scenarios import ipc
-from serbench.scenarios.engine.protocol import Control, EngineError, IntegrityError
+from serbench.scenarios.engine.protocol import Control
 from serbench.scenarios.ipc import Settings, load, measure
 from serbench.scenarios.ipc.load import Tracked, account
 from serbench.workloads import get_workload, output_token

@@ -13,10 +13,10 @@ import pytest
 from suite_paths import ROOT
 
 from serbench.analysis import attribution
+from serbench.model.errors import IntegrityError
 from serbench.model.metrics import metric
 from serbench.model.results import Case
 from serbench.probes import instructions
-from serbench.scenarios.engine.protocol import IntegrityError
 from serbench.scenarios.engine.staging import Staging
 from serbench.scenarios.ipc import counted as ipc_counted
 

@@ -22,7 +22,7 @@ import torch
 import zmq
 
 from serbench import cli as commands
-from serbench.model.errors import UsageError
+from serbench.model.errors import EngineError, UsageError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Accelerator, Device, Phase
 from serbench.present.html.run_page import accelerator_rows
@@ -31,7 +31,7 @@ from serbench.runner.matrix import Plan, execute
 from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import device
 from serbench.scenarios.engine.client import open_link
-from serbench.scenarios.engine.protocol import Control, EngineError, request_checksum
+from serbench.scenarios.engine.protocol import Control, request_checksum
 from serbench.scenarios.engine.server import open_session
 from serbench.scenarios.engine.staging import Stager, Staging, parse_device, recv_pinned, unavailable
 from serbench.scenarios.ipc import Settings, measure

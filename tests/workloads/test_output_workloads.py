@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from serbench.model import results
+from serbench.model.errors import IntegrityError
 from serbench.model.metrics import measured
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Record, StreamInfo
 from serbench.model.specs import SpecError
 from serbench.scenarios.base import Case
-from serbench.scenarios.engine.protocol import IntegrityError
 from serbench.scenarios.ipc import stream
 from serbench.scenarios.ipc.load import Tracked, account
 from serbench.scenarios.micro import Micro

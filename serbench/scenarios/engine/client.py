@@ -35,8 +35,9 @@ from typing import Any
 import zmq
 
 from serbench.links import cache, shm, transport
+from serbench.model.errors import EngineError, IntegrityError, ShmError
 from serbench.runtime.isolation import kill_tree
-from serbench.scenarios.engine.protocol import Control, EngineError, IntegrityError, control, parse_control
+from serbench.scenarios.engine.protocol import Control, control, parse_control
 
 log = logging.getLogger("serbench.scenarios.engine")
 clock = time.perf_counter
@@ -111,7 +112,7 @@ class EngineLink:
             raise IntegrityError("the engine released shared memory this link never placed")
         try:
             self.placer.release(ctrl.data.get("block"))
-        except shm.ShmError as exc:
+        except ShmError as exc:
             raise IntegrityError(f"engine: {exc}") from None
         return True
 

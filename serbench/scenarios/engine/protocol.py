@@ -41,14 +41,6 @@ MAX_STEP_S = 10.0  # the longest step a ``start`` may ask for
 clock = time.perf_counter
 
 
-class EngineError(RuntimeError):
-    """The engine reported an error, refused the session, died or went silent."""
-
-
-class IntegrityError(RuntimeError):
-    """An output was wrong, duplicated, unexpected or never came."""
-
-
 class Control(msgspec.Struct, array_like=True, omit_defaults=True):
     """Frame 0 of every non-empty message: what it is and which session it belongs to."""
 

@@ -67,6 +67,7 @@ import zmq
 
 from serbench.links import cache, shm, transport
 from serbench.links.transport import Addresses
+from serbench.model.errors import CacheError, ShmError, TransportTimeout
 from serbench.model.specs import parse_spec
 from serbench.probes.heap import fresh_memory, release_free_memory
 from serbench.scenarios.engine.protocol import (
@@ -212,7 +213,7 @@ def _cache(ctrl: Control, bind_address: str, shared_frames: bool) -> cache.Engin
         raise ValueError(f"refusing a shared-memory cache on non-loopback {bind_address}: it is one host's")
     try:
         store = shm.Region.attach(wanted.get("name"), wanted.get("size"))
-    except (shm.ShmError, TypeError) as exc:
+    except (ShmError, TypeError) as exc:
         raise ValueError(f"cache store: {exc}") from None
     return cache.EngineCache("shm", capacity, region=store)
 
@@ -228,7 +229,7 @@ def _attach(ctrl: Control, bind_address: str) -> shm.Region | None:
         raise ValueError(f"bad shm in start message: {shared!r}")
     try:
         return shm.Region.attach(shared.get("name"), shared.get("size"))
-    except (shm.ShmError, TypeError) as exc:
+    except (ShmError, TypeError) as exc:
         raise ValueError(str(exc)) from None
 
 
@@ -268,7 +269,7 @@ class Engine:
             pinned = session is not None and session.stager is not None and session.stager.receives_pinned
             try:
                 frames = (session.stager.receive if pinned else transport.recv)(self.requests, POLL_S)
-            except transport.TransportTimeout:
+            except TransportTimeout:
                 continue
             except ValueError as exc:
                 self.events.put(("error", session.id, f"engine could not receive a request: {exc}"))
@@ -310,7 +311,7 @@ class Engine:
         try:
             request, resolved = decode_request(session, ctrl, frames)
             decoded = clock()
-        except cache.CacheError as exc:
+        except CacheError as exc:
             self.events.put(("error", session.id, f"engine cache: {exc}"))
             return
         except Exception as exc:
@@ -513,7 +514,7 @@ def decode_request(session: Session, ctrl: Control, frames: list) -> tuple[Any, 
     """A request message's frames (after its header) as the engine holds the request: its
     shared-memory references gathered, decoded by the session's backend, its cache references
     filled in (with what the cache resolved; None without a cache). Raises what those raise
-    (``cache.CacheError`` for a reference the cache cannot resolve)."""
+    (``CacheError`` for a reference the cache cannot resolve)."""
     placed = ctrl.data.get("shm")
     if placed is not None:
         frames = _placed_frames(session, placed, frames)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from serbench.links import transport
+from serbench.model.errors import TransportTimeout
 from serbench.runtime import lazy
 from serbench.scenarios.engine.protocol import parse_control
 from serbench.workloads.tree import is_array, map_leaves
@@ -160,7 +160,7 @@ class Stager:
         nothing arrives; ValueError if the sizes do not match the frames.
         """
         if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
-            raise transport.TransportTimeout(f"nothing received within {timeout_s:g} s")
+            raise TransportTimeout(f"nothing received within {timeout_s:g} s")
         header = sock.recv(copy=False)
         if not sock.getsockopt(zmq.RCVMORE):
             return [header]

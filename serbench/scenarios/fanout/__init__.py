@@ -54,6 +54,7 @@ import msgspec
 import numpy as np
 
 from serbench.links import cache, shm, transport
+from serbench.model.errors import BroadcastError
 from serbench.model.metrics import measured, statistic
 from serbench.model.profiles import Profile
 from serbench.model.results import FanoutInfo, Results
@@ -246,7 +247,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
     mode = caching.mode(case)
     remote = profile.options.get("fanout_rendezvous") or ""
     if remote and mode == "shm":
-        raise broadcast.BroadcastError("--cache shm: remote workers cannot map this host's shared memory")
+        raise BroadcastError("--cache shm: remote workers cannot map this host's shared memory")
     prefills, schedule = case_steps(case.workload, batch, decode_steps, mode)
     workload = schedule.workload
     per_round = 1 + decode_steps

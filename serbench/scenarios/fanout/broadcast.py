@@ -64,6 +64,7 @@ import zmq
 
 from serbench.links import shm
 from serbench.links.endpoints import tcp_endpoint
+from serbench.model.errors import BroadcastError, ShmError
 from serbench.runtime import lazy
 from serbench.serializers.base import quiet_readonly_views
 
@@ -77,10 +78,6 @@ WAKE_POLL_S = 0.005
 PEER_GRACE_S = 2.0  # a gloo call failed: how long the group has to learn which worker died
 
 clock = time.perf_counter  # CLOCK_MONOTONIC: one clock for every process of a host
-
-
-class BroadcastError(RuntimeError):
-    """A worker died, hung or reported a wrong step; the message says which, in one line."""
 
 
 class Envelope(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -347,9 +344,7 @@ def _map(name: str, size: int, writable: bool, create: bool = False) -> mmap.mma
         else:
             info = os.fstat(fd)
             if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077 or info.st_size != size:
-                raise shm.ShmError(
-                    f"shared memory {name!r} is not the private region of {size} bytes expected"
-                )
+                raise ShmError(f"shared memory {name!r} is not the private region of {size} bytes expected")
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         return mmap.mmap(fd, size, mmap.MAP_SHARED | mmap.MAP_POPULATE, prot)
     except BaseException:
@@ -413,10 +408,10 @@ class ShmRing(Sender):
         large = [(i, memoryview(f).cast("B")) for i, f in enumerate(frames) if _nbytes(f) >= OOB_FROM]
         if large:
             if self.arena is None:
-                raise shm.ShmError("a large frame and no arena: the route was sized for another message")
+                raise ShmError("a large frame and no arena: the route was sized for another message")
             block = self.arena.allocate(sum(_aligned(v.nbytes) for _, v in large))
             if block is None:
-                raise shm.ShmError("the arena is full although every slot was read")
+                raise ShmError("the arena is full although every slot was read")
             self.blocks[slot] = block.id
             base = self.route.slots * self.route.slot_bytes
             offset = block.offset
@@ -430,7 +425,7 @@ class ShmRing(Sender):
         inline = [memoryview(f).cast("B") for i, f in enumerate(frames) if i not in placed]
         body = msgspec.msgpack.encode((msgspec.structs.replace(envelope, refs=refs), inline))
         if len(body) + 8 > self.route.slot_bytes:
-            raise shm.ShmError(
+            raise ShmError(
                 f"a step's in-slot part ({len(body)} bytes) exceeds a ring slot ({self.route.slot_bytes})"
             )
         start = slot * self.route.slot_bytes

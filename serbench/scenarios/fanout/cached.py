@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from serbench.links import cache, shm
+from serbench.model.errors import CacheError
 from serbench.scenarios.fanout import broadcast
 from serbench.scenarios.fanout.steps import StepInput, check_step
 
@@ -84,13 +85,13 @@ class CoreCache:
         for ack in acks:
             seen = ack.cache
             if seen is None or (seen.lookups, seen.hits) != (first.lookups, first.hits):
-                raise cache.CacheError(
+                raise CacheError(
                     f"step {step.step}: worker {ack.worker}'s cache resolved {seen and seen.hits} of "
                     f"{seen and seen.lookups} tensors, worker {acks[0].worker}'s {first.hits} of "
                     f"{first.lookups}: the workers' caches disagree"
                 )
         if first.lookups != prepared.lookups:
-            raise cache.CacheError(
+            raise CacheError(
                 f"step {step.step}: the workers met {first.lookups} cacheable tensors, the core "
                 f"{prepared.lookups}"
             )
@@ -105,7 +106,7 @@ class CoreCache:
         for index, held in enumerate(self.workers):
             why = cache.mirror_disagreement(self.front, held.evictions, f"worker {index}", "core")
             if why is not None:
-                raise cache.CacheError(why)
+                raise CacheError(why)
 
 
 def halves(mode: str, capacity: int, transport_kind: str) -> tuple[CoreCache | None, WorkerCache | None]:

@@ -33,17 +33,9 @@ from typing import Any
 import msgspec
 import zmq
 
+from serbench.model.errors import BroadcastError
 from serbench.runtime.isolation import end_trees
-from serbench.scenarios.fanout.broadcast import (
-    Ack,
-    Acks,
-    BroadcastError,
-    Route,
-    TorchDist,
-    clock,
-    error_line,
-    remote_route,
-)
+from serbench.scenarios.fanout.broadcast import Ack, Acks, Route, TorchDist, clock, error_line, remote_route
 from serbench.scenarios.fanout.workgroup import (
     READY_TIMEOUT_S,
     Group,
@@ -290,7 +282,7 @@ def _joined(group: RemoteGroup, case: dict[str, Any]) -> Group:
     group.enlist(case)
     try:
         group.sender.open()
-    except RuntimeError as exc:  # a worker that could not join says why, else gloo's timeout
+    except (RuntimeError, BroadcastError) as exc:  # a worker says why it could not join, else gloo's error
         group.pump(0.5)
         group.failed_setup({})
         raise BroadcastError(

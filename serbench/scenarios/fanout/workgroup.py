@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import zmq
 
+from serbench.model.errors import BroadcastError
 from serbench.probes.heap import fresh_memory, release_free_memory
 from serbench.probes.rss import live_memory, peak_above, proportional, reset_peak
 from serbench.runtime import lazy
@@ -41,7 +42,6 @@ from serbench.scenarios.fanout.broadcast import (
     SENDERS,
     Ack,
     Acks,
-    BroadcastError,
     Resolution,
     Route,
     Sender,

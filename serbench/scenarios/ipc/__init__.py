@@ -72,6 +72,7 @@ import psutil
 
 from serbench.links import cache, shm, transport
 from serbench.model import metrics
+from serbench.model.errors import IntegrityError
 from serbench.model.profiles import Profile
 from serbench.model.results import DEFAULT_TRANSPORT, IpcInfo, Results, ipc_ratios
 from serbench.model.views import MEDIAN, P99, Figure, Table
@@ -88,7 +89,7 @@ from serbench.scenarios.base import (
     positive_int,
 )
 from serbench.scenarios.engine.client import EngineLink, Sender, open_link
-from serbench.scenarios.engine.protocol import MAX_STEP_S, IntegrityError
+from serbench.scenarios.engine.protocol import MAX_STEP_S
 from serbench.scenarios.engine.staging import Staging
 from serbench.scenarios.ipc import counted as ipc_counted
 from serbench.scenarios.ipc import stream

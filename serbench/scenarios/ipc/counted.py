@@ -42,17 +42,12 @@ from typing import Any
 
 from serbench.links import shm
 from serbench.model import metrics
+from serbench.model.errors import IntegrityError
 from serbench.model.results import IpcCountedInfo
 from serbench.probes import instructions
 from serbench.scenarios.base import Outcome
 from serbench.scenarios.engine.client import EngineLink
-from serbench.scenarios.engine.protocol import (
-    IntegrityError,
-    control,
-    frames_checksum,
-    parse_control,
-    request_checksum,
-)
+from serbench.scenarios.engine.protocol import control, frames_checksum, parse_control, request_checksum
 from serbench.scenarios.engine.server import Session, decode_request, open_session
 from serbench.serializers import Serializer, conformance, get_serializer
 from serbench.workloads import get_workload

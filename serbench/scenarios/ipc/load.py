@@ -38,16 +38,11 @@ import numpy as np
 
 from serbench.links import cache
 from serbench.model import metrics
+from serbench.model.errors import IntegrityError
 from serbench.model.results import Serving, Sweep, SweepPoint
 from serbench.model.stats import Measurement
 from serbench.scenarios.engine.client import STALL_TIMEOUT_S, EngineLink, Sender
-from serbench.scenarios.engine.protocol import (
-    Control,
-    IntegrityError,
-    clock,
-    frames_checksum,
-    request_checksum,
-)
+from serbench.scenarios.engine.protocol import Control, clock, frames_checksum, request_checksum
 from serbench.serializers import Serializer
 from serbench.workloads import Workload, output_token
 from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, FlatEngineCoreOutputs

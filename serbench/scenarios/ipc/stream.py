@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from serbench.model import metrics
+from serbench.model.errors import IntegrityError
 from serbench.model.results import Record, StreamInfo
 from serbench.model.specs import Spec, format_spec, parse_spec
 from serbench.scenarios.base import Outcome
 from serbench.scenarios.engine.client import STALL_TIMEOUT_S, open_link
-from serbench.scenarios.engine.protocol import IntegrityError, request_checksum
+from serbench.scenarios.engine.protocol import request_checksum
 from serbench.scenarios.ipc.load import Tracked, account
 from serbench.serializers import Serializer, get_serializer
 from serbench.workloads import Workload, get_workload

@@ -70,6 +70,7 @@ import msgspec
 import zmq
 
 from serbench.links import cache, shm, transport
+from serbench.model.errors import TransportTimeout
 from serbench.model.metrics import measured
 from serbench.model.profiles import Profile
 from serbench.model.results import MemoryInfo, Phase, Verification
@@ -262,7 +263,7 @@ def engine_receive(route: Route, engine: EngineSide) -> tuple[list[Any], int]:
             frames, engine.region = _gather_placed(frames)
         return frames, 0
     if not engine.pull.poll(int(RECV_TIMEOUT_S * 1000), zmq.POLLIN):
-        raise transport.TransportTimeout(f"nothing received within {RECV_TIMEOUT_S:g} s")
+        raise TransportTimeout(f"nothing received within {RECV_TIMEOUT_S:g} s")
     return recv_pinned(engine.pull, route.sizes), sum(route.sizes)
 
 

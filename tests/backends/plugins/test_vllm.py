@@ -16,11 +16,11 @@ import pytest
 import torch
 from conftest import NEEDS_VLLM
 
+from serbench.model.errors import IntegrityError
 from serbench.model.results import Accelerator
 from serbench.model.specs import SpecError
 from serbench.plugins.vllm import adapter
 from serbench.probes import environment
-from serbench.scenarios.engine.protocol import IntegrityError
 from serbench.scenarios.ipc import stream
 from serbench.scenarios.ipc.load import Tracked, account
 from serbench.serializers import DecodeError, conformance, get_serializer

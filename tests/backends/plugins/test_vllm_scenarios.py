@@ -15,11 +15,12 @@ import pytest
 from conftest import NEEDS_VLLM
 
 from serbench.links import cache
+from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
 from serbench.plugins.vllm import adapter
 from serbench.runner import matrix as runner
-from serbench.runtime.isolation import CaseFailed, run_isolated
+from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import fanout
 from serbench.scenarios.base import Outcome
 from serbench.scenarios.ipc import Settings, measure
