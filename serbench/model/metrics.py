@@ -22,22 +22,14 @@ from serbench.model.stats import MIN_DISTRIBUTION, Measurement, summarize
 # factor (1.1 by default) as well as beyond noise.
 PRACTICAL_TIE = 0.05
 
-# micro's encode + decode, its backends timed in turn in one process a round and compared by the
-# median of their per-sample ratios, reproduces its ratios to a few per cent between runs
-# (text-sonnet, where msgspec-frombuffer and numpy-intermediate run the same code: 1.003-1.015
-# in six micro-only runs; flat-mmk / numpy-intermediate there 1.22-1.28), and its interval
-# already spans that: a margin of 2 % ties what two runs of one code read apart without tying
-# the 20 % that every run reproduced (docs/measurements).
+# micro's encode + decode, its backends timed in turn in one process, reproduces its ratios
+# closely between runs: this margin ties two backends that run the same code, and no more
+# (docs/measurements/2026-12-06-tie-edge.md).
 MICRO_TIE = 0.02
 
-# A decision's or ranking's tie in micro's encode + decode of a request that carries a payload
-# is also a difference under this fraction of one plain copy of that payload (micro's
-# ``copy_s``, the same run's): every transport moves the payload at least once, so what a
-# serializer costs beyond 1 % of that copy changes no request's latency. The zero-copy backends'
-# round trips differ by 20-220 µs at images-32, 0.1-0.6 % of a copy (34-38 ms here), and by
-# 2-60 µs at images-4 (a copy: 4.1-4.6 ms); at the 2 % margin alone their ratios (1.04-1.25)
-# fell on either side of it from run to run, and micro's decision moved in each of four pairs
-# of default runs (docs/measurements). An in-band backend costs a copy or more.
+# micro's encode + decode of a payload also ties under this fraction of one plain copy of it
+# (``copy_s``): every transport moves the payload at least once, so less changes no request's
+# latency, and the zero-copy backends' gaps were that small (docs/measurements/2026-12-07-micro-copy-tie.md).
 COPY_TIE = 0.01
 
 # What two rows of one run are compared by (``Metric.center``).
@@ -116,10 +108,9 @@ class Metric:
         return self.tolerance is not None
 
 
-# In-band pickle writes each tensor's storage key, its address as decimal digits, into the
-# message: its size moves by a byte or two per tensor from process to process (an A/A gate read
-# pickle × images-4 at 38,542,444 and 38,542,438 bytes). 10 ppm hides that, and no change a
-# serializer could make to a payload of that size; below 100 kB it is less than a byte: exact.
+# In-band pickle writes each tensor's address as decimal digits into the message, so its size
+# moves by a byte or two from process to process; this hides that and no serializer's change,
+# and is under a byte for small messages (docs/measurements/2026-12-03-ipc-counts.md).
 BYTES_SLACK = 1e-5
 
 METRICS: dict[str, Metric] = {
@@ -164,9 +155,9 @@ METRICS: dict[str, Metric] = {
         Metric("oob_frames", "count", "out-of-band frames", resolution=0.0, log_axis=False),
         Metric("inline_arrays", "count", "arrays inline in the header", resolution=0.0, log_axis=False),
         Metric("payload_gb_per_s", "GB/s", "payload throughput", higher_is_better=True),
-        # micro --measure instructions: per call, under callgrind (docs/instructions.md). What is
-        # left of the process's history (pymalloc's pools) moved a count by up to 0.92 % in a real
-        # A/A gate (0.61 % in 20 A/A trials), so a change above 1 % is the code's
+        # micro --measure instructions: per call, under callgrind (docs/instructions.md). The
+        # process's history (pymalloc's pools) moves a count a little in A/A gates; above the
+        # tolerance the change is the code's (docs/measurements/2026-12-02-instructions.md)
         Metric("encode_instructions", "count", "encode instructions", tolerance=0.01, summary=True),
         Metric("decode_instructions", "count", "decode instructions", tolerance=0.01, summary=True),
         # ipc --measure instructions: per request, each side's path in the counting process
@@ -216,10 +207,9 @@ METRICS: dict[str, Metric] = {
             summary=True,
         ),
         # ipc
-        # Through real processes, a request at a time: between two default runs the TTFT ratio of two
-        # zero-copy backends at images-32 moved by up to 11-13 % (flat-mmk / numpy-intermediate 1.08
-        # then 0.97), so a difference under 10 % is a tie (issue 33's own bound for ratios two runs
-        # must reproduce, and the gate's default --max-regression)
+        # Through real processes, TTFT ratios move more between runs than micro's: a tie is issue
+        # 33's bound for ratios two runs must reproduce, and the gate's default --max-regression
+        # (docs/measurements/2026-12-04-decision-stability.md)
         Metric("ttft_s", "s", "TTFT", summary=True, headline=True, practical_tie=0.10, center=TRIMMED_MEAN),
         Metric("ttft_p99_s", "s", "TTFT p99", summary=True, statistic_of="ttft_s"),
         # TTFT's parts, per request (``encode_s`` above is the frontend's encode of it)
@@ -332,8 +322,8 @@ METRICS: dict[str, Metric] = {
         Metric(
             "decode_wire_bytes", "bytes", "wire bytes of a decode step", resolution=0.0, slack=BYTES_SLACK
         ),
-        # PSS in bytes moves by tens of kB with page sharing from process to process (an A/A gate
-        # read 266 kB against 302 kB): compared with a MiB's resolution; the copies are the measure
+        # PSS in bytes moves with page sharing from process to process: compared with a MiB's
+        # resolution; the copies are the measure (docs/measurements/fanout.md)
         Metric(
             "worker_pss_bytes",
             "bytes",
@@ -341,8 +331,8 @@ METRICS: dict[str, Metric] = {
             resolution=1 << 20,
             log_axis=False,
         ),
-        # The whole group's (N + 1 processes holding a step, or a cache): its page sharing moved
-        # by 1-2.5 MB between two runs of one revision of a cached case
+        # The whole group's (N + 1 processes holding a step, or a cache): its page sharing moves
+        # by megabytes between two runs of one revision (docs/measurements/cache.md)
         Metric(
             "group_pss_bytes",
             "bytes",
@@ -351,8 +341,8 @@ METRICS: dict[str, Metric] = {
             log_axis=False,
         ),
         Metric("worker_rss_copies", "ratio", "worker peak RSS / payload", resolution=0.01, log_axis=False),
-        # Worker PSS moves with page sharing as the bytes do: 0.011 copies (0.9 MB at images-8) in a
-        # fault-free gate, where 0.01 flagged it
+        # Worker PSS moves with page sharing as the bytes do: a resolution of 0.01 flagged a
+        # fault-free gate (docs/measurements/2026-12-03-test-time-and-stability.md)
         Metric("worker_pss_copies", "ratio", "worker PSS / payload", resolution=0.02, log_axis=False),
         Metric("worker_uss_copies", "ratio", "worker USS / payload", resolution=0.01, summary=True),
         Metric("group_pss_copies", "ratio", "core + workers PSS / payload", resolution=0.05, log_axis=False),

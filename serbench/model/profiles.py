@@ -40,10 +40,9 @@ class Profile:
         return max(1, math.ceil(count / self.split))
 
 
-# Rounds: quick's 3 are the fewest whose paired ratio is a median, not a mean: every visit of a
-# payload case pays its process, engine, request pool and references again (1-4 s at images-32 on
-# the 2-core VM at load 4-7), so more would lengthen a quick run by more than about 10 %.
-# full's 5 give its paired ratios five pairs.
+# Rounds: quick's 3 are the fewest whose paired ratio is a median, not a mean; every visit of a
+# payload case pays its process and engine again, so more would lengthen a quick run
+# (docs/measurements/2026-12-06-ipc-in-turns.md). full's 5 give its paired ratios five pairs.
 PROFILES = {
     "quick": Profile("quick", samples=15, min_sample_s=0.002, max_metric_s=0.4, case_timeout_s=120, rounds=3),
     "full": Profile("full", samples=60, min_sample_s=0.02, max_metric_s=5.0, case_timeout_s=900, rounds=5),

@@ -7,10 +7,9 @@ shared machine are skewed and multimodal.
 
 The binomial quantile is computed exactly, with integers, rather than with
 ``scipy.stats.binom`` (which the tests hold it to): importing ``scipy.stats``
-takes half a second in every case's process, which is forked before anything
-imports it, and allocates a slightly different number of objects from one
-process to the next, which a process that counts instructions cannot have
-(docs/instructions.md).
+would cost every case's process, which is forked before anything imports it,
+and allocates a slightly different number of objects from one process to the
+next, which a process that counts instructions cannot have (docs/instructions.md).
 """
 
 from __future__ import annotations

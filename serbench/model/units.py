@@ -12,7 +12,7 @@ MISSING = "—"
 
 
 def scale_for(unit: str, value: float) -> tuple[float, str]:
-    """Display factor and unit for ``value`` in ``unit``: (1e-3, "ms") for 0.0138 s."""
+    """Display factor and unit for ``value`` in ``unit``: ``scale_for("s", 0.0138) == (1e-3, "ms")``."""
     steps = SCALES.get(unit)
     if not steps:
         return 1.0, unit
@@ -24,7 +24,8 @@ def format_number(x: float) -> str:
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """``value`` in a readable scale with its unit: 1.38e-05 s → "13.8 µs"; None → "—"."""
+    """``value`` in a readable scale with its unit, "—" for None:
+    ``format_value(1.38e-05, "s") == "13.8 µs"``."""
     if value is None:
         return MISSING
     factor, shown = scale_for(unit, value)
