@@ -104,8 +104,8 @@ def _import(module_name: str) -> Any:
 
 def declared(name: str) -> Serializer | type:
     """What a backend declares (``safe``, ``description``) without building it where its factory
-    is a class, whose attributes they are: building the vLLM backend imports vLLM (15 s), and
-    ``serbench list`` answers without it. A factory function's backend is built."""
+    is a class, whose attributes they are: building the vLLM backend imports vLLM, which is slow,
+    and ``serbench list`` answers without it. A factory function's backend is built."""
     factory = _factory(parse_spec(name))
     return factory if isinstance(factory, type) else get_serializer(name)
 

@@ -309,8 +309,8 @@ def _memcmp() -> Callable[[int, int, int], int]:
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two contiguous byte arrays hold the same bytes: libc's ``memcmp``, one pass over
     each and nothing allocated (``np.array_equal`` writes a third array of their size, then reads
-    it: three times the time natively, more under callgrind, where the counted ipc path checks
-    308 MB a call)."""
+    it: slower natively, and more so under callgrind, where the counted ipc path checks a whole
+    images-32 payload a call)."""
     return a.size == b.size and (a.size == 0 or _memcmp()(a.ctypes.data, b.ctypes.data, a.size) == 0)
 
 

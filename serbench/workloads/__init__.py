@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 
 from serbench.model.specs import Spec, SpecError, call_with_options, format_spec, parse_spec
 from serbench.workloads.base import Running, Workload, output_token
+from serbench.workloads.sizes import SIZES, TensorSize
 from serbench.workloads.text import TextSonnet
 
 __all__ = [
@@ -26,14 +27,12 @@ __all__ = [
 
 
 # The counts built in by name. images-N: the default matrix, both ends (payload costs are linear
-# between, docs/workloads.md); outputs-B: the output sweep; tensor-N: the size sweep, one byte either
-# side of the backends' 256 B inline threshold and of pyzmq's 64 KiB copy threshold.
+# between, docs/workloads.md); outputs-B: the output sweep; tensor-N: the size sweep (``SIZES``).
 IMAGE_COUNTS = (4, 32)
 BATCHES = (1, 64, 256, 1024)
-SIZES = (64, 255, 256, 4 << 10, (64 << 10) - 1, 64 << 10, 1 << 20, 4 << 20, 64 << 20)
 
-# The factories import their workload's module when one is built, not with the registry: images,
-# outputs and tensors are made with torch, which naming workloads (the command line) must not pay.
+# The factories of images and outputs import their workload's module when one is built, not with
+# the registry: naming workloads (the command line) imports no more than it needs.
 
 
 def _images(count: int) -> Callable[..., Workload]:
@@ -63,8 +62,6 @@ def _outputs(batch: int) -> Callable[..., Workload]:
 
 def _tensor(size: int) -> Callable[..., Workload]:
     def factory(seed: str = "0") -> Workload:
-        from serbench.workloads.sizes import TensorSize  # torch: see above
-
         return TensorSize(size, seed)
 
     return factory

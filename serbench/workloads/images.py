@@ -1,44 +1,22 @@
 """``images-N``: one prompt with N images, as three vision models lay them out.
 
-Profiles (docs/architecture.md, "History"):
+Profiles (``PROFILES``, docs/architecture.md, "History"): ``gemma`` and ``llava`` send
+``pixel_values`` per image; ``qwen2-vl`` flattened patches (a flat field with slices), its
+``image_grid_thw`` and a ``second_per_grid_ts``.
 
-* ``gemma``: ``pixel_values`` float ``(3, 896, 896)`` per image (9.6 MB in float32);
-* ``qwen2-vl``: flattened patches ``(t·h·w, 1176)`` per image (flat field with
-  slices), ``image_grid_thw`` int64 ``(3,)`` and a ``second_per_grid_ts`` float;
-  about 24 MB per 1-Mpix image in float32;
-* ``llava``: ``pixel_values`` ``(3, 336, 336)``.
-
-Layouts (``layout=``):
-
-* ``compact`` (the default): serbench's own ``MultiModalKwargs``, items by
-  modality, each field one small array-like record;
-* ``vllm``: the shape of vLLM's ``MultiModalKwargsItems`` as its msgpack
-  codec writes them: per item a ``MultiModalFeatureSpec`` (hash, placeholder)
-  whose data is a list of field maps, each repeating modality and key and
-  carrying its field, a flat field with the slices of every item.
-
-The default stays compact so that results stay comparable with earlier runs;
+Layouts (``layout=``): ``compact`` (the default), serbench's own ``MultiModalKwargs``, items by
+modality, each field one small array-like record; ``vllm``, vLLM's ``MultiModalKwargsItems`` as
+its msgpack codec writes them: per item a ``MultiModalFeatureSpec`` whose field maps each repeat
+modality and key. The default stays compact so that results stay comparable with earlier runs;
 ``layout=vllm`` shows what the real metadata adds (docs/conformance.md).
 
-Pixel values are seeded random numbers, so a stale or corrupted buffer never
-passes for the real one.
-
-Repetition (docs/cache.md): every image has a key, (the request it first
-appeared in, its slot there), its pixels a pure function of the key, and its
-hash (``mm_hashes``, or the ``identifier`` of the vllm layout) is the hash of
-the key: the same image is the same bytes under the same hash in every
-request that sends it, and two different images never share a hash.
-
-* ``turns=T``: conversations of T requests; turn t (1-based) sends
-  ceil(N·t/T) images, the earlier turns' images again, in order, then new
-  ones (the last turn has N), the way chat clients resend a conversation;
-* ``repeat=R``: request i ≥ 1 sends round(R·N) of the previous request's
-  images again (chosen and placed by a seeded draw) and N − round(R·N) new
-  ones; request 0 is all new.
-
-``repeats(i)`` says how many images of request i were sent before (what an
-unbounded cache would find), ``defined_hit_ratio(n)`` the share over the
-first n requests: what a measured hit ratio is checked against.
+Pixel values are seeded random numbers, so a stale or corrupted buffer never passes for the real
+one. Every image has a key (the request it first appeared in, its slot there), its pixels and its
+hash (``mm_hashes``, or the vllm layout's ``identifier``) functions of the key: the same image is
+the same bytes under the same hash in every request that sends it, and two images never share a
+hash. ``turns`` and ``repeat`` send images again (``Images``, docs/cache.md); ``repeats(i)`` and
+``defined_hit_ratio(n)`` say what an unbounded cache would find, what a measured hit ratio is
+checked against.
 """
 
 from __future__ import annotations
@@ -94,7 +72,14 @@ PROFILES = {
 
 
 class Images(Workload):
-    """One request with ``count`` images of a model profile."""
+    """One request with ``count`` images of a model profile.
+
+    ``turns=T``: conversations of T requests; turn t (1-based) sends ceil(N·t/T) images, the
+    earlier turns' images again, in order, then new ones (the last turn has N), the way chat
+    clients resend a conversation. ``repeat=R``: request i ≥ 1 sends round(R·N) of the previous
+    request's images again (chosen and placed by a seeded draw) and N − round(R·N) new ones;
+    request 0 is all new.
+    """
 
     output_len = 16
 

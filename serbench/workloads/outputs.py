@@ -1,8 +1,7 @@
 """``outputs-B``: one engine step's output for B running requests, with or without logprobs.
 
-What the field reports as the cost of the output path (vLLM #57442, SGLang
-#32223): per-request logprob lists built, sent over IPC and turned back into
-objects at every step. Options:
+What the field reports as the cost of the output path (vLLM #57442, SGLang #32223):
+per-request logprob lists built, sent over IPC and turned back into objects at every step. Options:
 
 * ``logprobs=K`` — besides its sampled token, every request carries the
   sampled token's logprob plus the top-K alternatives (ids, logprobs) and the
@@ -13,13 +12,12 @@ objects at every step. Options:
   few contiguous arrays for the whole step plus per-request offsets, which
   the msgpack backends carry zero-copy.
 
-The sampled tokens are ``output_token(request_id, position)`` as in every
-workload; the alternatives and logprobs are a function of the sampled token
-and the rank, so a frontend checks a whole step with a few array operations
-(``check``). ``message(index)`` is the step at position ``index`` of the
-workload's own B requests (one in 32 finishing), what micro times;
-``request(i)`` is a short prompt asking for ``max_tokens`` steps with K
-logprobs, what the ipc frontend sends before the engine streams the steps.
+The sampled tokens are ``output_token(request_id, position)`` as in every workload; the
+alternatives and logprobs are a function of the sampled token and the rank, so a frontend
+checks a whole step with a few array operations (``check``). ``message(index)`` is the step at
+position ``index`` of the workload's own B requests (one in 32 finishing), what micro times;
+``request(i)`` is a short prompt asking for ``max_tokens`` steps with K logprobs, what the ipc
+frontend sends before the engine streams the steps.
 """
 
 from __future__ import annotations

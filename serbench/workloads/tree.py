@@ -72,7 +72,7 @@ def iter_leaves(obj: Any, *, scalars: bool = True) -> Iterator[Any]:
 def arrays(obj: Any) -> Iterator[torch.Tensor | np.ndarray]:
     """Every tensor and ndarray of ``obj``, in ``iter_leaves``'s order. Workers check every
     step they decode with it (``payload_checksum``), so it walks past a prompt's token ids
-    without yielding each: a quarter of the time of filtering every leaf on a text prefill step."""
+    without yielding each, much faster than filtering every leaf of a text prefill step."""
     return (leaf for leaf in iter_leaves(obj, scalars=False) if is_array(leaf))
 
 
