@@ -46,7 +46,7 @@ def load() -> SimpleNamespace:
     # vLLM logs at INFO on import; a benchmark's output is its tables (set before the import).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
-        with lazy.lasting():  # its import makes ~570,000 objects
+        with lazy.lasting():  # its import makes a great many objects that last
             from vllm.multimodal import inputs
             from vllm.sampling_params import SamplingParams
             from vllm.v1 import engine, serial_utils

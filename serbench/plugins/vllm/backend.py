@@ -16,11 +16,9 @@ from serbench.model.specs import SpecError
 from serbench.plugins.vllm import adapter
 from serbench.serializers.base import Buffer, DecodeError, parse_threshold
 
-# What vLLM's codec does not carry, found by serbench's conformance suite (docs/vllm.md); the suite
-# checks on every run that each really fails. vLLM's decoder rebuilds a tensor or an array only where
-# the message type says ``torch.Tensor`` / ``np.ndarray`` (msgspec's dec_hook); serbench's own
-# messages and the suite's specimens type their payload ``Any``, so a tensor comes back as its
-# ``[dtype, shape, data]`` list. vLLM's own types (``layout=vllm-native``) are what it carries.
+# What vLLM's codec does not carry, found by serbench's conformance suite (docs/vllm.md), which
+# checks on every run that each really fails: vLLM's decoder rebuilds arrays only where the message
+# type names them (``UNTYPED``); vLLM's own types (``layout=vllm-native``) it carries.
 UNTYPED = (
     "vLLM's decoder rebuilds tensors only where the message type names torch.Tensor; "
     "this payload is typed Any, so it decodes as a [dtype, shape, data] list"

@@ -1,26 +1,22 @@
 """``layout=vllm-native``: serbench's deterministic content as vLLM's own message objects.
 
-``images-N:layout=vllm-native`` is ``images-N:layout=vllm`` (the same pixels, hashes,
-placeholders and prompt, every other option too) with each request built as the
-installed vLLM's ``EngineCoreRequest``: its ``SamplingParams``, one
-``MultiModalFeatureSpec`` per image whose data is a ``MultiModalKwargsItem`` of
-``MultiModalFieldElem``s with vLLM's field objects (batched, flat with slices).
-The engine's steps stay serbench's ``EngineCoreOutputs`` (what the ipc frontend
+``images-N:layout=vllm-native`` is ``images-N:layout=vllm`` (the same pixels, hashes, placeholders
+and prompt, every other option too) with each request built as the installed vLLM's
+``EngineCoreRequest``: its ``SamplingParams``, one ``MultiModalFeatureSpec`` per image whose data is
+a ``MultiModalKwargsItem`` of ``MultiModalFieldElem``s with vLLM's field objects (batched, flat
+with slices). The engine's steps stay serbench's ``EngineCoreOutputs`` (what the ipc frontend
 accounts).
 
-``outputs-B:layout=vllm-native`` is ``outputs-B`` (the same tokens, logprob rows,
-ranks and finish pattern; ``logprobs=``, ``seed=``, ``steps=`` pass through) with
-each step built as vLLM's engine builds it: the step's logprob tensors through
-vLLM's ``LogprobsTensors.tolists()``, one ``EngineCoreOutput`` per request holding
-its row of that ``LogprobsLists`` (numpy arrays in 0.33) and a ``FinishReason``,
-in an ``EngineCoreOutputs``; its requests are vLLM's ``EngineCoreRequest``s.
+``outputs-B:layout=vllm-native`` is ``outputs-B`` (the same tokens, logprob rows, ranks and finish
+pattern; ``logprobs=``, ``seed=``, ``steps=`` pass through) with each step built as vLLM's engine
+builds it: the step's logprob tensors through vLLM's ``LogprobsTensors.tolists()``, one
+``EngineCoreOutput`` per request holding its row of that ``LogprobsLists`` (numpy arrays in 0.33)
+and a ``FinishReason``, in an ``EngineCoreOutputs``; its requests are vLLM's ``EngineCoreRequest``s.
 
-The multimodal cache (docs/cache.md) walks vLLM's own requests with
-``FeatureWalk`` (``Native.cache_walk``), as vLLM's sender and receiver caches
-meet them: a whole feature per entry, a hit sent as the feature with ``data=None``.
-
-Registered under the entry-point group ``serbench.layouts``
-(``serbench.workloads.get_workload``); version differences live in ``adapter``.
+The multimodal cache (docs/cache.md) walks vLLM's own requests with ``FeatureWalk``
+(``Native.cache_walk``), as vLLM's sender and receiver caches meet them: a whole feature per entry,
+a hit sent as the feature with ``data=None``. Registered under the entry-point group
+``serbench.layouts`` (``serbench.workloads.get_workload``); version differences live in ``adapter``.
 """
 
 from __future__ import annotations
