@@ -9,13 +9,13 @@ is compared with the reference's (``serbench.analysis.compare``: ratio of median
 bootstrap 95 % CI) and a table says which combinations stay within
 ``--target`` (1.3× by default, the issue's bar)::
 
-    python scripts/gpu_staging.py --out reports/gpu-staging            # ~8 min on a 16-core H200 host
+    python scripts/gpu_staging.py --out reports/gpu-staging
     python scripts/gpu_staging.py --out reports/gpu-staging --rounds 4 --transports ipc
     python scripts/gpu_staging.py --analyze reports/gpu-staging         # the table again from stored runs
 
 Everything lands in ``--out``: each side's merged results (``<side>.json``, rewritten
 after every round, so a stopped run keeps its complete rounds), the raw rounds, the
-workers' logs and ``staging.md`` (the table).
+workers' logs and ``staging.md`` (the table). How long it takes: docs/measurements/2026-12-04-gpu-staging.md.
 """
 
 from __future__ import annotations
