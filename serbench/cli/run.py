@@ -177,7 +177,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated workload specs (default: text-sonnet and images-4..32; "
         "`serbench list` shows the rest, e.g. outputs-1024:logprobs=5,layout=flat, tensor-sweep)",
     )
-    parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    parser.add_argument(
+        "--scenarios",
+        help="comma-separated scenario names (default: micro, ipc, memory; fanout runs when named)",
+    )
     add_dimension_options(parser)
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="quick profile (default)")
