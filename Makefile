@@ -1,15 +1,13 @@
-# The two set-up commands of the README: `make run` and `make test`.
-# Each creates .venv (if missing), installs serbench with everything it
-# needs, then runs. constraints.txt pins the exact versions (torch's CPU
-# build); pyproject.toml states only the range serbench works with.
-# `make check` is the edit-test loop: about a minute, against what is installed.
+# The two set-up commands of the README, `make run` and `make test`, create .venv (if missing),
+# install serbench with everything it needs, then run. constraints.txt pins the exact versions
+# (torch's CPU build); pyproject.toml states only the range serbench works with.
+# `make check` is the edit-test loop, against what is installed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Both tiers run the tests in three processes (pytest-xdist) on a 2-core machine: much of the
-# suite's time is spent waiting on processes it started (engines that sleep a model's step,
-# cases that must time out), and a third fills it: 347-368 s instead of 383-388 s here
-# (docs/measurements).
+# suite's time is spent waiting on processes it started (engines that sleep a model's step, cases
+# that must time out), and a third fills it (docs/measurements/2026-12-03-test-time-and-stability.md).
 PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 3 --dist worksteal
 
 .PHONY: install install-vllm run test check system-deps
@@ -17,17 +15,18 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 3 --dist worksteal
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# uv installs (into the venv pip made), not pip: the vllm extra took pip 72 s here, uv 8 s
-# (docs/measurements). uv reads none of pip's configuration, so the machine's find-links and extra
-# indexes (this kind keeps torch's CPU build on disk) are handed on, every index trusted alike as
-# pip does. Like `pip --no-compile`, uv writes no bytecode; these recipes let Python write the
-# bytecode of what is imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this
-# machine's and CI's do): without that, every process the suite starts compiled torch again.
+# uv installs (into the venv pip made), not pip: much faster on a fresh venv
+# (docs/measurements/2026-12-03-test-time-and-stability.md). uv reads none of pip's configuration,
+# so the machine's find-links and extra indexes (this kind keeps torch's CPU build on disk) are
+# handed on, every index trusted alike as pip does.
 pip_setting = $(shell $(PYTHON) -m pip config get global.$(1) 2>/dev/null)
 UV := $(BIN)/uv
 INSTALL := $(UV) pip install -q --python $(BIN)/python -c constraints.txt --index-strategy unsafe-best-match \
 	$(addprefix --find-links ,$(call pip_setting,find-links)) \
 	$(addprefix --extra-index-url ,$(call pip_setting,extra-index-url))
+# Like `pip --no-compile`, uv writes no bytecode: these recipes let Python write that of what is
+# imported, once, where the environment sets PYTHONDONTWRITEBYTECODE (this machine's and CI's
+# do), or every process the suite starts would compile torch again.
 unexport PYTHONDONTWRITEBYTECODE
 
 $(UV): | $(BIN)/python
@@ -54,12 +53,8 @@ run: install
 
 # The vLLM plugin's tests run against the real vLLM (docs/vllm.md): what its codec imports (the
 # `vllm` extra), then the release constraints.txt pins, without its own dependencies (no CUDA
-# torch, no kernels). It installs what `install` does and more, in one step; idempotent. See
-# docs/vllm.md for what it adds to a fresh machine. vLLM's bytecode is compiled as it is installed
-# (4 s here): left to the first imports, a fresh clone's first vLLM test took 38 s to set up
-# against 21 s where the bytecode existed, and its vLLM-checkouts gate 96 s against 84 s; `make
-# test` took 415-416 s (three runs), 406 and 411 s with it. Every package compiled so cost 35 s
-# and saved nothing (docs/measurements).
+# torch); what `install` installs and more, in one step. Of all packages, only vLLM's bytecode
+# paid for compiling it at install (docs/measurements/2026-12-07-micro-copy-tie.md).
 $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(UV)
 	$(INSTALL) -e '.[test,vllm]'
 	$(INSTALL) --no-deps --compile-bytecode vllm
