@@ -7,7 +7,7 @@ this working tree and differ only in what their slots are slowed by. Both sides 
 same cases under the same names, in the same order (slot 0, 1, …), as a gate
 of a change to another package sees them: each slot is a ``serbench.testing:slowed``
 backend built by a module of the trial's own (``gate_quality_slots``), a copy per
-side put first on that side's path (``gate.Runtime``); base's copy slows no slot,
+side put first on that side's path (``serbench.gate.revision.Runtime``); base's copy slows no slot,
 head's slows slot 0 by nothing and each next slot by a FACTOR. Slot 0, base
 against head, is an A/A trial; every other slot an A/B trial with a known
 slowdown. Verdicts come
@@ -49,7 +49,9 @@ import msgspec
 from serbench.analysis import attribution, verdicts
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
-from serbench.gate import measure as gate
+from serbench.gate.counting import count
+from serbench.gate.revision import Revision, Runtime
+from serbench.gate.rounds import fresh_rounds
 from serbench.model import results
 from serbench.model.profiles import PROFILES, Profile
 from serbench.model.results import Results
@@ -79,13 +81,13 @@ def slots_module(factors: Sequence[float]) -> str:
     )
 
 
-def side(label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile) -> gate.Revision:
+def side(label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile) -> Revision:
     """One side of a trial: this working tree, with its own ``gate_quality_slots`` (kept in
     ``folder/<label>-slots/``) first on its path."""
     modules = folder / f"{label}-slots"
     modules.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors))
-    return gate.Revision(label, REPO, plan, profile, gate.Runtime(path=modules))
+    return Revision(label, REPO, plan, profile, Runtime(path=modules))
 
 
 def _only(doc: Results, backend: str) -> Results:
@@ -98,14 +100,14 @@ def _write_json(path: Path, data: dict) -> None:
     results.write_text_atomic(path, json.dumps(data, indent=1))
 
 
-def _measured(sides: list[gate.Revision], folder: Path, rounds: int, measure: str) -> tuple[Results, Results]:
+def _measured(sides: list[Revision], folder: Path, rounds: int, measure: str) -> tuple[Results, Results]:
     """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
     if measure == "instructions":
-        counted = gate.count(sides, folder, log=print)
+        counted = count(sides, folder, log=print)
         if counted is None:
             raise SystemExit("this serbench cannot count instructions")
         return counted[0], counted[1]
-    base_runs, head_runs = gate.fresh_rounds(sides, rounds, folder, log=lambda m: None)
+    base_runs, head_runs = fresh_rounds(sides, rounds, folder, log=lambda m: None)
     return results.merge(base_runs), results.merge(head_runs)
 
 

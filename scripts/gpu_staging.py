@@ -3,7 +3,7 @@
 For each transport and round, a worker (``python -m serbench.runner.measurer``) per staging — no device
 (the reference: the request is ready once decoded), and ``--engine-device
 cuda`` with each ``--pin`` — measures the ipc scenario on the same cases,
-case by case, alternating the order (``serbench.gate.measure.fresh_rounds``, as the
+case by case, alternating the order (``serbench.gate.rounds.fresh_rounds``, as the
 gate alternates base and head). Then each staging's TTFT (to device-ready)
 is compared with the reference's (``serbench.analysis.compare``: ratio of medians,
 bootstrap 95 % CI) and a table says which combinations stay within
@@ -28,7 +28,8 @@ from pathlib import Path
 from serbench import cli as commands
 from serbench.analysis import verdicts
 from serbench.cli import options
-from serbench.gate import measure as gate
+from serbench.gate.revision import Revision
+from serbench.gate.rounds import fresh_rounds
 from serbench.model import results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +37,7 @@ REFERENCE = "host"  # the side without a device stage
 PINS = ("none", "decode", "receive")
 
 
-def sides(transports: list[str], pins: list[str], device: str, run_args: list[str]) -> list[gate.Revision]:
+def sides(transports: list[str], pins: list[str], device: str, run_args: list[str]) -> list[Revision]:
     """One worker per transport × staging, the reference first: ``serbench run``'s own options
     make each side's plan and profile."""
     parser = commands.build_parser()
@@ -47,11 +48,11 @@ def sides(transports: list[str], pins: list[str], device: str, run_args: list[st
         for label, extra in stagings:
             args = parser.parse_args([*common, *extra])
             plan, profile = options.plan(args), options.profile(args)
-            made.append(gate.Revision(f"{transport}-{label}", REPO, plan, profile))
+            made.append(Revision(f"{transport}-{label}", REPO, plan, profile))
     return made
 
 
-def measure(out: Path, revisions: list[gate.Revision], rounds: int) -> None:
+def measure(out: Path, revisions: list[Revision], rounds: int) -> None:
     """Every side's cases, interleaved case by case; merged results in ``out/<label>.json``,
     rewritten after every round: a run stopped in round k keeps rounds 1..k-1 for ``--analyze``
     (a GPU lease can end mid-run)."""
@@ -61,7 +62,7 @@ def measure(out: Path, revisions: list[gate.Revision], rounds: int) -> None:
         for revision, side_runs in zip(revisions, runs, strict=True):
             results.save(out / f"{revision.label}.json", results.merge(side_runs))
 
-    gate.fresh_rounds(revisions, rounds, out, log=print, on_round=save)
+    fresh_rounds(revisions, rounds, out, log=print, on_round=save)
 
 
 def _ms(value: float | None) -> str:

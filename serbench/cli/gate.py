@@ -24,7 +24,7 @@ from serbench.model.profiles import Profile
 from serbench.probes import instructions
 
 if TYPE_CHECKING:
-    from serbench.gate.measure import Runtime
+    from serbench.gate.revision import Runtime
     from serbench.runner.matrix import Plan
 
 # The default matrix: quick enough for every pull request, wide enough to
@@ -56,6 +56,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     # Here, not at the top: measuring imports the runner and with it torch, which every other
     # command's parser must not pay for.
     from serbench.gate import measure as gate
+    from serbench.gate.worktree import repository_root
     from serbench.runner import matrix as runner
 
     _, overrides = tolerances(args)  # a malformed tolerance fails before minutes of measuring
@@ -65,9 +66,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 1")
     runtimes = side_runtimes(args)
     args.runtime_options = runtime_options(args.base, runtimes)
-    chosen = options.plan(args)  # each side's worker gets it as it is; each looks its names up
+    chosen = options.plan(args)  # each side's measurer gets it as it is; each looks its names up
     settings = options.profile(args, OWN_FLAGS)  # quick, with the scenario options given
-    repo = gate.repository_root(Path.cwd()) if args.base else None
+    repo = repository_root(Path.cwd()) if args.base else None
     folder = results.output_folder(args.out, "gate-").resolve()  # runs work in the revisions' trees
     counting, why = count_plan(args, chosen, settings)
     rounds = timed_rounds(args, chosen, counting is not None)
@@ -94,9 +95,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def side_runtimes(args: argparse.Namespace) -> tuple[Runtime, Runtime]:
     """Base's and head's interpreter and path (``--base-python``, ``--base-path`` and head's);
     UsageError for one that is not there, or for a gate given nothing to compare."""
-    from serbench.gate.measure import (
-        Runtime,  # here: the gate module imports the runner, and with it torch
-    )
+    from serbench.gate.revision import Runtime  # here: it imports the runner, and with it torch
 
     runtimes = []
     for side in ("base", "head"):

@@ -154,8 +154,8 @@ def run_together(
 
 
 def check_backends(specs: list[str]) -> dict[str, Backend]:
-    """Each backend's safety and conformance suite, checked in a child of its own: spec → facts
-    (the suite's failures are why a backend is not timed)."""
+    """Each backend's safety and conformance suite, checked in a child of its own: spec → the
+    backend as checked (the suite's failures are why a backend is not timed)."""
     _preload_torch()
     checked = {}
     for spec in specs:
@@ -390,9 +390,9 @@ def _merged(recs: list[Record]) -> Record:
     the median of each share's."""
     rec = merge([Results(records=[rec]) for rec in recs]).records[0]
     pooled = {
-        name: metrics.statistic(name, rec.metrics[facts.statistic_of].values)
-        for name, facts in metrics.METRICS.items()
-        if facts.statistic_of in rec.metrics
+        name: metrics.statistic(name, rec.metrics[metric.statistic_of].values)
+        for name, metric in metrics.METRICS.items()
+        if metric.statistic_of in rec.metrics
     }
     kept = {name: m for name, m in rec.metrics.items() if name not in pooled}
     kept.update((name, m) for name, m in pooled.items() if m is not None)
@@ -431,20 +431,20 @@ def execute(
     out: Path,
     argv: list[str],
     on_case: Callable[[int, int, Case], None] | None = None,
-    backend_facts: Callable[[list[str]], dict[str, Backend]] = check_backends,
+    check: Callable[[list[str]], dict[str, Backend]] = check_backends,
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
-    ``backend_facts`` gives the backends' facts (``check_backends``'s), called once
+    ``check`` gives the backends as checked (``check_backends``), called once
     the zygote is taken; a counting run's parent checks them outside valgrind.
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
     cases = plan.cases()
-    _preload(plan, checks_backends=backend_facts is check_backends)
+    _preload(plan, checks_backends=check is check_backends)
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.results.backends = backend_facts(sorted({c.backend for c in cases}))
+        results.results.backends = check(sorted({c.backend for c in cases}))
         results.save()
         planned = visits(cases, profile)
         _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case)
@@ -460,8 +460,8 @@ def work(
     progress: bool = False,
     accelerator: Accelerator | None = None,
 ) -> None:
-    """A worker's loop (``python -m serbench.runner.measurer``, ``serbench.runner.protocol``): measure cases on
-    request, one process for many short rounds.
+    """A measurer's loop (``python -m serbench.runner.measurer``, ``serbench.runner.protocol``):
+    measure cases on request, one process for many short rounds.
 
     Once its zygote is taken it checks the backends — or, with ``ask_backends``,
     asks the client for their facts (``Wanted``; a counting process's parent
@@ -483,9 +483,11 @@ def work(
         if ask_backends:
             channel.send(protocol.Wanted(specs))
             answer = channel.receive()
-            if not isinstance(answer, protocol.Backends) or set(specs) - set(answer.facts):
-                raise protocol.WorkerError(f"asked for the facts of {', '.join(specs)}, got {answer!r:.200}")
-            backends = answer.facts
+            if not isinstance(answer, protocol.Backends) or set(specs) - set(answer.backends):
+                raise protocol.MeasurerError(
+                    f"asked for the backends {', '.join(specs)}, got {answer!r:.200}"
+                )
+            backends = answer.backends
         else:
             backends = check_backends(specs)
         channel.send(protocol.Ready(cases))
@@ -495,7 +497,7 @@ def work(
 
         while (request := channel.receive()) is not None:
             if not isinstance(request, protocol.Measure):
-                raise protocol.WorkerError(f"{type(request).__name__} out of turn")
+                raise protocol.MeasurerError(f"{type(request).__name__} out of turn")
             chosen = [Visit(c) for c in cases if request.case in (None, c)]  # whole: the gate has rounds
             results = ResultsFile(Path(request.out) / "results.json", env, profile.name, backends)
             _measure(chosen, profile, backends, results, forks, on_case if progress else None)

@@ -1,33 +1,21 @@
-"""``python -m serbench.runner.measurer``: the process serbench execs to measure, driven by ``serbench.runner.protocol``.
+"""``python -m serbench.runner.measurer``: the process serbench execs to measure, over ``protocol``.
 
-Not a user command. The gate starts one per revision, that revision's code
-first on the path (``serbench.gate.measure``), and a run that counts instructions
-starts one under valgrind (``count``, for ``serbench run --measure
-instructions`` and for a worker whose profile asks for counts). It says
-``Hello`` first, then takes its ``Setup``: the plan (checked as ``serbench
-run`` checks it: every backend, workload and scenario exists, and every
-scenario accepts the profile) and the profile, and for a counting process where
-callgrind's dumps go (``instructions.counting_in``). Then ``runner.work``
-measures case by case on request until the client closes its end.
+Not a user command. The gate starts one per side, that side's code first on
+the path (``serbench.gate.measurers``), and a run that counts instructions
+starts one under valgrind (``count``). It says ``Hello``, takes its ``Setup``
+(the plan and profile, checked as ``serbench run`` checks its own), then
+``matrix.work`` measures case by case on request until the client closes its
+end. A measurer whose profile asks for counts but that was not set up to count
+(the gate's counting side) checks the backends at full speed and relays each
+request to a measurer of its own under valgrind.
 
-A worker whose profile asks for instruction counts but that was not set up
-to count (the gate's counting side) does not measure itself: it checks the
-backends at full speed and, for each request (every case at once: a count is
-one valgrind process per side), counts in a worker of its own under
-valgrind (``count``).
-
-Run as a program, it first makes sure that it belongs to the serbench it was
-started for: a revision from before this module has no ``serbench.runner.measurer``,
-and an editable install of another tree could supply this one from there;
-such a worker ends at once without a hello, and the gate falls back to that
-revision's own way. Under valgrind it then aligns pymalloc's arenas before
-the imports below allocate (docs/instructions.md). Its protocol goes over its
-own copies of stdin and stdout: fd 0 reads nothing and fd 1 goes to stderr,
-so nothing that a backend or a library prints can break a message, and no
-forked child holds the requests.
-
-Like ``serbench.cli`` it is an entry point: it prints an error in one
-line on stderr (and sends it as ``Failed``) and exits with its code.
+Run as a program, it first makes sure it belongs to the serbench it was started
+for (an editable install of another tree could supply it): if not, it ends at
+once without a hello, and the gate falls back to that revision's own way. Its
+protocol goes over its own copies of stdin and stdout (fd 0 then reads nothing,
+fd 1 goes to stderr), so nothing a backend prints can break a message. Like
+``serbench.cli`` it prints an error in one line on stderr (and sends it as
+``Failed``) and exits with its code.
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ if __name__ == "__main__":
     _package = os.path.dirname(os.path.realpath(serbench.__file__))
     if _here != _package:
         sys.stderr.write(
-            f"serbench.runner.measurer: the serbench in {_package} has no worker ({__file__} is another's)\n"
+            f"serbench.runner.measurer: the serbench in {_package} has none ({__file__} is another's)\n"
         )
         sys.exit(2)
 
@@ -70,7 +58,7 @@ from serbench.model.specs import SpecError
 from serbench.probes import environment
 from serbench.runner import matrix as runner
 from serbench.runner import protocol
-from serbench.runner.protocol import Failed, Measure, Measured, Progress, Ready, Setup, WorkerError
+from serbench.runner.protocol import Failed, Measure, Measured, MeasurerError, Progress, Ready, Setup
 from serbench.scenarios import SCENARIOS, Option, dimensions, get_scenario
 from serbench.serializers import get_serializer
 from serbench.workloads import get_workload
@@ -84,7 +72,7 @@ def scenario_options() -> dict[str, Option]:
 
 
 def hello() -> protocol.Hello:
-    """What this worker says first."""
+    """What this measurer says first."""
     return protocol.Hello(
         protocol=protocol.PROTOCOL,
         serbench=serbench.__version__,
@@ -153,12 +141,12 @@ def count(
     backends: dict[str, Backend],
     on_case: Callable[[int, int, Case], None] | None = None,
 ) -> int:
-    """Every case of ``plan`` counted in one worker under callgrind (docs/instructions.md), its
+    """Every case of ``plan`` counted in one measurer under callgrind (docs/instructions.md), its
     results in ``out/results.json``; that process's exit code (130 or 143 when it was
-    interrupted or terminated). ``backends``: their facts, checked here at full speed and
+    interrupted or terminated). ``backends``: as checked here at full speed, and
     sent to it; ``on_case`` is called before each case.
 
-    WorkerError when it could not count, with what it said.
+    MeasurerError when it could not count, with what it said.
     """
     failure: list[str] = []
 
@@ -166,7 +154,7 @@ def count(
         client = protocol.Client(proc)
         try:
             if client.hello(None) is None:
-                raise WorkerError("ended before its hello")
+                raise MeasurerError("ended before its hello")
             client.send(
                 Setup(
                     protocol.plan_message(plan),
@@ -191,12 +179,12 @@ def count(
             client.reply(Measured, None, progress=progress)
             if counting:
                 instructions.keep_profiles(dumps, instructions.profile_folder(out, counting.pop()))
-        except WorkerError as exc:
+        except MeasurerError as exc:
             failure.append(str(exc))
 
     code = instructions.run_under_callgrind([sys.executable, "-m", protocol.MODULE], talk)
     if failure and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
-        raise WorkerError(f"counting instructions: {failure[0]} (exit code {code})")
+        raise MeasurerError(f"counting instructions: {failure[0]} (exit code {code})")
     return code
 
 
@@ -206,7 +194,7 @@ def _relay(channel: protocol.Channel, plan: runner.Plan, profile: Profile, setup
     channel.send(Ready(plan.cases()))
     while (request := channel.receive()) is not None:
         if not isinstance(request, Measure):
-            raise WorkerError(f"{type(request).__name__} out of turn")
+            raise MeasurerError(f"{type(request).__name__} out of turn")
         if request.case is not None:
             channel.send(Failed(ONE_RUN_PER_SIDE))
             continue
@@ -226,7 +214,7 @@ def serve(channel: protocol.Channel) -> int:
     if setup is None:
         return EXIT_OK  # nothing asked
     if not isinstance(setup, Setup):
-        raise WorkerError(f"{type(setup).__name__} before the setup")
+        raise MeasurerError(f"{type(setup).__name__} before the setup")
     if setup.counting is not None:
         instructions.counting_in(Path(setup.counting.dumps))
     plan, profile = set_up(setup)
@@ -249,7 +237,7 @@ def protocol_channel() -> protocol.Channel:
     os.dup2(nothing, 0)
     os.close(nothing)
     os.dup2(2, 1)
-    return protocol.Channel(reading, writing, protocol.ToWorker)
+    return protocol.Channel(reading, writing, protocol.ToMeasurer)
 
 
 def main() -> int:
@@ -260,7 +248,7 @@ def main() -> int:
     except KeyboardInterrupt as exc:
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except (SerbenchError, SpecError) as exc:
-        print(f"serbench worker: error: {exc}", file=sys.stderr)
+        print(f"serbench measurer: error: {exc}", file=sys.stderr)
         with suppress(OSError):
             channel.send(Failed(str(exc)))
         return EXIT_USAGE

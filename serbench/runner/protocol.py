@@ -1,43 +1,23 @@
-"""The one protocol between serbench and the processes it execs: typed messages, a JSON line each.
+"""The one protocol between serbench and the measuring processes it execs: typed JSON lines.
 
-serbench execs its own code in two places: the gate's workers (one per
-revision, that revision's code first on the path) and the instruction-counting
-process under valgrind. Both are ``python -m serbench.runner.measurer``
-(``serbench.runner.measurer``), and both are driven through this protocol over the
-worker's stdin and stdout. Every message is a ``msgspec.Struct`` of a tagged
-union (``"kind"``), one JSON document per line::
+serbench execs ``python -m serbench.runner.measurer`` in two places: the gate,
+one per side with that side's code first on the path, and instruction counting,
+under valgrind. Each message is a ``msgspec.Struct`` of a union tagged by
+``"kind"``, one JSON document per line over the measurer's stdin and stdout::
 
-    worker  Hello(protocol, serbench, capabilities, dimensions, options, code)
-    client  Setup(plan, profile, argv, counting, ask_backends, progress)
-    worker  [Wanted(backends) → client Backends(facts)]     (when ask_backends)
-    worker  Ready(cases)              or Failed(error), then it exits 2
-    client  Measure(out, case)        (case None: every case)
-    worker  [Progress(index, total, case) ...] Measured(out), or Failed(error)
-    ... more Measure requests ...
-    client  closes the worker's stdin: the worker ends (exit 0)
+    measurer  Hello(protocol, serbench, capabilities, dimensions, options, code)
+    client    Setup(plan, profile, argv, counting, ask_backends, progress)
+    measurer  [Wanted(backends) → client Backends(facts)]   (when ask_backends)
+    measurer  Ready(cases)              or Failed(error), then it exits 2
+    client    Measure(out, case)        (case None: every case)
+    measurer  [Progress(index, total, case) ...] Measured(out), or Failed(error)
+    client    closes the measurer's stdin: it ends (exit 0)
 
-The ``Hello`` comes first, before the worker reads anything, and states the
-protocol version and what the worker can do: the gate reads it instead of a
-revision's ``--help``. A revision from before this protocol has no
-``serbench.runner.measurer``: its process ends without a hello, and the gate falls back
-to that revision's ``serbench run --worker`` JSON lines, or a fresh ``serbench
-run`` per round (``serbench.gate.measure``).
-
-Settings travel in ``Setup``, never in the environment: the plan (backends,
-workloads, scenarios, and each case dimension's values, typed), the profile
-(its name and the scenario options given), and for the counting process where
-callgrind writes its dumps (``Counting``); the backends' facts, which a
-counting process's parent checks at full speed, are asked for with ``Wanted``
-once the worker's zygote is taken, so they are in no case's heap. A scenario
-option travels as its command-line text (``option_text``), which the worker
-reads with the option's own ``parse``: an option's value may be one JSON has
-no form for (the rate ``inf``).
-
-Processes that serbench forks rather than execs — the zygote's case children
-(``serbench.runtime.isolation``), the memory scenario's sides (``serbench.probes.rss``), a
-forked engine — run their parent's very code, so they need no version and no
-hello: they exchange the same typed structs (``Outcome``, ``results.Record``
-and its ``Info``) by pickle over their pipe or file.
+The ``Hello`` states what the measurer can do, so a client reads it instead of
+a revision's ``--help``. Settings travel in ``Setup``, never in the environment;
+a scenario option as its command-line text (``option_text``), since JSON has no
+form for some values (the rate ``inf``). Wire tags and field names stay as they
+are: older revisions speak them.
 """
 
 from __future__ import annotations
@@ -57,29 +37,29 @@ from serbench.model.results import Accelerator, Backend, Case
 
 PROTOCOL = 1
 MODULE = "serbench.runner.measurer"  # ``python -m serbench.runner.measurer``
-# What a worker of this protocol can do, stated in its hello.
+# What a measurer of this protocol can do, stated in its hello.
 MEASURE_CASE = "measure-case"  # Measure(case=...) measures that case alone
 INSTRUCTIONS = "instructions"  # a profile with measure=instructions counts them (one valgrind process)
 PROGRESS = "progress"  # Setup(progress=True): a Progress message before every case
 
 
-class WorkerError(SerbenchError):
-    """A worker that failed (its ``Failed`` message) or said something this protocol does not know."""
+class MeasurerError(SerbenchError):
+    """A measurer that failed (its ``Failed`` message) or said something this protocol does not know."""
 
 
-class WorkerStopped(WorkerError):
-    """A worker that ended, or closed its end, while an answer was awaited."""
+class MeasurerStopped(MeasurerError):
+    """A measurer that ended, or closed its end, while an answer was awaited."""
 
 
 class _Message(msgspec.Struct, tag_field="kind", forbid_unknown_fields=False):
     """Base of every message."""
 
 
-# ---------------------------------------------------------------- the worker says
+# ---------------------------------------------------------------- the measurer says
 
 
 class Hello(_Message, tag="hello"):
-    """The worker's first line: protocol version, serbench's version, what it can do
+    """The measurer's first line: protocol version, serbench's version, what it can do
     (``MEASURE_CASE``, ``INSTRUCTIONS``, ``PROGRESS``), the case dimensions and the scenario
     options it knows (by ``Case`` field and ``Profile.options`` key), and the folder its
     serbench was imported from (so a client can check that it runs the code it meant)."""
@@ -93,7 +73,8 @@ class Hello(_Message, tag="hello"):
 
 
 class Wanted(_Message, tag="wanted"):
-    """The worker asks for these backends' facts (``Setup.ask_backends``): answer ``Backends``."""
+    """The measurer asks for these backends as its client checked them (``Setup.ask_backends``):
+    answer ``Backends``."""
 
     backends: list[str]
 
@@ -119,7 +100,7 @@ class Measured(_Message, tag="measured"):
 
 
 class Failed(_Message, tag="failed"):
-    """What the worker could not do, in one line; it ends after a failed setup."""
+    """What the measurer could not do, in one line; it ends after a failed setup."""
 
     error: str
 
@@ -145,7 +126,7 @@ class Profile(msgspec.Struct):
 
 
 class Counting(msgspec.Struct):
-    """The worker runs under callgrind and counts instructions; ``dumps``: the folder valgrind
+    """The measurer runs under callgrind and counts instructions; ``dumps``: the folder valgrind
     was told to write its dumps in; ``accelerator``: what the client's probe found, for the
     results' environment (the probe imports torch, which under valgrind takes half a minute)."""
 
@@ -154,8 +135,8 @@ class Counting(msgspec.Struct):
 
 
 class Setup(_Message, tag="setup"):
-    """What the worker measures and how. ``argv``: the command line the results record.
-    ``ask_backends``: ask the client for the backends' facts (``Wanted``) instead of
+    """What the measurer measures and how. ``argv``: the command line the results record.
+    ``ask_backends``: ask the client for the checked backends (``Wanted``) instead of
     checking them; ``progress``: send ``Progress`` before every case."""
 
     plan: Plan
@@ -167,9 +148,9 @@ class Setup(_Message, tag="setup"):
 
 
 class Backends(_Message, tag="backends"):
-    """The answer to ``Wanted``: spec → facts."""
+    """The answer to ``Wanted``: spec → the backend as checked (``"facts"`` on the wire)."""
 
-    facts: dict[str, Backend]
+    backends: dict[str, Backend] = msgspec.field(name="facts")
 
 
 class Measure(_Message, tag="measure"):
@@ -179,8 +160,8 @@ class Measure(_Message, tag="measure"):
     case: Case | None = None
 
 
-FromWorker = Hello | Wanted | Ready | Progress | Measured | Failed
-ToWorker = Setup | Backends | Measure
+FromMeasurer = Hello | Wanted | Ready | Progress | Measured | Failed
+ToMeasurer = Setup | Backends | Measure
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -249,7 +230,7 @@ class Channel:
         return line
 
     def receive(self, timeout: float | None = None) -> Any:
-        """The next message; None at end of file. WorkerError for a line that is none of the
+        """The next message; None at end of file. MeasurerError for a line that is none of the
         messages expected, TimeoutError after ``timeout`` s."""
         line = self.read_line(timeout)
         if line is None:
@@ -257,35 +238,35 @@ class Channel:
         try:
             return self._decoder.decode(line)
         except msgspec.DecodeError as exc:
-            raise WorkerError(
+            raise MeasurerError(
                 f"not a message of serbench's protocol {PROTOCOL} ({exc}): {line[:200]!r}"
             ) from None
 
 
 class Client:
-    """serbench's end of a conversation with a worker it started with pipes to its stdin and
+    """serbench's end of a conversation with a measurer it started with pipes to its stdin and
     stdout (``python -m serbench.runner.measurer``). Every wait takes a timeout in seconds (None: none);
-    a worker that ends, fails or answers out of turn is a WorkerError."""
+    a measurer that ends, fails or answers out of turn is a MeasurerError."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
-        self.channel = Channel(proc.stdout.fileno(), proc.stdin.fileno(), FromWorker)
+        self.channel = Channel(proc.stdout.fileno(), proc.stdin.fileno(), FromMeasurer)
 
     def hello(self, timeout: float | None) -> Hello | None:
-        """The worker's hello; None when it ends without one (no ``serbench.runner.measurer`` there)."""
+        """The measurer's hello; None when it ends without one (no ``serbench.runner.measurer`` there)."""
         message = self.channel.receive(timeout)
         if message is None:
             return None
         if not isinstance(message, Hello):
-            raise WorkerError(f"said {type(message).__name__} before its hello")
+            raise MeasurerError(f"said {type(message).__name__} before its hello")
         return message
 
     def send(self, message: msgspec.Struct) -> None:
-        """Send ``message``; WorkerError when the worker is gone."""
+        """Send ``message``; MeasurerError when the measurer is gone."""
         try:
             self.channel.send(message)
         except OSError:
-            raise WorkerStopped("stopped") from None
+            raise MeasurerStopped("stopped") from None
 
     def reply(
         self,
@@ -303,13 +284,13 @@ class Client:
             if isinstance(message, expected):
                 return message
             if message is None:
-                raise WorkerStopped("stopped")
+                raise MeasurerStopped("stopped")
             if isinstance(message, Failed):
-                raise WorkerError(message.error)
+                raise MeasurerError(message.error)
             if isinstance(message, Wanted) and backends is not None:
                 self.send(Backends(dict(backends(message.backends))))
             elif isinstance(message, Progress):
                 if progress is not None:
                     progress(message)
             else:
-                raise WorkerError(f"said {type(message).__name__} while {expected.__name__} was expected")
+                raise MeasurerError(f"said {type(message).__name__} while {expected.__name__} was expected")

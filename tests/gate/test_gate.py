@@ -1,4 +1,4 @@
-"""serbench gate: merging rounds, interleaving, workers and their fallbacks, errors, and one
+"""serbench gate: merging rounds, interleaving, measuring processes and their fallbacks, errors, and one
 end-to-end run in a fresh clone."""
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from test_compare import doc, metric, rec, samples
 from serbench import cli as commands
 from serbench import testing
 from serbench.gate import measure as gate
+from serbench.gate import measurers, rounds
+from serbench.gate.measurers import OneShotMeasurer, ProtocolMeasurer, RunWorkerMeasurer
+from serbench.gate.revision import Revision
 from serbench.model import results
 from serbench.model.errors import EXIT_TERMINATED, GateError
 from serbench.model.profiles import PROFILES
@@ -57,7 +60,7 @@ def test_a_case_failing_in_any_round_is_failed() -> None:
 class FakeMeasurer:
     def __init__(self, label: str, calls: list, cases: list[Case] | None) -> None:
         plan = Plan([], [], [])
-        self.revision, self.calls, self.cases = gate.Revision(label, Path("."), plan, QUICK), calls, cases
+        self.revision, self.calls, self.cases = Revision(label, Path("."), plan, QUICK), calls, cases
 
     def measure(self, out: Path, case: Case | None = None) -> Results:
         self.calls.append((self.revision.label, case))
@@ -79,36 +82,36 @@ class Ending:
         self.events.append(("close", self.label))
 
 
-def test_every_worker_is_told_to_end_before_any_is_waited_for() -> None:
+def test_every_measurer_is_told_to_end_before_any_is_waited_for() -> None:
     events: list = []
-    gate.close_all([Ending("base", events), Ending("head", events)])
+    measurers.close_all([Ending("base", events), Ending("head", events)])
     assert events == [("end", "base"), ("end", "head"), ("close", "base"), ("close", "head")]
 
 
-def test_a_closed_worker_process_has_ended(tmp_path: Path) -> None:
+def test_a_closed_measuring_process_has_ended(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
-    gate._end(proc)
-    gate._close(proc)  # a second end of a closed stdin is harmless
+    measurers._end(proc)
+    measurers._close(proc)  # a second end of a closed stdin is harmless
     assert proc.returncode == 0 and proc.stdout.closed
 
 
 def test_rounds_alternate_the_order_of_the_sides(tmp_path: Path) -> None:
     calls: list = []
     sides = [FakeMeasurer("base", calls, None), FakeMeasurer("head", calls, None)]
-    runs = [gate.one_round(sides, r, tmp_path) for r in (1, 2, 3)]
+    runs = [rounds.one_round(sides, r, tmp_path) for r in (1, 2, 3)]
     assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
     assert [[len(side) for side in run] for run in runs] == [[1, 1]] * 3
 
 
-def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> None:
+def test_sides_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> None:
     """Every case is measured on both sides back to back, and which side goes first changes
     from case to case and from round to round; a case only head has runs on head only."""
     a, b, new = Case("micro", "x", "w1"), Case("micro", "x", "w2"), Case("micro", "y", "w1")
     calls: list = []
     sides = [FakeMeasurer("base", calls, [a, b]), FakeMeasurer("head", calls, [a, b, new])]
-    runs = [gate.one_round(sides, r, tmp_path) for r in (1, 2)]
+    runs = [rounds.one_round(sides, r, tmp_path) for r in (1, 2)]
     assert calls == [
         ("base", a), ("head", a), ("head", b), ("base", b), ("head", new),
         ("head", a), ("base", a), ("base", b), ("head", b), ("head", new),
@@ -119,8 +122,8 @@ def test_workers_alternate_case_by_case_and_round_by_round(tmp_path: Path) -> No
 MICRO_TEXT = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 
-def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path: Path) -> None:
-    """``fresh_rounds``: a new worker per side each round (what a process draws at its start
+def test_every_round_is_measured_by_measurers_started_for_it(monkeypatch, tmp_path: Path) -> None:
+    """``fresh_rounds``: a new measurer per side each round (what a process draws at its start
     then varies from round to round), the order still alternating, the first round's notes
     said once."""
     calls: list = []
@@ -130,22 +133,22 @@ def test_every_round_is_measured_by_workers_started_for_it(monkeypatch, tmp_path
     handed: list = []
 
     @contextlib.contextmanager
-    def measurers(revisions, out, log, facts):
-        log("workers pinned to CPU(s) 1")
-        handed.append(facts)
+    def fake_measurers(revisions, out, log, backends):
+        log("measuring processes pinned to CPU(s) 1")
+        handed.append(backends)
         started.append([FakeMeasurer(r.label, calls, None) for r in revisions])
         yield started[-1]
 
-    monkeypatch.setattr(gate, "measurers", measurers)
-    revisions = [gate.Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
-    runs = gate.fresh_rounds(revisions, 3, tmp_path, log=notes.append)
+    monkeypatch.setattr(rounds, "measurers", fake_measurers)
+    revisions = [Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    runs = rounds.fresh_rounds(revisions, 3, tmp_path, log=notes.append)
     assert len(started) == 3 and len({id(m) for side in started for m in side}) == 6
     assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
     assert [len(r) for r in runs] == [3, 3]
-    assert notes.count("workers pinned to CPU(s) 1") == 1
-    rounds = [note.split(":")[0] for note in notes if note.startswith("round")]
-    assert rounds == ["round 1/3", "round 2/3", "round 3/3"]
-    # The first round's workers check their backends; the later ones are handed each side's own.
+    assert notes.count("measuring processes pinned to CPU(s) 1") == 1
+    said = [note.split(":")[0] for note in notes if note.startswith("round")]
+    assert said == ["round 1/3", "round 2/3", "round 3/3"]
+    # The first round's measurers check their backends; the later ones are handed each side's own.
     sides = [{"x": Backend(name=label)} for label in ("base", "head")]
     assert handed == [[None, None], sides, sides]
 
@@ -156,15 +159,15 @@ def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp
     seen: list[list[int]] = []
 
     @contextlib.contextmanager
-    def measurers(revisions, out, log, facts):
+    def fake_measurers(revisions, out, log, backends):
         if len(seen) == 2:
             raise KeyboardInterrupt
         yield [FakeMeasurer(r.label, [], None) for r in revisions]
 
-    monkeypatch.setattr(gate, "measurers", measurers)
-    revisions = [gate.Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    monkeypatch.setattr(rounds, "measurers", fake_measurers)
+    revisions = [Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
     with pytest.raises(KeyboardInterrupt):
-        gate.fresh_rounds(
+        rounds.fresh_rounds(
             revisions,
             3,
             tmp_path,
@@ -174,21 +177,21 @@ def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp
     assert seen == [[1, 1], [2, 2]]
 
 
-def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
-    side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
-    worker = gate.Worker(side, tmp_path / "head.log")
+def test_a_measurer_measures_one_round_per_request(tmp_path: Path) -> None:
+    side = Revision("head", REPO, MICRO_TEXT, QUICK)
+    measurer = ProtocolMeasurer(side, tmp_path / "head.log")
     try:
-        assert worker.greet()  # its hello, instead of its --help, says what it can do
-        assert worker.hello.protocol == protocol.PROTOCOL
-        assert protocol.MEASURE_CASE in worker.hello.capabilities
-        worker.ready()
-        assert worker.cases == [Case("micro", "msgspec-frombuffer", "text-sonnet")]
-        first = worker.measure(tmp_path / "round-1")
-        second = worker.measure(tmp_path / "round-2", worker.cases[0])
-        unknown = worker.measure(tmp_path / "round-3", Case("micro", "pickle", "text-sonnet"))
+        assert measurer.greet()  # its hello, instead of its --help, says what it can do
+        assert measurer.hello.protocol == protocol.PROTOCOL
+        assert protocol.MEASURE_CASE in measurer.hello.capabilities
+        measurer.ready()
+        assert measurer.cases == [Case("micro", "msgspec-frombuffer", "text-sonnet")]
+        first = measurer.measure(tmp_path / "round-1")
+        second = measurer.measure(tmp_path / "round-2", measurer.cases[0])
+        unknown = measurer.measure(tmp_path / "round-3", Case("micro", "pickle", "text-sonnet"))
     finally:
-        worker.close()
-    assert worker.proc.returncode == 0
+        measurer.close()
+    assert measurer.proc.returncode == 0
     for data in (first, second):
         assert data.complete
         (record,) = data.records
@@ -197,39 +200,39 @@ def test_a_worker_measures_one_round_per_request(tmp_path: Path) -> None:
     assert unknown.records == []
 
 
-def test_a_worker_handed_its_backends_facts_records_them_instead_of_checking(tmp_path: Path) -> None:
-    """A later round's worker runs the code the first round's checked: it is handed those facts
-    (``gate.checked_facts``), which its results then hold as given, not checked again."""
-    side = gate.Revision("head", REPO, MICRO_TEXT, QUICK)
+def test_a_measurer_handed_its_checked_backends_records_them_instead_of_checking(tmp_path: Path) -> None:
+    """A later round's measurer runs the code the first round's checked: it is handed those backends
+    (``rounds.checked_backends``), which its results then hold as given, not checked again."""
+    side = Revision("head", REPO, MICRO_TEXT, QUICK)
     handed = {"msgspec-frombuffer": Backend(name="handed on", description="round 1's check", safe=True)}
-    worker = gate.Worker(side, tmp_path / "head.log", facts=handed)
+    measurer = ProtocolMeasurer(side, tmp_path / "head.log", backends=handed)
     try:
-        assert worker.greet()
-        worker.ready()
-        measured = worker.measure(tmp_path / "round-2")
+        assert measurer.greet()
+        measurer.ready()
+        measured = measurer.measure(tmp_path / "round-2")
     finally:
-        worker.close()
+        measurer.close()
     assert measured.backends == handed
     assert measured.records and measured.records[0].error is None
-    assert gate.checked_facts([measured]) == handed
+    assert rounds.checked_backends([measured]) == handed
 
 
-def test_facts_are_handed_on_only_where_they_cover_every_backend_measured() -> None:
-    facts = Backend(name="pickle", safe=False)
+def test_checked_backends_are_handed_on_only_where_they_cover_every_backend_measured() -> None:
+    checked = Backend(name="pickle", safe=False)
     measured = doc([rec({"encode_s": metric(samples(1))}, "pickle"), rec({}, "flat-mmk")])
-    assert gate.checked_facts([measured]) is None  # nothing recorded
-    measured.backends = {"pickle": facts}
-    assert gate.checked_facts([measured]) is None  # flat-mmk's missing
-    measured.backends["flat-mmk"] = facts
-    assert gate.checked_facts([measured]) == {"pickle": facts, "flat-mmk": facts}
+    assert rounds.checked_backends([measured]) is None  # nothing recorded
+    measured.backends = {"pickle": checked}
+    assert rounds.checked_backends([measured]) is None  # flat-mmk's missing
+    measured.backends["flat-mmk"] = checked
+    assert rounds.checked_backends([measured]) == {"pickle": checked, "flat-mmk": checked}
 
 
-def test_a_worker_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
-    side = gate.Revision("base", REPO, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
-    worker = gate.Worker(side, tmp_path / "base.log")
-    assert worker.greet()
-    with pytest.raises(gate.GateError, match=r"base: serbench worker stopped: .*no-such-backend"):
-        worker.ready()
+def test_a_measurer_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
+    side = Revision("base", REPO, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
+    measurer = ProtocolMeasurer(side, tmp_path / "base.log")
+    assert measurer.greet()
+    with pytest.raises(GateError, match=r"base: serbench's measuring process stopped: .*no-such-backend"):
+        measurer.ready()
 
 
 # A revision from before serbench.runner.measurer, as small as the gate needs: `serbench run --help`
@@ -274,17 +277,17 @@ def old_revision(folder: Path, worker: bool) -> Path:
     return folder
 
 
-def test_a_revision_without_serbench_worker_falls_back_to_its_run_worker(tmp_path: Path) -> None:
+def test_a_revision_without_a_measurer_falls_back_to_its_run_worker(tmp_path: Path) -> None:
     """Its serbench.runner.measurer never says hello (the module is missing there; the editable
     install's would be another tree's, and says so and ends), so its `serbench run --worker`
     measures, given the plan as options; its case keys and schema-1 results come back as
     ``Case``s, keyed like head's."""
     plan = Plan(["pickle"], ["text-sonnet"], ["micro", "ipc"], {"transport": ("shm",)})
-    base = gate.Revision("base", old_revision(tmp_path / "old", worker=True), plan, QUICK)
-    head = gate.Revision("head", REPO, Plan(["pickle"], ["text-sonnet"], ["micro"]), QUICK)
+    base = Revision("base", old_revision(tmp_path / "old", worker=True), plan, QUICK)
+    head = Revision("head", REPO, Plan(["pickle"], ["text-sonnet"], ["micro"]), QUICK)
     notes: list[str] = []
-    with gate.measurers([base, head], tmp_path, notes.append) as (old, new):
-        assert [type(old), type(new)] == [gate.LegacyWorker, gate.Worker]
+    with measurers.measurers([base, head], tmp_path, notes.append) as (old, new):
+        assert [type(old), type(new)] == [RunWorkerMeasurer, ProtocolMeasurer]
         shm = Case("ipc", "pickle", "text-sonnet", transport="shm")
         micro = Case("micro", "pickle", "text-sonnet")
         assert old.cases == [shm, micro]
@@ -302,19 +305,19 @@ def test_a_revision_without_serbench_worker_falls_back_to_its_run_worker(tmp_pat
 def test_if_one_side_has_no_worker_both_run_a_process_per_round(tmp_path: Path) -> None:
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
     sides = [
-        gate.Revision("base", old_revision(tmp_path / "old", worker=False), MICRO_TEXT, QUICK),
-        gate.Revision("head", REPO, MICRO_TEXT, QUICK),
+        Revision("base", old_revision(tmp_path / "old", worker=False), MICRO_TEXT, QUICK),
+        Revision("head", REPO, MICRO_TEXT, QUICK),
     ]
     notes: list[str] = []
-    with gate.measurers(sides, tmp_path, notes.append) as started:
-        assert [type(m) for m in started] == [gate.OneShot, gate.OneShot]
+    with measurers.measurers(sides, tmp_path, notes.append) as started:
+        assert [type(m) for m in started] == [OneShotMeasurer, OneShotMeasurer]
     assert "predates" in notes[-1]
 
 
 def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
     plan = Plan(["no-such-backend"], ["text-sonnet"], ["micro"])
-    one_shot = gate.OneShot(gate.Revision("base", REPO, plan, QUICK), tmp_path / "base.log")
-    with pytest.raises(gate.GateError, match=r"base: serbench run failed: .*no-such-backend"):
+    one_shot = OneShotMeasurer(Revision("base", REPO, plan, QUICK), tmp_path / "base.log")
+    with pytest.raises(GateError, match=r"base: serbench run failed: .*no-such-backend"):
         one_shot.measure(tmp_path / "round-1")
 
 
@@ -323,10 +326,10 @@ def test_a_one_shot_round_past_its_time_is_ended_and_leaves_nothing(monkeypatch,
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
-    monkeypatch.setattr(gate, "RUN_TIMEOUT_S", 10)
-    revision = gate.Revision("base", REPO, Plan(list(BUILTINS), ["images-32"], ["micro"]), QUICK)
-    with pytest.raises(gate.GateError, match="took over 10 s"):
-        gate.OneShot(revision, tmp_path / "base.log").measure(tmp_path / "round-1")
+    monkeypatch.setattr(measurers, "RUN_TIMEOUT_S", 10)
+    revision = Revision("base", REPO, Plan(list(BUILTINS), ["images-32"], ["micro"]), QUICK)
+    with pytest.raises(GateError, match="took over 10 s"):
+        OneShotMeasurer(revision, tmp_path / "base.log").measure(tmp_path / "round-1")
     assert sorted(p.name for p in temporary.iterdir()) == []
 
 
@@ -445,7 +448,7 @@ def test_without_rounds_the_gate_is_its_counts_and_without_counts_it_says_so(mon
     monkeypatch.setattr(
         gate, "serbench_code", lambda repo, ref, log: contextlib.nullcontext((tmp_path, tmp_path))
     )
-    monkeypatch.setattr(gate, "measurers", lambda *args: pytest.fail("no rounds were asked for"))
+    monkeypatch.setattr(gate, "fresh_rounds", lambda *args: pytest.fail("no rounds were asked for"))
     monkeypatch.setattr(gate, "count", lambda revisions, out, log: counted)
     assert gate.measure(None, None, plan, QUICK, 0, tmp_path, print, (plan, QUICK)) == tuple(counted)
     monkeypatch.setattr(gate, "count", lambda revisions, out, log: None)  # a base that cannot count

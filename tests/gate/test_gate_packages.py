@@ -15,6 +15,7 @@ from test_gate import BASE_BACKEND, HEAD_BACKEND, PADDED, git
 
 from serbench import cli as commands
 from serbench.gate import measure as gate
+from serbench.gate.revision import Runtime
 from serbench.model import results
 from serbench.model.errors import GateError
 from serbench.model.profiles import PROFILES
@@ -74,18 +75,18 @@ def test_without_base_the_sides_must_differ(monkeypatch, tmp_path: Path, capsys)
     assert "not an executable file" in capsys.readouterr().err
 
 
-def test_a_worker_that_cannot_start_under_its_interpreter_is_a_gate_error(monkeypatch, tmp_path) -> None:
-    """One serbench on both sides: a worker without a hello did not start (here: its interpreter
-    cannot import serbench's dependencies), never "a revision from before the worker"."""
+def test_a_measurer_that_cannot_start_under_its_interpreter_is_a_gate_error(monkeypatch, tmp_path) -> None:
+    """One serbench on both sides: a measurer without a hello did not start (here: its interpreter
+    cannot import serbench's dependencies), never "a revision from before the measurer"."""
     broken = tmp_path / "python"
     broken.write_text(f'#!/bin/sh\nexec {sys.executable} -c "import no_such_module" "$@"\n')
     broken.chmod(0o755)
     plan = Plan(["pickle"], ["text-sonnet"], ["micro"])
-    runtimes = (gate.Runtime(), gate.Runtime(str(broken)))
+    runtimes = (Runtime(), Runtime(str(broken)))
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
-    with pytest.raises(GateError, match=r"head: serbench worker stopped: .*no_such_module"):
+    with pytest.raises(GateError, match=r"head: serbench's measuring process stopped: .*no_such_module"):
         gate.measure(None, None, plan, PROFILES["quick"], 1, tmp_path, lambda _: None, runtimes=runtimes)
     assert not list(temporary.iterdir())  # the folder linking this serbench is gone
 

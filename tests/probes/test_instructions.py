@@ -23,7 +23,10 @@ from serbench import cli as commands
 from serbench.analysis import estimates, verdicts
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
-from serbench.gate import measure as gate
+from serbench.gate import counting as gate_counting
+from serbench.gate import cpus
+from serbench.gate.measurers import ProtocolMeasurer
+from serbench.gate.revision import Revision
 from serbench.model import results
 from serbench.model.errors import GateError
 from serbench.model.profiles import PROFILES
@@ -231,7 +234,7 @@ def test_every_timed_comparison_states_what_it_could_detect() -> None:
 def test_the_gate_adds_counts_to_the_timed_cases_and_a_failed_count_fails_the_case() -> None:
     timed = doc([rec({"encode_s": metric(samples(1))}, "a"), rec({"encode_s": metric(samples(2))}, "b")])
     counted = doc([rec(counts(5.0), "a"), rec({}, "b", error="valgrind crashed")])
-    merged = gate.add_counts(timed, counted)
+    merged = gate_counting.add_counts(timed, counted)
     a, b = merged.records
     assert set(a.metrics) == {"encode_s", "decode_instructions"} and a.error is None
     assert b.error == "counting instructions: valgrind crashed"
@@ -239,19 +242,19 @@ def test_the_gate_adds_counts_to_the_timed_cases_and_a_failed_count_fails_the_ca
 
 
 def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_path: Path) -> None:
-    assert gate._cpu_list("0-2,5\n") == {0, 1, 2, 5} and gate._cpu_list("\n") == set()
-    monkeypatch.setattr(gate, "ISOLATED_CPUS", tmp_path / "isolated")
+    assert cpus._cpu_list("0-2,5\n") == {0, 1, 2, 5} and cpus._cpu_list("\n") == set()
+    monkeypatch.setattr(cpus, "ISOLATED_CPUS", tmp_path / "isolated")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert gate.worker_cpus() is None
+    assert cpus.measurer_cpus() is None
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert gate.worker_cpus() == {14, 15}
+    assert cpus.measurer_cpus() == {14, 15}
     (tmp_path / "isolated").write_text("4-5\n")
-    assert gate.worker_cpus() == {4, 5}
+    assert cpus.measurer_cpus() == {4, 5}
 
 
 def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    side = gate.Revision("head", REPO, MICRO, QUICK)
+    side = Revision("head", REPO, MICRO, QUICK)
     proc = side.run("--help", cpus=frozenset({cpu}), stdout=subprocess.PIPE)
     try:
         assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
@@ -327,7 +330,7 @@ def test_a_gate_worker_does_not_count_case_by_case(tmp_path: Path) -> None:
     set up to count does so for every case at once, one valgrind process per side, and
     refuses a single case."""
     profile = QUICK.with_options(measure="instructions")
-    counting = gate.Worker(gate.Revision("head", REPO, MICRO, profile), tmp_path / "head.log")
+    counting = ProtocolMeasurer(Revision("head", REPO, MICRO, profile), tmp_path / "head.log")
     try:
         assert counting.greet() and protocol.INSTRUCTIONS in counting.hello.capabilities
         (case,) = counting.ready().cases
@@ -349,9 +352,9 @@ def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path:
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
     profile = QUICK.with_options(measure="instructions")
-    sides = [gate.Revision(label, REPO, MICRO, profile) for label in ("base", "head")]
+    sides = [Revision(label, REPO, MICRO, profile) for label in ("base", "head")]
     notes: list[str] = []
-    counted = gate.count(sides, tmp_path, notes.append)
+    counted = gate_counting.count(sides, tmp_path, notes.append)
     assert counted is not None and len(counted) == 2
     for side in counted:
         (record,) = side.records
@@ -398,11 +401,11 @@ def test_a_process_under_callgrind_gets_its_settings_by_message(monkeypatch, tmp
 
 
 def test_a_counting_run_that_cannot_set_up_says_why(tmp_path: Path) -> None:
-    """The counting worker's ``Failed`` comes back as a WorkerError naming what went wrong."""
+    """The counting measurer's ``Failed`` comes back as a MeasurerError naming what went wrong."""
     if instructions.cannot_launch():
         pytest.skip(f"{instructions.cannot_launch()}: `make test` installs it")
     plan = Plan(["no-such-backend"], ["text-sonnet"], ["micro"])
-    with pytest.raises(protocol.WorkerError, match="no-such-backend"):
+    with pytest.raises(protocol.MeasurerError, match="no-such-backend"):
         worker.count(plan, QUICK.with_options(measure="instructions"), ["run"], tmp_path, {})
 
 

@@ -1,5 +1,6 @@
-"""The worker protocol (``serbench.runner.protocol``) through ``python -m serbench.runner.measurer``, and the case
-dimensions' flags, parsed once on the command line and handed to the workers as values."""
+"""The measurer protocol (``serbench.runner.protocol``) through ``python -m
+serbench.runner.measurer``, and the case dimensions' flags, parsed once on the command line and
+handed to the measurers as values."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ import serbench
 from serbench import cli as commands
 from serbench.cli import build_parser, options
 from serbench.gate import measure as gate
+from serbench.gate.revision import Revision, run_options
 from serbench.links.transport import KINDS
 from serbench.model import results
 from serbench.model.errors import EXIT_USAGE, GateError, UsageError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
-from serbench.runner import measurer as worker
-from serbench.runner import protocol
+from serbench.runner import measurer, protocol
 from serbench.runner.matrix import Plan
 from serbench.runner.protocol import Failed, Measure, Measured, Progress, Ready, Setup
 from serbench.scenarios import dimensions
@@ -44,7 +45,7 @@ def start(
     return subprocess.Popen(command, cwd=cwd, env=env, **pipes)
 
 
-def test_the_worker_says_hello_first_with_its_protocol_and_capabilities() -> None:
+def test_the_measurer_says_hello_first_with_its_protocol_and_capabilities() -> None:
     """Its first line, before it reads anything: the protocol version and what it can do
     (what the gate read from `serbench run --help` before); end of file before a setup is a
     clean end."""
@@ -95,32 +96,32 @@ def test_a_setup_that_cannot_run_is_failed_in_one_line() -> None:
     client.send(
         Setup(protocol.Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), protocol.Profile("quick"))
     )
-    with pytest.raises(protocol.WorkerError, match="no-such-backend"):
+    with pytest.raises(protocol.MeasurerError, match="no-such-backend"):
         client.reply(Ready, 300)
     assert proc.wait(timeout=60) == EXIT_USAGE
     assert b"no-such-backend" in proc.stderr.read()
 
 
-def test_a_dimension_value_the_worker_does_not_take_is_refused() -> None:
+def test_a_dimension_value_the_measurer_does_not_take_is_refused() -> None:
     proc = start()
     client = protocol.Client(proc)
     client.hello(120)
     plan = protocol.Plan(["pickle"], ["text-sonnet"], ["ipc"], {"transport": ("udp",)})
     client.send(Setup(plan, protocol.Profile("quick")))
-    with pytest.raises(protocol.WorkerError, match=r"--transport: unknown udp; transports: ipc, tcp, shm"):
+    with pytest.raises(protocol.MeasurerError, match=r"--transport: unknown udp; transports: ipc, tcp, shm"):
         client.reply(Ready, 300)
     assert proc.wait(timeout=60) == EXIT_USAGE
 
 
-def test_a_serbench_without_a_worker_never_says_hello(tmp_path: Path) -> None:
-    """A tree from before serbench.runner.measurer: `python -m serbench.runner.measurer` there finds none (or the
-    editable install's, which is another tree's and says so): no hello, a line on stderr."""
+def test_a_serbench_without_a_measurer_never_says_hello(tmp_path: Path) -> None:
+    """A tree from before serbench.runner.measurer: `python -m serbench.runner.measurer` there finds
+    none (or the editable install's, which is another tree's and says so): no hello, a line on stderr."""
     (tmp_path / "serbench").mkdir()
     (tmp_path / "serbench" / "__init__.py").write_text('__version__ = "0.0.1"\n')
     proc = start(cwd=tmp_path, pythonpath=tmp_path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and out == b""
-    assert b"worker" in err
+    assert b"measurer" in err
 
 
 NOISY = """
@@ -151,7 +152,7 @@ def make():
 
 
 def test_what_a_backend_prints_does_not_break_a_message(tmp_path: Path) -> None:
-    """The protocol has its own copy of stdout; fd 1 of the worker and its forks is stderr."""
+    """The protocol has its own copy of stdout; fd 1 of the measurer and its forks is stderr."""
     (tmp_path / "noisy_backend.py").write_text(NOISY)
     with (tmp_path / "err").open("wb") as err:
         proc = start(cwd=tmp_path, stderr=err)
@@ -176,16 +177,16 @@ def test_scenario_options_travel_as_text_and_come_back_exactly() -> None:
     profile = PROFILES["quick"].with_options(ipc_rates=(10.0, 0.1, math.inf), measure="instructions")
     message = protocol.profile_message(profile)
     assert message.options == {"ipc_rates": "10.0,0.1,inf", "measure": "instructions"}
-    assert worker.profile_of(message) == profile
+    assert measurer.profile_of(message) == profile
     with pytest.raises(UsageError, match="no scenario option 'nope'"):
-        worker.profile_of(protocol.Profile("quick", {"nope": "1"}))
+        measurer.profile_of(protocol.Profile("quick", {"nope": "1"}))
     with pytest.raises(UsageError, match="--rate"):
-        worker.profile_of(protocol.Profile("quick", {"ipc_rates": "-1"}))
+        measurer.profile_of(protocol.Profile("quick", {"ipc_rates": "-1"}))
 
 
 def test_a_channel_keeps_what_it_read_past_a_line_and_times_out() -> None:
     reading, writing = os.pipe()
-    channel = protocol.Channel(reading, writing, protocol.FromWorker)
+    channel = protocol.Channel(reading, writing, protocol.FromMeasurer)
     try:
         channel.send(Measured("a"))
         channel.send(Failed("b"))  # both in one read
@@ -194,7 +195,7 @@ def test_a_channel_keeps_what_it_read_past_a_line_and_times_out() -> None:
         with pytest.raises(TimeoutError):
             channel.receive(0.1)
         channel.write_line(b'{"kind": "nonsense"}')
-        with pytest.raises(protocol.WorkerError, match="not a message"):
+        with pytest.raises(protocol.MeasurerError, match="not a message"):
             channel.receive(1)
     finally:
         os.close(writing)
@@ -234,8 +235,8 @@ def test_the_plan_carries_the_values_parsed_once() -> None:
         options.plan(parser.parse_args(["run", "--transport", ","]))
 
 
-def test_the_gate_hands_its_workers_the_values_not_the_text(monkeypatch, tmp_path) -> None:
-    """The gate's plan carries the tuple; its worker's Setup carries it typed; only a revision
+def test_the_gate_hands_its_measurers_the_values_not_the_text(monkeypatch, tmp_path) -> None:
+    """The gate's plan carries the tuple; its measurer's Setup carries it typed; only a revision
     from before serbench.runner.measurer gets it back as an option's text."""
     asked = {}
 
@@ -248,12 +249,10 @@ def test_the_gate_hands_its_workers_the_values_not_the_text(monkeypatch, tmp_pat
     assert commands.main([*argv, "--out", str(tmp_path / "out")]) == EXIT_USAGE
     plan = asked["plan"]
     assert isinstance(plan, Plan) and plan.dimensions == {"transport": ("ipc", "shm")}
-    revision = gate.Revision("base", REPO, plan, PROFILES["quick"])
+    revision = Revision("base", REPO, plan, PROFILES["quick"])
     sent = json.loads(protocol._ENCODER.encode(revision.setup()))
     assert sent["plan"]["dimensions"] == {"transport": ["ipc", "shm"]}
     assert sent["plan"]["workloads"] == ["text-sonnet", "images-4"]
-    legacy = gate.run_options(plan, PROFILES["quick"])
+    legacy = run_options(plan, PROFILES["quick"])
     assert legacy[legacy.index("--transport") + 1] == "ipc,shm"
-    assert "--transport" not in gate.run_options(
-        Plan(["pickle"], ["text-sonnet"], ["ipc"]), PROFILES["quick"]
-    )
+    assert "--transport" not in run_options(Plan(["pickle"], ["text-sonnet"], ["ipc"]), PROFILES["quick"])

@@ -130,12 +130,12 @@ def counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counting:
 
 
 def _trusted(specs: list[str]) -> dict[str, Backend]:
-    """Backend facts without the conformance suite: the visits are what is under test."""
+    """Checked backends without the conformance suite: the visits are what is under test."""
     return {spec: Backend(name=spec, safe=True) for spec in specs}
 
 
 def _execute(plan: Plan, path: Path, on_case=None) -> results.ResultsFile:
-    return execute(plan, QUICK3, path, ["run"], on_case, backend_facts=_trusted)
+    return execute(plan, QUICK3, path, ["run"], on_case, check=_trusted)
 
 
 def test_visits_merge_into_one_record_and_a_failing_round_fails_only_its_case(
@@ -238,7 +238,7 @@ def test_an_interrupted_run_keeps_the_rounds_so_far_and_stays_incomplete(
 
 
 class _Client:
-    """The gate's end of a worker's channel, scripted: ``answers`` in turn, then closed."""
+    """The gate's end of a measurer's channel, scripted: ``answers`` in turn, then closed."""
 
     def __init__(self, answers: list[object]) -> None:
         self.answers, self.sent = answers, []
@@ -250,11 +250,11 @@ class _Client:
         return self.answers.pop(0) if self.answers else None
 
 
-def test_the_gates_worker_measures_each_case_whole(tmp_path: Path, counting: Counting) -> None:
+def test_the_gates_measurer_measures_each_case_whole(tmp_path: Path, counting: Counting) -> None:
     counting.failing = ""
     case = Case("counting", "pickle", "images-1")
-    facts = protocol.Backends(_trusted(BACKENDS[:2]))
-    client = _Client([facts, protocol.Measure(str(tmp_path / "a"), case)])
+    checked = protocol.Backends(_trusted(BACKENDS[:2]))
+    client = _Client([checked, protocol.Measure(str(tmp_path / "a"), case)])
     work(Plan(BACKENDS[:2], ["images-1"], ["counting"]), QUICK3, ["run"], client, ask_backends=True)
     (rec,) = results.load(tmp_path / "a" / "results.json").records
     assert rec.case == case and rec.rounds is None  # one visit: the gate pairs its own rounds

@@ -1,0 +1,91 @@
+"""The gate's instruction counts (``--measure instructions``, ``serbench.probes.instructions``).
+
+After the timed rounds, one measuring process per side, set up with the
+counting profile, counts every case in one valgrind process of its own
+(``serbench.runner.measurer.count``), both sides at once, each on a CPU of its
+own (``cpus.counting_cpu``), once: a count repeats so closely that more rounds
+would only repeat it (docs/measurements/2026-12-02-instructions.md). A revision
+from before ``serbench.runner.measurer`` counts by ``serbench run --measure
+instructions``. The counts are then added to the timed results (``add_counts``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from serbench.gate.cpus import counting_cpu
+from serbench.gate.measurers import OneShotMeasurer, ProtocolMeasurer, close_all, greet_all
+from serbench.gate.revision import Revision, run_help
+from serbench.model.results import Results
+from serbench.runner import protocol
+from serbench.runtime.isolation import end_trees
+
+COUNTING_GRACE_S = 20.0  # for an ended counting run to stop valgrind, which runs its code slowly
+
+
+def count(
+    revisions: Sequence[Revision], out: Path, log: Callable[[str], None] = print
+) -> list[Results] | None:
+    """Every case of each revision counted once (their profiles ask for instructions), the
+    revisions at once, each on a CPU of its own where there are several; their results, or
+    None (with a note) when a side cannot count (a revision older than instruction counts)."""
+    started: list[ProtocolMeasurer] = []
+    running: list[subprocess.Popen] = []
+    try:
+        for i, revision in enumerate(revisions):
+            log_file = out / f"{revision.label}-instructions.log"
+            started.append(ProtocolMeasurer(revision, log_file, counting_cpu(i)))
+        running = [measurer.proc for measurer in started]
+        sides: list[ProtocolMeasurer | OneShotMeasurer] = list(started)
+        older_sides = greet_all(started)
+        older = [revisions[i] for i in older_sides]
+        newer = [measurer for i, measurer in enumerate(started) if i not in older_sides]
+        if not all("--measure" in text for text in run_help(older)) or not all(
+            protocol.INSTRUCTIONS in side.hello.capabilities for side in newer
+        ):
+            log("note: a revision predates `serbench run --measure`: instructions not counted")
+            close_all(sides)
+            return None
+        start = time.perf_counter()
+        folders = [out / f"{revision.label}-instructions" for revision in revisions]
+        handles: list[subprocess.Popen | None] = [None] * len(sides)
+        for i in older_sides:  # started first: a measurer is asked once its backends are checked
+            log_file = out / f"{revisions[i].label}-instructions.log"
+            sides[i] = OneShotMeasurer(revisions[i], log_file, counting_cpu(i))
+            handles[i] = sides[i].start(folders[i])
+            running.append(handles[i])
+        for i, side in enumerate(sides):
+            if isinstance(side, ProtocolMeasurer):
+                side.ready().request(folders[i])
+        counted = [
+            side.result(folder) if handle is None else side.finish(handle, folder)
+            for side, handle, folder in zip(sides, handles, folders, strict=True)
+        ]
+        close_all(sides)
+    finally:  # ended with SIGTERM first, so that each removes its dump folder
+        end_trees([proc.pid for proc in running if proc.poll() is None], COUNTING_GRACE_S)
+        for proc in running:
+            proc.wait()
+    log(f"instructions counted: {time.perf_counter() - start:.1f} s")
+    return counted
+
+
+def add_counts(timed: Results, counted: Results) -> Results:
+    """``timed`` with the metrics that only ``counted`` has added to each of its cases; a case
+    whose count failed fails (``serbench compare`` then says whether it did on one side only)."""
+    counts = counted.by_case()
+    records = []
+    for rec in timed.records:
+        other = counts.get(rec.case)
+        if other is not None and rec.ok:
+            if not other.ok:
+                rec = msgspec.structs.replace(rec, error=f"counting instructions: {other.error}")
+            else:
+                rec = msgspec.structs.replace(rec, metrics={**other.metrics, **rec.metrics})
+        records.append(rec)
+    return msgspec.structs.replace(timed, records=records)
