@@ -13,7 +13,7 @@ import argparse
 
 from serbench.cli.options import split_specs
 from serbench.model.errors import EXIT_CHECK_FAILED, EXIT_OK
-from serbench.present.text import table
+from serbench.present.terminal import table
 from serbench.serializers import declared_safety, get_serializer, safety_text
 
 

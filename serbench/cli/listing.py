@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Sequence
 
 from serbench.model.units import format_value
-from serbench.present.text import table
+from serbench.present.terminal import table
 from serbench.scenarios import SCENARIOS
 from serbench.serializers import available_serializers, declared, declared_safety, describe, safety_text
 from serbench.workloads import SWEEPS, available_workloads, default_workloads, get_workload
@@ -15,7 +15,7 @@ from serbench.workloads import SWEEPS, available_workloads, default_workloads, g
 WIDTH = 100  # columns every line fits: a terminal's, with room to spare
 
 
-def described(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def wrapped_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """``text.table`` of every column but the last, which is free text (a description), left
     aligned after them and wrapped within ``WIDTH``, its further lines under its first."""
     fixed = table(headers[:-1], [row[:-1] for row in rows]).split("\n")
@@ -33,7 +33,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in available_serializers():
         backend = declared(name)
         rows.append([name, safety_text(declared_safety(backend)), describe(backend)])
-    print(described(["backend", "safe for untrusted input", "strategy"], rows))
+    print(wrapped_table(["backend", "safe for untrusted input", "strategy"], rows))
     print()
     rows = []
     default = default_workloads()
@@ -41,7 +41,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         workload = get_workload(name)
         payload = format_value(workload.payload_bytes(), "bytes")
         rows.append([name, payload, "yes" if name in default else "by name", workload.description])
-    print(described(["workload", "payload/request", "default run", "what"], rows))
+    print(wrapped_table(["workload", "payload/request", "default run", "what"], rows))
     families = (
         "any images-N, outputs-B, tensor-N works; outputs-B takes logprobs=K, layout=nested|flat, steps=N "
         "(images-N and outputs-B: layout=vllm-native with the vLLM plugin); "
@@ -49,7 +49,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     )
     print(textwrap.fill(families, WIDTH))
     print()
-    print(described(["scenario", "what"], [[s.name, s.description] for s in SCENARIOS.values()]))
+    print(wrapped_table(["scenario", "what"], [[s.name, s.description] for s in SCENARIOS.values()]))
     return 0
 
 

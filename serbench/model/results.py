@@ -545,7 +545,7 @@ def load(path: str | Path) -> Results:
 
 
 # Schema 1 knew these scenarios to link two processes: their unmarked backends ran over ipc://.
-_LINKED_IN_SCHEMA_1 = ("ipc", "memory")
+_TWO_PROCESS_SCENARIOS_OF_SCHEMA_1 = ("ipc", "memory")
 _INFO_OF_SCHEMA_1 = {"micro": MicroInfo, "ipc": IpcInfo, "memory": MemoryInfo}
 
 
@@ -564,7 +564,7 @@ def _record_from_schema_1(rec: dict) -> dict:
     if not (mark and backend and transport.isidentifier()):
         backend, transport = rec.get("backend"), None
     scenario = rec.get("scenario")
-    if transport is None and scenario in _LINKED_IN_SCHEMA_1:
+    if transport is None and scenario in _TWO_PROCESS_SCENARIOS_OF_SCHEMA_1:
         transport = DEFAULT_TRANSPORT
     info = dict(rec.get("info") or {})
     out = {
