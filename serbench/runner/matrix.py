@@ -1,40 +1,18 @@
 """The runner: backends × workloads × scenarios, each case in its own process.
 
 Before timing a backend, the runner round-trips the conformance cases through
-it (in a child of its own): a backend that fails conformance is not timed,
-its cases are recorded as failed with the first mismatches. A case whose
-workload the backend declares unsupported is recorded as unsupported (its
-``error`` says so and why, ``info.unsupported`` holds the reason), never
-timed; every other case verifies its own messages before timing them
-(``conformance.verify``, called by each scenario), unless an earlier case of
-the run verified the same ones: the runner keeps what each case verified and
-hands it to the cases after it, so micro, ipc and memory do not round-trip the
-same 308 MB request three times. Every case is forked from one zygote taken
-before anything else of the run (``isolation.Zygote``), so none inherits what
-the runner did before it. Every case, failed or not, lands in the results
-file, which is saved after each one. ``work`` is the same loop on request, for
-the gate's workers.
-
-A scenario that declares itself ``interleaved`` (ipc, fanout) has its cases
-measured in rounds (``visits``): the cases that differ only in their backend
-form a group, and each of the profile's ``rounds`` visits every backend of the
-group in turn, the first of one round the last of the next (A B C, B C A, C A
-B), each visit a fresh child measuring ``Profile.share`` of the case's
-samples, as the gate alternates base and head. A slow spell of the machine
-then lands on every backend of a round instead of on whichever case was
-running, and round ``i`` of two backends is a pair (``compare.ratio_estimate``).
-A case's visits are merged into one record (``results.merge``: each round's
-sample count in ``Measurement.rounds``, the record's ``rounds``), written
-after every visit: a record in a file with ``complete: false`` may hold fewer
-rounds than the profile's. A visit that fails fails its case (``failed in 1
-of k rounds``) and ends that case's visits; the other backends go on. A
-scenario may end a case's visits early too (``Scenario.revisit``: micro takes
-rounds past the profile's only while they are cheap). A scenario that measures
-its groups ``together`` (micro) has each round of a group measured in one
-child (``Scenario.run_together``): every backend of the group still visited, a
-sample of each in turn. A backend that raises there fails alone; when such a
-child crashes or times out, each of its backends is measured again alone, so
-the error lands on the culprit.
+it in a child of its own (``check_backends``): a backend that fails is not
+timed, its cases recorded as failed with the first mismatches. A case whose
+workload the backend declares unsupported is recorded so, never timed; every
+other case verifies its own messages before timing them, unless an earlier case
+of the run verified the same ones (the runner hands those keys on). Every case
+is forked from one zygote taken before anything else of the run
+(``isolation.Zygote``), so none inherits what the runner did before it, and
+lands in the results file, saved after each one. In what order the cases are
+visited, and how a case's visits merge, is ``serbench.runner.visits``'s; a child
+measuring a group's round together that crashes or times out has each backend
+measured again alone, so the error lands on the culprit. ``execute`` runs a plan; ``work`` is the same
+loop on request, for a measurer (``serbench.runner.measurer``).
 """
 
 from __future__ import annotations
@@ -51,7 +29,6 @@ from typing import Any
 
 import msgspec
 
-from serbench.model import metrics
 from serbench.model.errors import CaseFailed, Terminated
 from serbench.model.profiles import Profile
 from serbench.model.results import (
@@ -60,13 +37,12 @@ from serbench.model.results import (
     Case,
     Conformance,
     Record,
-    Results,
     ResultsFile,
-    merge,
     record,
 )
 from serbench.probes import environment, instructions
 from serbench.runner import protocol
+from serbench.runner.visits import Visit, batches, merged, revisited, visit_order
 from serbench.runtime.isolation import Zygote, error_text, run_isolated
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import conformance, declared_safety, describe, get_serializer, tensors
@@ -201,47 +177,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@dataclass(frozen=True)
-class Visit:
-    """One child's measurement of a case: round ``round`` (from 0) of the ``rounds`` it is measured
-    in (1: the case whole, in one visit)."""
-
-    case: Case
-    round: int = 0
-    rounds: int = 1
-
-    @property
-    def together(self) -> bool:
-        """Measured in one child with the other visits of its group's round (``Scenario.together``)."""
-        return self.rounds > 1 and get_scenario(self.case.scenario).together
-
-
-def _group(case: Case) -> Case:
-    """What the cases of one group share: the case less its backend."""
-    return msgspec.structs.replace(case, backend="")
-
-
-def visits(cases: list[Case], profile: Profile) -> list[Visit]:
-    """The order a run measures ``cases`` in: each case in one visit, in turn, except those its
-    scenario measures in rounds (``Scenario.rounds``): the cases that differ only in backend
-    are a group, measured where its first case stands, round by round, each round every
-    backend in turn, starting one later each round (A B C, B C A, C A B, A B C, ...)."""
-    groups: dict[tuple[Case, int], list[Case]] = {}  # (the case less its backend, rounds) → cases
-    for case in cases:
-        rounds = get_scenario(case.scenario).rounds(case, profile)
-        key = (case, 1) if rounds == 1 else (_group(case), rounds)
-        groups.setdefault(key, []).append(case)
-    planned = []
-    for (_, rounds), members in groups.items():
-        for r in range(rounds):
-            turn = r % len(members)
-            planned.extend(Visit(case, r, rounds) for case in members[turn:] + members[:turn])
-    return planned
-
-
-# A case's time limit is this many times longer where it counts instructions: under callgrind code
-# runs 20-50x slower, and an ipc case of in-band pickle at images-32 took 60-90 s alone and more
-# than 120 s (the quick limit) with three valgrind processes on 2 CPUs.
+# A case's time limit is this many times longer where it counts instructions: code runs far slower
+# under callgrind (docs/measurements/2026-12-03-ipc-counts.md).
 COUNTED_SLOWER = 5
 
 
@@ -309,24 +246,6 @@ def _record(case: Case, outcome: Outcome | Unsupported | str, whole_s: float) ->
     return msgspec.structs.replace(rec, duration_s=round(seconds, 3))
 
 
-def _batches(planned: list[Visit]) -> Iterator[list[tuple[int, Visit]]]:
-    """The visits in the order planned, with their index, one list per child: a visit alone, or
-    the consecutive visits of one round of a group measured together (``Visit.together``)."""
-    batch: list[tuple[int, Visit]] = []
-    for index, visit in enumerate(planned):
-        if batch and not (visit.together and _same_round(batch[-1][1], visit)):
-            yield batch
-            batch = []
-        batch.append((index, visit))
-    if batch:
-        yield batch
-
-
-def _same_round(first: Visit, second: Visit) -> bool:
-    """The same round of the same group: the same case but for its backend."""
-    return first.together and first.round == second.round and _group(first.case) == _group(second.case)
-
-
 def _measure(
     planned: list[Visit],
     profile: Profile,
@@ -343,11 +262,11 @@ def _measure(
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
     ended: set[Case] = set()
-    for batch in _batches(planned):
+    for batch in batches(planned):
         due = [
             (index, visit)
             for index, visit in batch
-            if visit.case not in ended and _revisited(visit, profile, rounds.get(visit.case, []))
+            if visit.case not in ended and revisited(visit, profile, rounds.get(visit.case, []))
         ]
         if not due:
             continue
@@ -365,7 +284,7 @@ def _measure(
             if not rec.ok:
                 ended.add(case)
             # a first visit that measured nothing (failed, unsupported, not conformant) stays as it is
-            kept = rec if len(done) == 1 and not rec.ok else _merged(done)
+            kept = rec if len(done) == 1 and not rec.ok else merged(done)
             if case in where:
                 results.results.records[where[case]] = kept
                 results.save()
@@ -373,30 +292,6 @@ def _measure(
                 where[case] = len(results.results.records)
                 results.add(kept)
     results.finish()
-
-
-def _revisited(visit: Visit, profile: Profile, done: list[Record]) -> bool:
-    """Whether the case's scenario takes this visit after the ``done`` ones (``Scenario.revisit``)."""
-    if not done:
-        return True
-    spent = sum(rec.duration_s for rec in done)
-    return get_scenario(visit.case.scenario).revisit(visit.case, profile, len(done), spent)
-
-
-def _merged(recs: list[Record]) -> Record:
-    """A case's record from its visits so far: ``results.merge`` of one document per visit, with
-    each statistic of another metric (``ttft_p99_s`` of ``ttft_s``) taken again over every
-    visit's samples: the visits share one case's requests out, and the p99 of all of them is not
-    the median of each share's."""
-    rec = merge([Results(records=[rec]) for rec in recs]).records[0]
-    pooled = {
-        name: metrics.statistic(name, rec.metrics[metric.statistic_of].values)
-        for name, metric in metrics.METRICS.items()
-        if metric.statistic_of in rec.metrics
-    }
-    kept = {name: m for name, m in rec.metrics.items() if name not in pooled}
-    kept.update((name, m) for name, m in pooled.items() if m is not None)
-    return msgspec.structs.replace(rec, metrics=kept)
 
 
 def _verified_keys(outcome: Outcome | Unsupported) -> list[tuple]:
@@ -417,9 +312,8 @@ def _preload_torch() -> None:
 def _preload(plan: Plan, checks_backends: bool) -> None:
     """Import before any fork what every case or conformance child would otherwise import again:
     the plan's workload modules and, where anything uses it, torch (the modules import it on
-    first use). A counting worker of text cases alone (its backends checked by its parent)
-    never imports torch: under valgrind that import alone costs 20 s (docs/instructions.md),
-    which every image case's child paid again before torch was imported here."""
+    first use). A counting measurer of text cases alone (its backends checked by its parent)
+    never imports torch, which is slow to import under valgrind (docs/instructions.md)."""
     workloads = [get_workload(name) for name in plan.workloads]
     if checks_backends or any(workload.tensors for workload in workloads):
         _preload_torch()
@@ -446,7 +340,7 @@ def execute(
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
         results.results.backends = check(sorted({c.backend for c in cases}))
         results.save()
-        planned = visits(cases, profile)
+        planned = visit_order(cases, profile)
         _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case)
     return results
 

@@ -1,5 +1,5 @@
 """Interleaved rounds: an interleaved scenario's cases are measured round by round, every backend of
-a group in turn, and each case's visits merged into one record (``serbench.runner.matrix``)."""
+a group in turn, and each case's visits merged into one record (``serbench.runner.visits``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from serbench.model.profiles import PROFILES, Profile
 from serbench.model.results import Backend, Case
 from serbench.runner import matrix as runner
 from serbench.runner import protocol
-from serbench.runner.matrix import Plan, Visit, execute, visits, work
+from serbench.runner.matrix import Plan, execute, work
+from serbench.runner.visits import Visit, merged, visit_order
 from serbench.runtime.isolation import run_isolated
 from serbench.scenarios import SCENARIOS, Outcome, Scenario, micro
 from serbench.scenarios.ipc import MORE_VISITS, Ipc, settings_for
@@ -45,20 +46,20 @@ def test_a_group_is_visited_round_robin_with_rotation_and_a_rate_asked_for_stays
         ]
 
     expected = [*group("text-sonnet", Ipc.min_rounds), *group("images-1", MORE_VISITS)]
-    assert visits(plan.cases(), QUICK3) == [*expected, *group("images-32", MORE_VISITS)]
+    assert visit_order(plan.cases(), QUICK3) == [*expected, *group("images-32", MORE_VISITS)]
     for asked in ({"ipc_rates": (40.0,)}, {"ipc_max_concurrency": 2}):
-        planned = visits(plan.cases(), QUICK3.with_options(**asked))
+        planned = visit_order(plan.cases(), QUICK3.with_options(**asked))
         assert planned == [Visit(case) for case in plan.cases()], asked
 
 
 def test_without_rounds_in_memory_or_when_counting_each_case_is_one_visit() -> None:
     plan = Plan(BACKENDS[:2], ["images-1"], ["micro", "ipc", "memory"])
     one_round = dataclasses.replace(QUICK3, rounds=1)
-    assert visits(plan.cases(), one_round) == [Visit(case) for case in plan.cases()]
-    interleaved = [v for v in visits(plan.cases(), QUICK3) if v.rounds > 1]
+    assert visit_order(plan.cases(), one_round) == [Visit(case) for case in plan.cases()]
+    interleaved = [v for v in visit_order(plan.cases(), QUICK3) if v.rounds > 1]
     assert {v.case.scenario for v in interleaved} == {"micro", "ipc"}
     counting = QUICK3.with_options(measure="instructions")  # one valgrind process for the run
-    assert [v for v in visits(plan.cases(), counting) if v.rounds > 1] == []
+    assert [v for v in visit_order(plan.cases(), counting) if v.rounds > 1] == []
 
 
 def test_micro_plans_more_rounds_and_takes_those_past_the_profiles_while_they_are_cheap() -> None:
@@ -66,9 +67,9 @@ def test_micro_plans_more_rounds_and_takes_those_past_the_profiles_while_they_ar
     profile's rounds a case is visited again only while its visits took at most ``MORE_ROUNDS_S``."""
     plan = Plan(BACKENDS, ["text-sonnet", "images-4", "images-32"], ["micro"])
     assert QUICK3.rounds < micro.MORE_ROUNDS
-    assert {v.rounds for v in visits(plan.cases(), QUICK3)} == {micro.MORE_ROUNDS}
+    assert {v.rounds for v in visit_order(plan.cases(), QUICK3)} == {micro.MORE_ROUNDS}
     full = dataclasses.replace(QUICK3, rounds=micro.MORE_ROUNDS + 2)  # never fewer than asked
-    assert {v.rounds for v in visits(plan.cases(), full)} == {micro.MORE_ROUNDS + 2}
+    assert {v.rounds for v in visit_order(plan.cases(), full)} == {micro.MORE_ROUNDS + 2}
     case, scenario, over = plan.cases()[0], SCENARIOS["micro"], micro.MORE_ROUNDS_S + 1
     assert scenario.revisit(case, QUICK3, QUICK3.rounds - 1, over)  # the profile's rounds: always
     assert not scenario.revisit(case, QUICK3, QUICK3.rounds, over)
@@ -282,10 +283,10 @@ def test_merged_visits_summarize_every_rounds_latencies_as_the_serving_benchmark
         return _ipc_visit({"ttft_s": ttft, "itl_s": ttft, "e2e_s": ttft, "floor_rtt_s": [0.001]})
 
     first, second = [0.010, 0.012, 0.011], [0.030, 0.031, 0.029]
-    merged = results.merge(
+    combined = results.merge(
         [results.Results(records=[visit(first)]), results.Results(records=[visit(second)])]
     )
-    (rec,) = merged.records
+    (rec,) = combined.records
     assert rec.info.serving == results.Serving.of(first + second, first + second, first + second)
     assert rec.info.serving.ttft.median_ms == pytest.approx(20.5)  # both rounds, not the first alone
     # the benchmark's duration and output tokens: every round's load
@@ -303,10 +304,10 @@ def test_merged_visits_ratios_are_of_every_rounds_medians_not_the_first_visits()
         return _ipc_visit({**times, **rates, "floor_rtt_s": [0.001] * 3})
 
     first = visit([0.010, 0.011, 0.012], [0.4, 0.4, 0.4])
-    merged = results.merge(
+    combined = results.merge(
         [results.Results(records=[first]), results.Results(records=[visit([0.030, 0.031, 0.032], [3.3] * 3)])]
     )
-    (rec,) = merged.records
+    (rec,) = combined.records
     assert first.info.ttft_over_floor == pytest.approx(11.0)
     assert rec.info.ttft_over_floor == pytest.approx(21.0)  # the median of six: (12 + 30) / 2 ms
     assert rec.info.ingress_over_floor == pytest.approx(21.0)
@@ -321,11 +322,11 @@ def test_a_p99_of_a_cases_visits_is_taken_over_all_their_requests() -> None:
     case = Case("ipc", "pickle", "images-4", transport="ipc")
     shares = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.9, 1.0, 1.1, 5.0]]
     visited = [results.record(case, metrics={"ttft_s": metrics.measured("ttft_s", s)}) for s in shares]
-    merged = runner._merged(visited)
+    whole = merged(visited)
     everything = [t for share in shares for t in share]
-    assert merged.metrics["ttft_p99_s"].values == [pytest.approx(float(np.percentile(everything, 99)))]
-    assert merged.metrics["ttft_s"].rounds == [4, 4, 4]
-    assert "ttft_p99_s" not in runner._merged(visited[:1]).metrics  # four samples: no p99
+    assert whole.metrics["ttft_p99_s"].values == [pytest.approx(float(np.percentile(everything, 99)))]
+    assert whole.metrics["ttft_s"].rounds == [4, 4, 4]
+    assert "ttft_p99_s" not in merged(visited[:1]).metrics  # four samples: no p99
 
 
 class Together(Counting):
