@@ -24,7 +24,7 @@ from pathlib import Path
 from ipc_stability import disagreements, run_once, within_run_ratios  # scripts/ is on the path
 
 from serbench.model.results import Record, load
-from serbench.present.text import table
+from serbench.present.terminal import table
 
 METRICS = ("fanout_s", "fanout_decode_s", "core_cpu_s")
 

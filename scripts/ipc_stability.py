@@ -50,7 +50,7 @@ from serbench.analysis import decision
 from serbench.analysis.estimates import center_of, ratio_estimate
 from serbench.model.results import Case, Record, load
 from serbench.model.stats import Measurement
-from serbench.present.text import table
+from serbench.present.terminal import table
 
 METRICS = ("ttft_s", "ingress_s")
 ALL = "all"

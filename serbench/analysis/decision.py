@@ -1,29 +1,17 @@
 """The decision of a run: for each workload shape, the safe backends to use, and why.
 
-What a user runs serbench for is an answer: which serializer (and transport)
-to use. For each workload *shape* of a run (``shape``: text, few images, many
-images, outputs, tensor, …) and each scenario's headline metric
-(``metrics.Metric.headline``: TTFT for ipc, encode + decode for micro, the
-engine's payload copies for memory, time to the last worker for fanout), the
-decision names the *safe* rows (``ranking.row_of``: a backend with its
-transport and other dimensions; ``results.Backend.safe`` declared true) that
-are best within the run's own noise: the best one, and every other whose ratio
-to it has an interval reaching within the metric's practical tie of 1
-(``ranking.tied``, ``metrics.Metric.practical_tie``: 5 %, TTFT 10 %, encode +
-decode 2 %, a difference two runs back to back did not reproduce; encode +
-decode of a request with a payload also within 1 % of one copy of it,
-``ranking.tie_margin``) — ties are shown as ties.
-The ratios and intervals are ``estimates.geometric_ratio``'s (one bootstrap per
-workload, rounds paired where both sides have them, samples where both were
-taken in turn). Unsafe rows (declared unsafe or undeclared) that beat the
-chosen set beyond noise are listed apart as faster but unsafe, never chosen.
-Variants (``ranking.is_variant``: ``threshold=inf`` and any other spec with
-options) are not candidates.
+What a user runs serbench for is an answer: which serializer (and transport) to use. For each
+workload *shape* (``shape``: text, few images, many images, outputs, tensor, …) and each
+scenario's headline metric (``metrics.Metric.headline``), the decision names the *safe* rows
+(``ranking.row_of``; ``results.Backend.safe`` declared true) that are best within the run's own
+noise: the best one, and every other whose ratio to it has an interval reaching within the
+metric's practical tie of 1 (``ranking.tied``, ``ranking.tie_margin``) — ties are shown as ties.
+The ratios and intervals are ``estimates.geometric_ratio``'s. Unsafe rows that beat the chosen
+set beyond noise are listed apart as faster but unsafe, never chosen; variants
+(``ranking.is_variant``) are not candidates.
 
-Data and its wording only: ``serbench.present.text`` prints the decision at the end of a
-run's summary and the report's run page opens with it. How a ranking reads
-(``ranking_title``, ``ranking_notes``, ``interval_text``) is here too, below both,
-so that the terminal and the page word ``ranking.ranking`` alike.
+Data and its wording: ``serbench.analysis.summary`` gathers both into a run's summary, which
+every presenter prints alike.
 """
 
 from __future__ import annotations
@@ -54,8 +42,7 @@ from serbench.model.stats import MIN_DISTRIBUTION, Measurement
 from serbench.model.units import UNITLESS, format_number, scale_for
 
 # ``images-N`` with at most this many images is "few images", more is "many images": a fixed
-# cut between the default matrix's images-4 (38.5 MB of pixel values a request) and images-32
-# (308 MB), so that each falls in a shape of its own.
+# cut between the default matrix's images-4 and images-32, so each falls in a shape of its own.
 FEW_IMAGES = 8
 
 # The shapes serbench's own workloads fall into, in the order a decision lists them.
@@ -83,7 +70,7 @@ def shape(workload: str) -> str:
 
 
 @dataclass(frozen=True)
-class Standing:
+class RatioToBest:
     """A row against the best safe row of its decision: ``estimate`` is this row / the best
     (the geometric mean over the shape's workloads, with its interval)."""
 
@@ -110,9 +97,9 @@ class Decision:
     metric: str
     workloads: list[str]
     workers: int | None = None
-    chosen: list[Standing] = field(default_factory=list)
-    runner_up: Standing | None = None
-    unsafe: list[Standing] = field(default_factory=list)
+    chosen: list[RatioToBest] = field(default_factory=list)
+    runner_up: RatioToBest | None = None
+    unsafe: list[RatioToBest] = field(default_factory=list)
     best: dict[str, Measurement] = field(default_factory=dict)
     margin: float = PRACTICAL_TIE
     missing: str = ""
@@ -147,8 +134,8 @@ def decide(
     safe = [row for row in rows if _safe(data, row)]
     if not safe:
         unsafe = ", ".join(sorted(data.row_label(row) for row in rows))
-        why = f"no safe backend measured (unsafe only: {unsafe})" if unsafe else "no backend measured"
-        return Decision(group, scenario, name, workloads, workers, missing=why)
+        reason = f"no safe backend measured (unsafe only: {unsafe})" if unsafe else "no backend measured"
+        return Decision(group, scenario, name, workloads, workers, missing=reason)
 
     def against(base: Case, row: Case) -> Estimate:
         estimate = geometric_ratio([(rows[base][w], rows[row][w]) for w in workloads], center_of(name))
@@ -159,21 +146,21 @@ def decide(
     # the best: the lowest (a rate: highest) geometric mean over the workloads of where each row
     # stands (``estimates.location``: the metric's center of its samples)
     best = min(safe, key=lambda row: sign * sum(math.log(location(name, rows[row][w])) for w in workloads))
-    standings = sorted(
-        (Standing(row, against(best, row)) for row in rows if row != best),
+    ratios = sorted(
+        (RatioToBest(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
     )
     margin = tie_margin(name, rows[best], yardsticks(data, scenario, name).get(best, {}), workloads)
-    level = [s for s in standings if _safe(data, s.row) and tied(name, s.estimate, margin)]
-    apart = [s for s in standings if _safe(data, s.row) and s not in level]
-    unsafe = [s for s in standings if not _safe(data, s.row) and better(name, s.estimate, margin)]
+    level = [s for s in ratios if _safe(data, s.row) and tied(name, s.estimate, margin)]
+    apart = [s for s in ratios if _safe(data, s.row) and s not in level]
+    unsafe = [s for s in ratios if not _safe(data, s.row) and better(name, s.estimate, margin)]
     return Decision(
         group,
         scenario,
         name,
         workloads,
         workers,
-        chosen=[Standing(best, Estimate(1.0, 1.0, 1.0, len(workloads))), *level],
+        chosen=[RatioToBest(best, Estimate(1.0, 1.0, 1.0, len(workloads))), *level],
         runner_up=apart[0] if apart else None,
         unsafe=unsafe,
         best={w: rows[best][w] for w in workloads},
@@ -203,8 +190,8 @@ def decisions(data: Results) -> list[Decision]:
         for (group, workers), workloads in groups.items():
             kept = [w for w in workloads if not is_memory(name) or has_payload(data, scenario, w)]
             if not kept:
-                why = "not decided: no tensor payload, the peak is the process's own"
-                out.append(Decision(group, scenario, name, workloads, workers, missing=why))
+                reason = "not decided: no tensor payload, the peak is the process's own"
+                out.append(Decision(group, scenario, name, workloads, workers, missing=reason))
                 continue
             out.append(decide(data, scenario, name, group, kept, workers))
     order = {scenario: i for i, scenario in enumerate(data.scenarios())}
@@ -245,7 +232,7 @@ def chosen_text(decision: Decision, data: Results) -> str:
     return f"{names} (tied)" if decision.tie else names
 
 
-def why(decision: Decision, data: Results) -> list[str]:
+def reasons(decision: Decision, data: Results) -> list[str]:
     """One line of why, in parts (joined with "; "): the metric and the best's median, interval
     and n per workload (named a median: the ratios are of ``estimates.center_of``); each tied
     row's ratio to it with its interval; the runner-up's, which its interval tells apart. []

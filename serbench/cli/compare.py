@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 from serbench.analysis import attribution
+from serbench.analysis.summary import summarize_comparison
 from serbench.analysis.verdicts import Comparison, compare
 from serbench.cli.options import add_comparison_options, check_metric_names, check_writable, tolerances
 from serbench.model import results
 from serbench.model.errors import EXIT_OK, EXIT_REGRESSION, ResultsError, UsageError
-from serbench.present import export, text
+from serbench.present import export, markdown, terminal
 from serbench.probes import instructions
 
 
@@ -68,28 +69,14 @@ def conclude(
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
     runtimes = getattr(args, "runtime_options", ())  # the gate's --base-path ..., for its reproduce lines
-    table = text.comparison_table(comparison, base, head, args.changes_only, runtimes)
-    print(table if first_line is None else f"{first_line}\n{table}")
     grew = attribution.explain(attribution.flagged_counts(comparison.rows), *profiles) if profiles else []
+    summary = summarize_comparison(comparison, base, head, runtimes, grew)
+    table = terminal.comparison_table(summary, args.changes_only)
+    print(table if first_line is None else f"{first_line}\n{table}")
     if grew:
         print("\n".join(grew))
     if args.markdown:
-        summary = text.comparison_markdown(comparison, base, head, first_line, runtimes)
-        if grew:
-            summary += (
-                "\n".join(
-                    [
-                        "",
-                        "Functions that grew (callgrind, self instructions per call):",
-                        "",
-                        "```",
-                        *grew,
-                        "```",
-                    ]
-                )
-                + "\n"
-            )
-        _write(args.markdown, summary, "--markdown")
+        _write(args.markdown, markdown.comparison_markdown(summary, first_line), "--markdown")
     if args.export:
         try:
             export.write(head, args.export, args.export_format)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from serbench.analysis.summary import summarize_comparison, summarize_run
+from serbench.analysis.verdicts import compare
 from serbench.cli.options import add_baseline, add_max_regression, baseline, max_regression
 from serbench.model import results
 from serbench.model.errors import UsageError
-from serbench.present import export, text
+from serbench.present import export, markdown, terminal
 from serbench.present import html as report
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Render one results file, or base against head; print the page's path. With --format,
-    print instead what the run printed at its end (text: tables, rankings, the decision), the
-    summary and ranking tables as Markdown (md), or every measured metric as a table a program
-    reads (csv, json: ``export.table``)."""
+    print instead what ``serbench run --verbose`` printed at its end (text: every table, the
+    rankings, the decision), those tables as Markdown (md), or every measured metric as a table
+    a program reads (csv, json: ``export.table``)."""
     tolerance = max_regression(args)
     base = results.load(args.results)
     head = None if args.head is None else results.load(args.head)
@@ -27,9 +29,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.format in export.TABLES:
             print(export.table(base, args.format), end="")
         elif args.format == "text":
-            print(text.render(base, ranked_against))
+            print(terminal.render(summarize_run(base, ranked_against), verbose=True))
         else:
-            print(text.markdown_summary(base, ranked_against), end="")
+            print(markdown.run_markdown(summarize_run(base, ranked_against)), end="")
         return 0
     if args.out:
         out = Path(args.out)
@@ -42,9 +44,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         out = results.output_folder(None, "compare-")
     if head is None:
-        page = report.render(base, args.results, ranked_against)
+        page = report.render(summarize_run(base, ranked_against), args.results)
     else:
-        page = report.render_comparison(base, head, (args.results, args.head), tolerance)
+        summary = summarize_comparison(compare(base, head, tolerance), base, head)
+        page = report.render_comparison(summary, (args.results, args.head), tolerance)
     print(f"report: {report.write_page(page, out)}")
     return 0
 
@@ -67,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--format",
         choices=("text", "md", *export.TABLES),
-        help="print instead of writing the page: the run's own summary, rankings and decision (text), "
-        "the summary and ranking tables as Markdown (md), or "
+        help="print instead of writing the page: every table of the run, its rankings and decision (text), "
+        "those tables as Markdown (md), or "
         "every measured metric, one row per case and metric with median, CI and samples (csv, json)",
     )
     parser.set_defaults(func=cmd_report)

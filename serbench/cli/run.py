@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from serbench.analysis.summary import summarize_run
 from serbench.cli import options
 from serbench.cli.options import (
     add_baseline,
@@ -23,7 +24,7 @@ from serbench.model.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from serbench.model.profiles import Profile
 from serbench.model.results import Results
 from serbench.present import html as report
-from serbench.present import text
+from serbench.present import terminal
 from serbench.probes import instructions
 from serbench.scenarios import Case, get_scenario
 
@@ -54,7 +55,8 @@ def _interrupted(code: int, path: Path, folder: Path) -> int:
     """After Ctrl-C or SIGTERM: the report of the cases so far; ``code`` (130 or 143)."""
     print(f"\ninterrupted: partial results (complete: false) in {path}", file=sys.stderr)
     if path.exists():
-        print(f"report:  {report.write_report(results.load(path), folder)}", file=sys.stderr)
+        summary = summarize_run(results.load(path))
+        print(f"report:  {report.write_report(summary, folder)}", file=sys.stderr)
     return code
 
 
@@ -158,12 +160,13 @@ def _counted(args: argparse.Namespace, chosen: Plan, settings: Profile) -> int:
 
 
 def _summarised(args: argparse.Namespace, folder: Path, data: Results) -> int:
-    """Print the summary of a finished run and write its report."""
+    """Print the summary of a finished run (every table with --verbose) and write its report."""
     if not args.out:
         _point_latest(folder)
-    print(text.render(data, args.baseline))
+    summary = summarize_run(data, args.baseline)
+    print(terminal.render(summary, verbose=args.verbose))
     print(f"\nresults: {folder / 'results.json'}")
-    print(f"report:  {report.write_report(data, folder, baseline=args.baseline)}")
+    print(f"report:  {report.write_report(summary, folder)}")
     return 0
 
 
@@ -189,5 +192,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", help="folder for results.json and index.html (default: reports/<UTC time>/); must be empty"
     )
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every table (each metric's, each scenario's own, the rankings), not only the "
+        "headline table per scenario and the decision",
+    )
     add_baseline(parser)
     add_scenario_options(parser)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from serbench.model.errors import EXIT_OK
-from serbench.present.text import table
+from serbench.present.terminal import table
 from serbench.probes import system
 
 

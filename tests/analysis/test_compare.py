@@ -13,13 +13,14 @@ from scipy.stats import trim_mean
 from suite_paths import FIXTURES
 
 from serbench.analysis import estimates, verdicts
+from serbench.analysis.summary import summarize_comparison
 from serbench.analysis.verdicts import Verdict
 from serbench.model import results
 from serbench.model.metrics import compared
 from serbench.model.metrics import metric as metric_facts
 from serbench.model.results import Case, Environment, Record, Results, record
 from serbench.model.stats import Measurement, summarize
-from serbench.present import text
+from serbench.present import terminal
 
 BASE_S = 1e-5  # a 10 µs timing
 # A run of serbench before the typed model (schema 1): pickle and msgspec-frombuffer ×
@@ -181,7 +182,7 @@ def test_a_case_neither_side_could_measure_is_not_a_failure_in_head() -> None:
     comparison = verdicts.compare(base, doc([never, dropped]))
     assert comparison.not_measured == {never.case: why}
     assert set(comparison.head_errors) == {dropped.case}
-    shown = text.comparison_table(comparison, base, base).splitlines()
+    shown = terminal.comparison_table(summarize_comparison(comparison, base, base)).splitlines()
     assert f"not measured on either side: micro c w: {why}" in shown
     assert not any(line.startswith("failed in head: micro c") for line in shown)
 

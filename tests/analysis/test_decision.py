@@ -11,9 +11,10 @@ from scipy.stats import trim_mean
 from test_compare import BASE_S, doc, metric, rec, samples
 
 from serbench.analysis import decision, estimates, ranking
+from serbench.analysis.summary import summarize_run
 from serbench.model.results import Backend, Case, Record, Results, record
 from serbench.model.stats import summarize
-from serbench.present import text
+from serbench.present import terminal
 from serbench.present.html import run_page
 
 SAFE, UNSAFE = Backend(safe=True), Backend(safe=False)
@@ -61,7 +62,7 @@ def test_a_clear_winner_is_named_alone_with_the_runner_up_set_apart() -> None:
     assert found.runner_up.row.backend == "slow"
     assert found.runner_up.estimate.ratio == pytest.approx(1.5, rel=0.02)
     assert found.runner_up.estimate.low > 1  # told apart by its interval
-    why = "; ".join(decision.why(found, Results(records=[])))
+    why = "; ".join(decision.reasons(found, Results(records=[])))
     assert why.startswith("TTFT: fast median 10") and "n=60" in why and "next slow ×1.5" in why
 
 
@@ -79,7 +80,7 @@ def test_a_faster_unsafe_backend_is_listed_apart_and_never_chosen() -> None:
     found = only(data)
     assert chosen(found) == ["ok"]
     assert [s.row.backend for s in found.unsafe] == ["risky"]  # "same" is not faster beyond noise
-    block = text.decision_block(data)
+    block = terminal.decision_block(summarize_run(data))
     assert "faster but unsafe: risky (unsafe) ×0.5" in block
 
 
@@ -93,8 +94,8 @@ def test_a_shape_without_a_safe_backend_says_so() -> None:
     data = ipc_doc({"pickle": 1.0, "mystery": 0.9}, {"pickle": UNSAFE, "mystery": Backend()}, "outputs-8")
     found = only(data)
     assert found.chosen == [] and "no safe backend" in found.missing and "mystery" in found.missing
-    assert "outputs (outputs-8)" in text.decision_block(data)
-    assert "no safe backend measured" in text.decision_block(data)
+    assert "outputs (outputs-8)" in terminal.decision_block(summarize_run(data))
+    assert "no safe backend measured" in terminal.decision_block(summarize_run(data))
 
 
 def test_paired_rounds_tell_apart_what_unpaired_samples_cannot() -> None:
@@ -223,12 +224,13 @@ def test_a_micro_difference_under_one_hundredth_of_a_payload_copy_is_a_tie() -> 
     beside = only(micro_doc("images-4", 30 * BASE_S))
     assert chosen(beside) == ["a", "b"] and beside.runner_up.row.backend == "c"
     assert beside.margin == pytest.approx(0.3, rel=0.02)
-    assert "tied within 30%: 1% of a payload copy" in decision.why(beside, Results(records=[]))
+    assert "tied within 30%: 1% of a payload copy" in decision.reasons(beside, Results(records=[]))
     both = micro_doc("images-4", 30 * BASE_S)
     both.records += ipc_doc(dict.fromkeys("abc", 1.0), dict.fromkeys("abc", SAFE)).records
-    block = text.decision_block(both)  # its rule names both margins: on two lines
-    assert "1% of a payload" in block and "TTFT 10%" in block
-    assert max(map(len, block.splitlines())) <= text.DECISION_WIDTH
+    summary = summarize_run(both)  # its rule names both margins; the block fits its width
+    assert "1% of a payload" in summary.tie_rule and "TTFT 10%" in summary.tie_rule
+    block = terminal.decision_block(summary)
+    assert max(map(len, block.splitlines())) <= terminal.DECISION_WIDTH
     for copy_s, tied_with_a in ((None, False), (30 * BASE_S, True)):
         data = micro_doc("images-4", copy_s)
         data.records.append(rec({"roundtrip_s": metric(samples(9, 50.0))}, "pickle", "images-4"))
@@ -239,10 +241,10 @@ def test_a_micro_difference_under_one_hundredth_of_a_payload_copy_is_a_tie() -> 
 def test_the_text_block_fits_100_columns_and_ends_the_summary() -> None:
     names = {f"a-rather-long-backend-name-number-{i}": 1 + i / 1000 for i in range(6)}
     data = ipc_doc(names, dict.fromkeys(names, SAFE))
-    block = text.decision_block(data)
+    block = terminal.decision_block(summarize_run(data))
     assert block.count(" = ") >= 2  # a tie of several long names, packed
-    assert max(map(len, block.splitlines())) <= text.DECISION_WIDTH
-    assert text.render(data).endswith(block)
+    assert max(map(len, block.splitlines())) <= terminal.DECISION_WIDTH
+    assert terminal.render(summarize_run(data)).endswith(block)
 
 
 def test_memory_decides_on_workloads_with_a_payload_only() -> None:
@@ -261,7 +263,7 @@ def test_memory_decides_on_workloads_with_a_payload_only() -> None:
 
 def test_the_run_page_opens_with_the_decision() -> None:
     data = ipc_doc({"fast": 1.0, "slow": 1.5, "pickle": 0.5}, {"fast": SAFE, "slow": SAFE, "pickle": UNSAFE})
-    page = run_page.render(data, "x.json")
+    page = run_page.render(summarize_run(data), "x.json")
     assert "<figure" in page
     assert 0 < page.index('id="decision"') < page.index("<figure")
     assert page.index('id="decision"') < page.index('id="environment"')
@@ -283,8 +285,8 @@ def test_each_worker_count_is_decided_apart() -> None:
     found = decision.decisions(data)
     assert [(d.where, chosen(d)) for d in found] == [("fanout workers=1", ["a"]), ("fanout workers=4", ["a"])]
     assert all(d.runner_up.row.backend == "b" for d in found)
-    block = text.decision_block(data)
-    assert "  fanout workers=1 a" in block and max(map(len, block.splitlines())) <= text.DECISION_WIDTH
+    block = terminal.decision_block(summarize_run(data))
+    assert "  fanout workers=1 a" in block and max(map(len, block.splitlines())) <= terminal.DECISION_WIDTH
 
 
 def _two_modes(low_share: int, seed: int) -> list[float]:

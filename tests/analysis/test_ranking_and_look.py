@@ -11,9 +11,10 @@ from test_compare import doc, metric, rec, samples
 
 from serbench import cli as commands
 from serbench.analysis import ranking
+from serbench.analysis.summary import summarize_run
 from serbench.model import results
 from serbench.model.results import Backend, Results
-from serbench.present import text
+from serbench.present import markdown, terminal
 from serbench.present.html import plots, run_page
 from serbench.probes import environment, system
 
@@ -55,7 +56,7 @@ def test_rows_within_noise_share_a_rank() -> None:
     assert [(r.backend, r.place) for r in ranked] == [
         ("a", "1="), ("b", "1="), ("c", "3="), ("d", "3="), ("pickle", "5"),
     ]  # fmt: skip
-    table = next(t for t in text.ranking_tables(data) if t.title.startswith("micro"))
+    table = next(terminal.ranking_table(r) for r in summarize_run(data).rankings if r.scenario == "micro")
     assert [row[0] for row in table.rows] == ["1=", "1=", "3=", "3=", "5"]
     assert table.headers[-3:] == ["geomean", "95% CI", "n"] and table.rows[0][-2].startswith("[")
 
@@ -89,7 +90,7 @@ def test_the_memory_ranking_speaks_of_memory_leaves_text_out_and_ranks_variants_
     zero = ranked[0]
     assert zero.factors["text-sonnet"] == pytest.approx(1.25)  # shown ...
     assert zero.n == 2 and zero.geomean.ratio == pytest.approx(math.sqrt(3.9e7 / 1.2e8 * 3.1e8 / 9.2e8))
-    (table,) = text.ranking_tables(data)
+    (table,) = [terminal.ranking_table(r) for r in summarize_run(data).rankings]
     assert (
         table.title
         == "memory: ranking by engine copies (extra peak / payload), × peak memory vs pickle, lower is better"
@@ -101,7 +102,7 @@ def test_the_memory_ranking_speaks_of_memory_leaves_text_out_and_ranks_variants_
 def test_summary_tables_export_as_markdown(capsys, tmp_path) -> None:
     """Markdown for a pull request; the numbers a program reads are export's (test_exports)."""
     data = ranked_doc()
-    md = text.markdown_summary(data, "fast")
+    md = markdown.run_markdown(summarize_run(data, "fast"))
     assert "### micro: ranking by encode + decode, speed-up (×) against fast, higher is better" in md
     assert "| slow (safety undeclared) |" in md and "| pickle (unsafe) |" in md
     assert "| 2 | pickle | 0.25 | 0.5 | 0.354 | [0.35, 0.36] | 2 |" in md
@@ -120,14 +121,14 @@ def test_a_summary_table_keeps_the_scale_its_middle_values_read_in() -> None:
         rec({"ttft_s": metric([value] * 5)}, backend, workload, scenario="ipc", transport="ipc")
         for (backend, workload), value in ttft.items()
     ]
-    (table,) = [t for t in text.summary_tables(doc(records)) if t.title.startswith("ipc: TTFT (")]
+    (table,) = [t for t in terminal.tables(summarize_run(doc(records))) if t.title.startswith("ipc: TTFT (")]
     assert table.title == "ipc: TTFT (ms, median)"
     assert table.rows[0][1:] == ["7.9", "1,040"]
     assert table.rows[1][1:] == ["8.1", "272"]
 
 
 def test_report_page_ranks_and_marks_undeclared_safety() -> None:
-    page = run_page.render(ranked_doc(), "x.json", baseline="pickle")
+    page = run_page.render(summarize_run(ranked_doc(), "pickle"), "x.json")
     assert "Ranking against pickle" in page and "geometric mean" in page
     assert ">undeclared</span>" in page
 

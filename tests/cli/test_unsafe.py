@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from serbench import cli as commands
+from serbench.analysis.summary import summarize_run
 from serbench.model.results import Backend, Case, Environment, Results, ResultsFile, record
 from serbench.model.stats import Measurement
 from serbench.present import html as report
-from serbench.present import text
+from serbench.present import terminal
 from serbench.serializers import BUILTINS, DecodeError, get_serializer, is_safe
 from serbench.workloads.messages import EngineCoreRequest
 
@@ -82,7 +83,10 @@ def results_document(folder: Path, specs: list[str]) -> Results:
 
 
 # Each view of a results document, and how it marks an unsafe backend next to its name.
-VIEWS = {"summary": (text.render, "{} (unsafe)"), "report": (report.render, '{} <span class="badge bad"')}
+VIEWS = {
+    "summary": (lambda data: terminal.render(summarize_run(data), verbose=True), "{} (unsafe)"),
+    "report": (lambda data: report.render(summarize_run(data)), '{} <span class="badge bad"'),
+}
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))

@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 from suite_paths import ROOT
 
+from serbench.analysis.summary import summarize_run
 from serbench.model import results
 from serbench.model.results import Case, Results
 from serbench.model.stats import summarize
 from serbench.model.views import MEDIAN, Figure, Table
 from serbench.present import html as report
-from serbench.present import text
+from serbench.present import terminal
 from serbench.scenarios import SCENARIOS, Scenario
 
 ROOT = ROOT
-PRESENTATION = sorted((ROOT / "serbench" / "present").rglob("*.py"))
+PRESENTATION = [*sorted((ROOT / "serbench" / "present").rglob("*.py")), ROOT / "serbench/analysis/summary.py"]
 
 
 class Probe(Scenario):
@@ -41,13 +42,13 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> Results:
 
 
 def test_the_terminal_shows_a_scenarios_own_tables(probe: Results) -> None:
-    shown = text.render(probe)
+    shown = terminal.render(summarize_run(probe), verbose=True)
     assert "probe: probe's own verdict" in shown
     assert re.search(r"pickle\s+text-sonnet\s+0\.5", shown)
 
 
 def test_the_report_draws_a_scenarios_declared_figures_and_tables(probe: Results, tmp_path: Path) -> None:
-    page = report.write_report(probe, tmp_path).read_text()
+    page = report.write_report(summarize_run(probe), tmp_path).read_text()
     assert "Probe figure: decode time" in page and "<img" in page
     assert "Probe&#x27;s own verdict" in page or "Probe's own verdict" in page
     assert "a note" in page

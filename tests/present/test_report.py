@@ -31,6 +31,7 @@ from suite_paths import FIXTURES
 
 from serbench import cli as commands
 from serbench.analysis import verdicts
+from serbench.analysis.summary import scenario_tables, summarize_comparison, summarize_run
 from serbench.model import results
 from serbench.model.metrics import metric
 from serbench.model.results import (
@@ -370,14 +371,14 @@ def test_unusable_head_or_output_folder_is_exit_2(built, tmp_path, capsys):
 
 def test_incomplete_run_is_flagged(built):
     data = msgspec.structs.replace(built[1], complete=False, finished=None, records=built[1].records[-1:])
-    page = report.render(data, "partial.json")
+    page = report.render(summarize_run(data), "partial.json")
     assert "is incomplete (complete: false)" in page
 
 
 def test_noise_indicator_reports_each_scenario_spread(built):
-    noise = {n.scenario: n for n in run_page.noise(built[1])}
+    noise = {n.scenario: n for n in summarize_run(built[1]).noise}
     assert set(noise) == {"ipc", "memory", "future"}
-    assert all(0 <= n.typical <= n.worst[1] for n in noise.values())
+    assert all(0 <= n.typical <= n.worst for n in noise.values())
     assert run_page.noise_level(0.01) == "quiet"
     assert run_page.noise_level(0.05) == "moderate"
     assert run_page.noise_level(0.5) == "noisy"
@@ -399,7 +400,7 @@ def test_values_are_shown_in_a_readable_scale(value, unit, text):
 def test_scenario_whose_every_case_failed_says_so():
     records = [results.record(Case("micro", "pickle", "images-4"), error="Killed by signal 9")]
     data = Results(records=records)
-    section = run_page.scenario_section("micro", data, Look.of(data))
+    section = run_page.scenario_section(scenario_tables(data, "micro"), data, Look.of(data))
     assert "Every case of this scenario failed" in section
     assert "<img" not in section
 
@@ -509,7 +510,7 @@ def test_a_rate_sweep_is_drawn_with_a_line_per_transport():
         records.append(
             results.record(Case("ipc", backend, "images-4", transport), metrics=metrics, info=info)
         )
-    page = report.render(Results(records=records), "swept.json")
+    page = report.render(summarize_run(Results(records=records)), "swept.json")
     ipc = _section(page, "scenario-ipc")
     assert "Against offered load (--rate sweep)" in ipc
     assert re.search(r'<img src="data:image/png;base64,[^"]+" alt="Against offered load', ipc)
@@ -658,7 +659,9 @@ def test_a_comparison_of_one_file_with_itself_says_so_at_the_top(built, compared
     assert SAME_FILE in page and page.index(SAME_FILE) < page.index("<section")
     copied = tmp_path / "copy.json"
     copied.write_bytes(base.read_bytes())
-    twin = report.render_comparison(results.load(base), results.load(copied), (str(base), str(copied)))
+    base_data, copied_data = results.load(base), results.load(copied)
+    summary = summarize_comparison(verdicts.compare(base_data, copied_data), base_data, copied_data)
+    twin = report.render_comparison(summary, (str(base), str(copied)))
     assert "base and head hold the same results (identical contents): every difference is noise" in twin
     different = (compared[0] / "index.html").read_text()
     assert "every difference is noise" not in different
@@ -669,7 +672,7 @@ def test_ttft_p99_is_tabled_once() -> None:
     it does not come back under "Other metrics"."""
     data = results.load(SCHEMA_1)
     assert sum("ttft_p99_s" in r.metrics for r in data.records) > 0  # the fixture has it to show
-    page = run_page.render(data, str(SCHEMA_1))
+    page = run_page.render(summarize_run(data), str(SCHEMA_1))
     assert page.count("<caption>TTFT: p99") == 1
     assert "TTFT p99: " not in page
 

@@ -21,6 +21,7 @@ from test_compare import doc, metric, one, rec, samples
 
 from serbench import cli as commands
 from serbench.analysis import estimates, verdicts
+from serbench.analysis.summary import summarize_comparison
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
 from serbench.gate import counting as gate_counting
@@ -30,7 +31,7 @@ from serbench.gate.revision import Revision
 from serbench.model import results
 from serbench.model.errors import GateError
 from serbench.model.profiles import PROFILES
-from serbench.present import text
+from serbench.present import terminal
 from serbench.probes import instructions
 from serbench.runner import measurer as worker
 from serbench.runner import protocol
@@ -227,7 +228,7 @@ def test_every_timed_comparison_states_what_it_could_detect() -> None:
     comparison = verdicts.compare(base, head)
     (row,) = comparison.rows
     assert 0 < row.detectable < 0.05  # 2 % noise per sample, 60 samples a side
-    header, _, line, *_ = text.comparison_table(comparison, base, head).splitlines()
+    header, _, line, *_ = terminal.comparison_table(summarize_comparison(comparison, base, head)).splitlines()
     assert header.split()[-1] == "detects" and line.split()[-1] == f"{row.detectable:.1%}"
 
 

@@ -14,12 +14,13 @@ import pytest
 
 from serbench import cli as commands
 from serbench.analysis import verdicts
+from serbench.analysis.summary import summarize_run
 from serbench.cli import options
 from serbench.model import results
 from serbench.model.errors import UsageError
 from serbench.model.results import Case, Results
 from serbench.model.stats import summarize
-from serbench.present import text
+from serbench.present import terminal
 from serbench.runner.matrix import Plan
 from serbench.scenarios import SCENARIOS, Dimension, Outcome, Scenario
 from serbench.scenarios.base import positive_int
@@ -69,7 +70,7 @@ def test_the_plan_makes_one_case_per_value_and_the_file_keeps_it(tmp_path: Path)
 def test_compare_keys_by_it_and_the_tables_give_each_value_a_row() -> None:
     comparison = verdicts.compare(_results(), _results(factor=2.0), strict=True)
     assert {r.case.workers for r in comparison.rows} == {1, 2} and not comparison.added
-    shown = text.render(_results())
+    shown = terminal.render(summarize_run(_results()), verbose=True)
     assert "pickle workers=1" in shown and "pickle workers=2" in shown
 
 

@@ -14,10 +14,11 @@ import msgspec
 import psutil
 import pytest
 
+from serbench.analysis.summary import summarize_run
 from serbench.model import results
 from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
-from serbench.present.text import render
+from serbench.present.terminal import render
 from serbench.runner.matrix import Plan, execute
 from serbench.runtime.isolation import Zygote, run_isolated
 
@@ -132,7 +133,7 @@ def test_results_schema(tmp_path: Path) -> None:
         for name, metric in metrics.items():
             assert {"unit", "values", "median", "ci_low", "ci_high"} <= set(raw["metrics"][name])
             assert metric.ci_low <= metric.median <= metric.ci_high
-    assert "pickle (unsafe)" in render(data)
+    assert "pickle (unsafe)" in render(summarize_run(data), verbose=True)
 
 
 def test_results_written_atomically_leave_no_temp_files(tmp_path: Path) -> None:

@@ -87,10 +87,11 @@ def test_ipc_blames_the_codec_when_the_frames_arrived_intact(ipc_sandbox: Path) 
 
 def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
     """A case the backend declares unsupported was never timed: the tables and the report say so."""
+    from serbench.analysis.summary import summarize_run
     from serbench.model.results import Backend, Case, Results, record
     from serbench.model.stats import summarize
     from serbench.present import html as report
-    from serbench.present import text
+    from serbench.present import terminal
 
     rec = record(
         Case("micro", "pickle", "text-sonnet"), unsupported="no tensors here", error="unsupported: x"
@@ -108,9 +109,13 @@ def test_an_unsupported_case_reads_unsupported_not_failed() -> None:
             record(Case("micro", "msgspec-frombuffer", "text-sonnet"), metrics=timed),
         ],
     )
-    cells = [line.split()[-2:] for line in text.render(data).splitlines() if line.startswith("pickle")]
+    cells = [
+        line.split()[-2:]
+        for line in terminal.render(summarize_run(data), verbose=True).splitlines()
+        if line.startswith("pickle")
+    ]
     assert ["unsupported", "FAILED"] in cells
-    page = report.render(data)
+    page = report.render(summarize_run(data))
     assert ">unsupported</td>" in page and ">failed</td>" in page
 
 

@@ -30,7 +30,7 @@ from serbench.model import errors
 from serbench.model.errors import CaseFailed, EngineError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import load as load_results
-from serbench.present.text import serving_report
+from serbench.present.serving import serving_report
 from serbench.runner.matrix import Plan, execute
 from serbench.runtime.isolation import kill_tree, run_isolated
 from serbench.scenarios.engine.client import EngineLink

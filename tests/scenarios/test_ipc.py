@@ -425,16 +425,17 @@ def _record(ttft: list[float], workload: str = "images-4") -> Record:
 
 
 def test_fewer_than_five_samples_say_n_in_the_terminal_and_the_report() -> None:
+    from serbench.analysis.summary import summarize_run
     from serbench.present.html.page import metric_cell
-    from serbench.present.text import render
+    from serbench.present.terminal import render
 
     few, enough = _record([0.1, 0.2, 0.3]), _record([0.1, 0.2, 0.3, 0.4, 0.5], "text-sonnet")
-    text = render(Results(records=[few, enough]))
+    text = render(summarize_run(Results(records=[few, enough])), verbose=True)
     median, p99, *_ = text.split("\n\n")  # the decision block follows
     assert median.splitlines()[3].split() == ["b", "200", "(n=3)", "300"]  # images-4 with its n, then text
     assert p99.startswith("ipc: TTFT p99 (ms, per case)")
     assert p99.splitlines()[3].split() == ["b", "(n=3)", "500"]  # no p99 of three samples
-    assert "(n=" not in render(Results(records=[enough]))
+    assert "(n=" not in render(summarize_run(Results(records=[enough])), verbose=True)
     cell = metric_cell(few.metrics["ttft_s"], "ttft_s", "p99", "")
     assert ">n=3<" in cell and "too few for a p99" in cell
     median = metric_cell(few.metrics["ttft_s"], "ttft_s", "median", "")

@@ -22,12 +22,13 @@ import torch
 from fresh_interpreter import printed_json
 from suite_paths import TESTS
 
+from serbench.analysis.summary import summarize_run
 from serbench.cli import build_parser
 from serbench.cli.options import profile as profile_of
 from serbench.model import results
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Record
-from serbench.present.text import render
+from serbench.present.terminal import render
 from serbench.scenarios import get_scenario
 from serbench.scenarios.memory import Repetitions, Sent, miniature, repetitions, zero_copy_off
 from serbench.serializers import get_serializer
@@ -91,7 +92,7 @@ def run(made_once) -> Run:
     data = results.load(made_once("memory-run", make) / "results.json")
     failed = [f"{r.backend} x {r.workload}: {r.error}" for r in data.records if r.error]
     assert not failed
-    return Run({(r.backend, r.workload): r for r in data.records}, render(data))
+    return Run({(r.backend, r.workload): r for r in data.records}, render(summarize_run(data), verbose=True))
 
 
 def median(record: Record, metric: str) -> float:
@@ -234,7 +235,7 @@ def test_phases_and_timeline_are_consistent_with_the_peaks(run: Run) -> None:
 
 
 def test_the_summary_has_the_memory_tables_with_both_variants(run: Run) -> None:
-    """A table's unit follows its middle median (``text._column``): the frontend's, where the
+    """A table's unit follows its middle median (``summary._column``): the frontend's, where the
     zero-copy backends' images-4 peak is under 1 MB, reads in kB."""
     summary = run.summary
     for side in ("engine", "frontend"):

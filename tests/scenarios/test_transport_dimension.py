@@ -8,13 +8,14 @@ import msgspec
 import pytest
 from test_compare import doc
 
-from serbench.analysis import verdicts
+from serbench.analysis import summary, verdicts
+from serbench.analysis.summary import summarize_run
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import main
 from serbench.model import results
 from serbench.model.results import Backend, Case, Record, record
 from serbench.model.stats import summarize
-from serbench.present import text
+from serbench.present import terminal
 from serbench.runner.matrix import Plan
 
 
@@ -68,12 +69,12 @@ def test_compare_keeps_transports_apart_and_an_old_file_matches_the_default() ->
     assert [(r.backend, r.verdict) for r in comparison.rows] == [("pickle", Verdict.NO_CHANGE)]
     assert [case.row for case in comparison.added] == ["pickle@shm"]
     data = msgspec.structs.replace(new, backends={"pickle": Backend(safe=False)})
-    assert "pickle@shm (unsafe)" in text.render(data)
+    assert "pickle@shm (unsafe)" in terminal.render(summarize_run(data), verbose=True)
 
 
 def test_reproduce_command_names_the_transport() -> None:
     row = verdicts.compare(doc([_ttft("pickle", "shm", 0.1)]), doc([_ttft("pickle", "shm", 0.2)])).rows[0]
-    command = text.reproduce_command(row, doc([]), doc([], git_commit="b" * 40))
+    command = summary.reproduce_command(row, doc([]), doc([], git_commit="b" * 40))
     assert "--backends pickle --workloads images-4 --transport shm" in command
 
 
@@ -90,8 +91,8 @@ def test_reproduce_command_names_every_dimension_the_case_sets() -> None:
     base = doc([results.record(case, metrics={"copies": summarize([1.0], "ratio")})])
     head = doc([results.record(case, metrics={"copies": summarize([2.0], "ratio")})], git_commit="b" * 40)
     (row,) = [r for r in verdicts.compare(base, head).rows if r.metric == "copies"]
-    command = text.reproduce_command(row, base, head)
+    command = summary.reproduce_command(row, base, head)
     assert command.endswith("--workloads images-8:repeat=0.5 --cache lru") and "--transport" not in command
     fanned = msgspec.structs.replace(case, scenario="fanout", transport="shm-ring", workers=2, cache=None)
     row = dataclasses.replace(row, case=fanned)
-    assert text.reproduce_command(row, base, head).endswith("--transport shm-ring --workers 2")
+    assert summary.reproduce_command(row, base, head).endswith("--transport shm-ring --workers 2")

@@ -4,11 +4,12 @@ The page opens from disk with no server and no network: styles are inline and
 figures are PNGs embedded as data URIs, so ``index.html`` can be mailed or
 attached to a CI run on its own (docs/report.md; docs/architecture.md, Report).
 
-* ``render(data, source)`` — the page of one run (``run_page``);
-* ``render_comparison(base, head, sources, max_regression)`` — head against
-  base, with ``compare.compare``'s verdicts (``comparison_page``);
+* ``render(summary, source)`` — the page of one run's ``analysis.summary.RunSummary``
+  (``run_page``);
+* ``render_comparison(summary, sources, max_regression)`` — head against base, from
+  a ``ComparisonSummary`` (``comparison_page``);
 * ``write_page(text, out_dir)`` — ``out_dir/index.html``, written atomically;
-* ``write_report(data, out_dir, source)`` — ``render`` then ``write_page``:
+* ``write_report(summary, out_dir, source)`` — ``render`` then ``write_page``:
   what ``serbench run`` leaves beside results.json.
 
 The shared HTML pieces are in ``page``, the matplotlib figures in ``plots``.

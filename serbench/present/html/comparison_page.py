@@ -1,9 +1,9 @@
 """The comparison page of two runs (base, head): verdicts, both environments, ratios per scenario.
 
-The page shows ``verdicts.compare``'s verdicts: per metric the ratio
-head/base with its interval, regressions and improvements marked; the
-statistics are compare's, not this module's (docs/architecture.md, Report).
-A row stands for its ``results.Case`` (``MetricComparison.case``); the ratio
+The page shows a comparison's summary (``analysis.summary.ComparisonSummary``): per metric
+the ratio head/base with its interval, regressions and improvements marked; the statistics
+are the analysis's, not this module's, and the terminal and Markdown print the same summary.
+A row stands for its ``results.Case`` (``VerdictRow.case``); the ratio
 figures draw a line per ``page.line`` (a backend over shm apart from it over ipc).
 """
 
@@ -13,8 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from serbench.analysis import verdicts
-from serbench.analysis.verdicts import Verdict
+from serbench.analysis.summary import ComparisonSummary, VerdictRow
 from serbench.model.metrics import metric
 from serbench.model.results import Case, Results
 from serbench.model.units import format_value
@@ -37,34 +36,32 @@ from serbench.present.html.run_page import Run, environment_section, failed_sect
 from serbench.scenarios import SCENARIOS
 
 
-def _ratio_text(row: verdicts.MetricComparison) -> str:
+def _ratio_text(row: VerdictRow) -> str:
     if row.ratio is None:
         return DASH
-    if row.ci_low is None or row.ci_high is None or row.exact:
+    if row.low is None or row.high is None or row.exact:
         return f"{row.ratio:.3f}"
-    return f"{row.ratio:.3f} <span class='ci'>[{row.ci_low:.3f} {DASH} {row.ci_high:.3f}]</span>"
+    return f"{row.ratio:.3f} <span class='ci'>[{row.low:.3f} {DASH} {row.high:.3f}]</span>"
 
 
-def _comparison_row(row: verdicts.MetricComparison, look: Look, with_scenario: bool) -> str:
+def _comparison_row(row: VerdictRow, look: Look, with_scenario: bool) -> str:
     def side(value: float | None) -> str:
         return DASH if value is None else format_value(value, row.unit)
 
     label = metric(row.metric).label + (" (exact)" if row.exact else "")
     first = f"<td>{e(row.case.scenario)}</td>" if with_scenario else ""
-    verdict = row.verdict.replace(" ", "-")
-    badge = f"{verdict} moderate" if row.verdict == Verdict.INCONCLUSIVE else verdict
+    verdict = row.verdict.value.replace(" ", "-")
+    badge = f"{verdict} moderate" if row.inconclusive else verdict
     detects = DASH if row.detectable is None else f"{row.detectable:.1%}"
     return (
         f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
         f"{first}<td>{look.backend(row.case)}</td><td>{e(row.case.workload)}</td><td>{e(label)}</td>"
-        f"<td>{side(row.base_median)}</td><td>{side(row.head_median)}</td><td>{_ratio_text(row)}</td>"
-        f"<td>{detects}</td><td><span class='badge {badge}'>{e(row.verdict)}</span></td></tr>"
+        f"<td>{side(row.base)}</td><td>{side(row.head)}</td><td>{_ratio_text(row)}</td>"
+        f"<td>{detects}</td><td><span class='badge {badge}'>{e(row.verdict.value)}</span></td></tr>"
     )
 
 
-def comparison_table(
-    rows: Sequence[verdicts.MetricComparison], look: Look, with_scenario: bool = False
-) -> str:
+def comparison_table(rows: Sequence[VerdictRow], look: Look, with_scenario: bool = False) -> str:
     headers = [
         "backend",
         "workload",
@@ -79,7 +76,7 @@ def comparison_table(
     return table(["scenario", *headers] if with_scenario else headers, body, "numbers")
 
 
-def _ratio_figure(scenario: str, rows: Sequence[verdicts.MetricComparison], look: Look) -> bytes | None:
+def _ratio_figure(scenario: str, rows: Sequence[VerdictRow], look: Look) -> bytes | None:
     # Here, not at the top: plots imports matplotlib, which importing the report must not pay.
     from serbench.present.html import plots
 
@@ -87,7 +84,7 @@ def _ratio_figure(scenario: str, rows: Sequence[verdicts.MetricComparison], look
     wanted = unique(n for spec in figures for n, _ in spec.columns) or unique(r.metric for r in rows)
     panels = {
         metric(name).label: [
-            plots.RatioPoint(line(r.case), r.case.workload, r.ratio, r.ci_low, r.ci_high, r.verdict)
+            plots.RatioPoint(line(r.case), r.case.workload, r.ratio, r.low, r.high, r.verdict.value)
             for r in rows
             if r.metric == name and r.ratio  # a ratio of 0 (or none) has no place on a log axis
         ]
@@ -100,9 +97,7 @@ def _ratio_figure(scenario: str, rows: Sequence[verdicts.MetricComparison], look
     return plots.ratios(panels, lines, unique(r.case.workload for r in rows))
 
 
-def _comparison_scenario(
-    scenario: str, rows: Sequence[verdicts.MetricComparison], workloads: list[str], look: Look
-) -> str:
+def _comparison_scenario(scenario: str, rows: Sequence[VerdictRow], workloads: list[str], look: Look) -> str:
     """The ratio figure and every row of one scenario, ordered like the run (workload, line)."""
     lines = list(look.drawn)
     rows = sorted(rows, key=lambda r: (workloads.index(r.case.workload), lines.index(line(r.case)), r.metric))
@@ -124,35 +119,33 @@ def _case_list(title: str, cases: Sequence[Case]) -> str:
     )
 
 
-def verdict_section(result: verdicts.Comparison, max_regression: float, look: Look) -> str:
+def verdict_section(summary: ComparisonSummary, max_regression: float, look: Look) -> str:
     """The headline: regressions and improvements first, then the inconclusive rows and what
     would decide them, then what differs in the set-ups."""
-    bad, good, unsure = result.regressions, result.improvements, result.inconclusive
+    bad, unsure = summary.regressions, summary.inconclusive
     cls = "bad" if bad else "moderate" if unsure else "good"
-    summary = (
-        f"<p class='banner {cls}'>{len(bad)} regression(s), {len(good)} improvement(s), "
-        f"{len(unsure)} inconclusive among "
-        f"{len(result.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
+    banner = (
+        f"<p class='banner {cls}'>{len(bad)} regression(s), {summary.improvements} improvement(s), "
+        f"{unsure} inconclusive among "
+        f"{len(summary.rows)} compared metrics (tolerated slowdown {max_regression:.0%}).</p>"
     )
     if unsure:
-        ways = "".join(f"<li>{e(way)}</li>" for way in verdicts.what_would_decide(result))
-        summary += (
+        ways = "".join(f"<li>{e(way)}</li>" for way in summary.ways_to_decide)
+        banner += (
             "<p>Inconclusive: the comparison could not have seen a slowdown of the row's tolerance "
             "(its <i>detects</i>, the minimum detectable effect, is above it), so it claims neither "
             f"“no change” nor “improvement”. What would decide them:</p><ul>{ways}</ul>"
         )
     env = "".join(
         f"<li>{e(k)}: base {e(str(b))}, head {e(str(h))}</li>"
-        for k, (b, h) in result.environment_differences.items()
+        for k, (b, h) in summary.environment_differences.items()
     )
     warning = (
         f"<p class='banner bad'>The runs are not comparable as they stand:</p><ul>{env}</ul>" if env else ""
     )
-    marked = (
-        comparison_table([*bad, *good, *unsure], look, with_scenario=True) if bad or good or unsure else ""
-    )
-    lists = _case_list("Only in head", result.added) + _case_list("Only in base", result.removed)
-    return section("verdict", "Verdict", summary + warning + marked + lists)
+    marked = comparison_table(summary.marked, look, with_scenario=True) if summary.marked else ""
+    lists = _case_list("Only in head", summary.added) + _case_list("Only in base", summary.removed)
+    return section("verdict", "Verdict", banner + warning + marked + lists)
 
 
 def _same_file(sources: tuple[str, str]) -> bool:
@@ -178,22 +171,25 @@ def same_results(base: Results, head: Results, sources: tuple[str, str]) -> str:
 
 
 def render_comparison(
-    base: Results, head: Results, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
+    summary: ComparisonSummary, sources: tuple[str, str] = ("", ""), max_regression: float = 0.10
 ) -> str:
     """The comparison page: verdicts, both environments, and per scenario the ratios head/base."""
+    base, head = summary.base, summary.head
     look = Look.of(base, head)
-    result = verdicts.compare(base, head, max_regression)
-    runs = [Run("base", sources[0], base), Run("head", sources[1], head)]
-    scenarios = unique(r.case.scenario for r in result.rows)
+    runs = [
+        Run("base", sources[0], base, summary.base_noise),
+        Run("head", sources[1], head, summary.head_noise),
+    ]
+    scenarios = unique(r.case.scenario for r in summary.rows)
     workloads = unique(r.workload for d in (base, head) for r in d.records)
     sections = [
         same_results(base, head, sources),
         incomplete(base, "The base run") + incomplete(head, "The head run"),
-        verdict_section(result, max_regression, look),
+        verdict_section(summary, max_regression, look),
         environment_section(runs),
         noise_section(runs),
         *(
-            _comparison_scenario(s, [r for r in result.rows if r.case.scenario == s], workloads, look)
+            _comparison_scenario(s, [r for r in summary.rows if r.case.scenario == s], workloads, look)
             for s in scenarios
         ),
         failed_section(head, look),

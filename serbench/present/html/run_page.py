@@ -6,8 +6,8 @@ records of it, with the figures and tables the scenario declares
 metric name, so a metric missing from a file only drops its panel. Every case of the file lands
 in a table row (``data-case``), failed ones with their error, so nothing
 measured is hidden behind a figure. What a metric is called and how it is
-plotted is ``serbench.model.metrics``'; how noisy a run was is ``ranking.spreads``,
-the rule compare and the gate use (docs/architecture.md, Report).
+plotted is ``serbench.model.metrics``'; the decision, rankings, noise and the scenario's
+own tables are the run's summary (``serbench.analysis.summary``), which the terminal prints too.
 
 Everything here reads the typed model: ``results.Results`` and its
 ``Record``s, a record's scenario ``Info`` only after checking its kind
@@ -19,18 +19,16 @@ any other dimension of ``results.Case``, is a row and a line of its own.
 from __future__ import annotations
 
 import shlex
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
 
-from serbench.analysis import decision, ranking
+from serbench.analysis.summary import RunSummary, ScenarioNoise, ScenarioTables
 from serbench.model.metrics import metric
 from serbench.model.results import (
     Accelerator,
-    Case,
     FanoutInfo,
     IpcInfo,
     MemoryInfo,
@@ -217,13 +215,12 @@ def _specs(scenario: str, records: Sequence[Record]) -> tuple[Figure, ...]:
     return tuple(Figure("bars", metric(n).label, ((n, MEDIAN),)) for n in _metric_names(records))
 
 
-def _tables_html(scenario: str, data: Results) -> str:
+def _tables_html(tables: ScenarioTables) -> str:
     """The tables only the scenario can compute (``Scenario.tables``)."""
-    tables = SCENARIOS[scenario].tables(data) if scenario in SCENARIOS else []
     return "".join(
         f"<h3>{e(t.title[:1].upper() + t.title[1:])}</h3>"
         + table(list(map(e, t.headers)), [_row_html(row) for row in t.rows], "numbers", t.note)
-        for t in tables
+        for t in tables.own
     )
 
 
@@ -232,8 +229,9 @@ def _row_html(cells: Sequence[str]) -> str:
     return f"<tr><th>{e(first)}</th>" + "".join(f"<td>{e(c)}</td>" for c in rest) + "</tr>"
 
 
-def scenario_section(scenario: str, data: Results, look: Look) -> str:
+def scenario_section(tables: ScenarioTables, data: Results, look: Look) -> str:
     """Figures with their tables, a table of the metrics no figure shows, the scenario's own tables."""
+    scenario = tables.scenario
     records = [r for r in data.records if r.scenario == scenario]
     present = _metric_names(records)
     parts = [f"<p>{e(SCENARIOS[scenario].description)}</p>" if scenario in SCENARIOS else ""]
@@ -253,7 +251,7 @@ def scenario_section(scenario: str, data: Results, look: Look) -> str:
     rest = [name for name in present if name not in shown and (metric(name).statistic_of, P99) not in tabled]
     if rest:
         parts += ["<h3>Other metrics</h3>", *(metric_table(records, name, MEDIAN, look) for name in rest)]
-    parts.append(_tables_html(scenario, data))
+    parts.append(_tables_html(tables))
     if not present:
         parts += ["<p class='banner bad'>Every case of this scenario failed: see the failed cases.</p>"]
     return section(f"scenario-{scenario}", scenario, "".join(parts))
@@ -264,11 +262,12 @@ def scenario_section(scenario: str, data: Results, look: Look) -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """A results document with where it came from and what the page calls it."""
+    """A results document with where it came from, what the page calls it, and how noisy it was."""
 
     label: str
     source: str
     data: Results
+    noise: list[ScenarioNoise]
 
 
 def _host_link(link: dict[str, str] | None) -> str:
@@ -337,45 +336,21 @@ def environment_section(runs: Sequence[Run]) -> str:
     return section("environment", "Environment", table(headers, rows, "env"))
 
 
-@dataclass(frozen=True)
-class Noise:
-    """How well one scenario of a run pinned its medians: half-width of each median's CI over the median."""
-
-    scenario: str
-    spreads: dict[tuple[Case, str], float]  # (case, metric) → relative spread
-
-    @property
-    def typical(self) -> float:
-        return statistics.median(self.spreads.values())
-
-    @property
-    def worst(self) -> tuple[tuple[Case, str], float]:
-        return max(self.spreads.items(), key=lambda kv: kv[1])
-
-
-def noise(data: Results) -> list[Noise]:
-    """Per scenario, in page order, the spreads ``ranking.spreads`` counts (the rule compare and
-    the gate use: sampled metrics with at least ``stats.MIN_DISTRIBUTION`` samples); a scenario
-    with none is left out."""
-    per_scenario = ranking.spreads(data)
-    return [Noise(s, per_scenario[s]) for s in _scenarios(data) if s in per_scenario]
-
-
 def noise_level(spread: float) -> str:
     return next((name for limit, name in NOISE_LEVELS if spread <= limit), "noisy")
 
 
-def noise_html(data: Results) -> str:
+def noise_html(run: Run) -> str:
     """A one-line verdict per scenario: typical and worst ± of the medians."""
     rows = []
-    for n in noise(data):
+    for n in run.noise:
         level = noise_level(n.typical)
-        (case, name), spread = n.worst
-        worst = f"{data.row_label(case)} {TIMES} {case.workload}: {metric(name).label}"
+        case = n.worst_case
+        worst = f"{run.data.row_label(case)} {TIMES} {case.workload}: {metric(n.worst_metric).label}"
         rows.append(
             f"<tr><td>{e(n.scenario)}</td><td><span class='badge {level}'>{level}</span></td>"
-            f"<td>±{n.typical:.1%}</td><td>±{spread:.1%} <small>{e(worst)}</small></td>"
-            f"<td>{len(n.spreads)}</td></tr>"
+            f"<td>±{n.typical:.1%}</td><td>±{n.worst:.1%} <small>{e(worst)}</small></td>"
+            f"<td>{n.metrics}</td></tr>"
         )
     if not rows:
         return "<p>No metric with repeated samples: nothing to say about noise.</p>"
@@ -389,9 +364,7 @@ def noise_html(data: Results) -> str:
 
 
 def noise_section(runs: Sequence[Run]) -> str:
-    body = "".join(
-        (f"<h3>{e(run.label)}</h3>" if len(runs) > 1 else "") + noise_html(run.data) for run in runs
-    )
+    body = "".join((f"<h3>{e(run.label)}</h3>" if len(runs) > 1 else "") + noise_html(run) for run in runs)
     return section("noise", "How noisy " + ("were these runs" if len(runs) > 1 else "was this run"), body)
 
 
@@ -448,38 +421,25 @@ def failed_section(data: Results, look: Look) -> str:
 # ---------------------------------------------------------------- the page
 
 
-def _workloads(data: Results, scenario: str) -> list[str]:
-    """A scenario's workloads in the order the run measured them."""
-    return unique(r.workload for r in data.records if r.scenario == scenario)
-
-
-def _geomean_cell(r: ranking.Ranked) -> str:
-    if r.geomean is None:
-        return "<td></td>"
-    return f"<td><b>{r.geomean.ratio:.3g}×</b> {decision.interval_text(r.geomean)}</td>"
-
-
-def ranking_section(data: Results, baseline: str, look: Look) -> str:
+def ranking_section(summary: RunSummary, look: Look) -> str:
     """Per scenario, rows ranked by the geometric mean (with its interval) of their factor
-    against ``baseline`` across workloads in its headline metric (``ranking.ranking``): ties
-    share a rank, variants come after; memory reads × the baseline, lower is better."""
+    against the baseline across workloads in its headline metric: ties share a rank, variants
+    come after; memory reads × the baseline, lower is better."""
+    baseline = summary.baseline
     blocks = []
-    for scenario in _scenarios(data):
-        ranked = ranking.ranking(data, scenario, baseline)
-        if not ranked:
-            continue
-        workloads = _workloads(data, scenario)
+    for ranked in summary.rankings:
         rows = [
             f"<tr><td>{e(r.place)}</td><td>{look.backend(r.row)}</td>"
-            + "".join(f"<td>{r.factors[w]:.3g}×</td>" if w in r.factors else "<td></td>" for w in workloads)
-            + _geomean_cell(r)
+            + "".join(
+                f"<td>{r.factors[w]:.3g}×</td>" if w in r.factors else "<td></td>" for w in ranked.workloads
+            )
+            + ("<td></td>" if r.geomean is None else f"<td><b>{r.geomean:.3g}×</b> {r.interval}</td>")
             + f"<td>{r.n}</td></tr>"
-            for r in ranked
+            for r in ranked.rows
         ]
-        headers = ["rank", "backend", *(e(w) for w in workloads), "geometric mean [95% CI]", "n workloads"]
-        notes = " ".join(decision.ranking_notes(data, scenario, ranked))
-        title = decision.ranking_title(data, scenario, baseline)
-        blocks.append(f"<h3>{e(title)}</h3>{table(headers, rows, '', notes)}")
+        workloads = [e(w) for w in ranked.workloads]
+        headers = ["rank", "backend", *workloads, "geometric mean [95% CI]", "n workloads"]
+        blocks.append(f"<h3>{e(ranked.title)}</h3>{table(headers, rows, '', ' '.join(ranked.notes))}")
     if not blocks:
         return section(
             "ranking", "Ranking", f"<p>No ranking: {e(baseline)} was not measured in this run.</p>"
@@ -493,56 +453,52 @@ def ranking_section(data: Results, baseline: str, look: Look) -> str:
     return section("ranking", f"Ranking against {e(baseline)}", intro + "".join(blocks))
 
 
-def decision_section(data: Results, look: Look) -> str:
+def decision_section(summary: RunSummary, look: Look) -> str:
     """What to use, first on the page: per workload shape and scenario, the safe backends best
-    within this run's noise (``decision.decisions``), one line of why, the faster unsafe ones
-    apart."""
-    found = decision.decisions(data)
-    if not found:
+    within this run's noise, one line of why, the faster unsafe ones apart."""
+    if not summary.choices:
         return ""
     rows = []
-    for d in found:
+    for c in summary.choices:
         use = (
-            e(d.missing)
-            if d.missing
-            else " = ".join(look.backend(s.row) for s in d.chosen) + (" <i>(tied)</i>" if d.tie else "")
+            e(c.missing)
+            if c.missing
+            else " = ".join(look.backend(row) for row in c.use) + (" <i>(tied)</i>" if c.tie else "")
         )
         rows.append(
-            f"<tr><th>{e(d.shape)}</th><td>{e(d.where)}</td><td>{use}</td>"
-            f"<td><small>{e('; '.join(decision.why(d, data)))}</small></td>"
-            f"<td>{e(decision.unsafe_text(d, data))}</td></tr>"
+            f"<tr><th>{e(c.shape)}</th><td>{e(c.where)}</td><td>{use}</td>"
+            f"<td><small>{e('; '.join(c.reasons))}</small></td><td>{e(c.unsafe)}</td></tr>"
         )
-    decided = [d.metric for d in found if not d.missing]
     intro = (
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
         "headline metric within this run's own noise: ×r [low, high] is the ratio to the first one "
-        f"named, with its 95% interval, of {e(decision.center_rule(data, decided))}; "
-        f"tied {e(decision.tie_rule(decided))}. Unsafe backends "
-        "are never chosen; those faster beyond noise are listed apart.</p>"
+        f"named, with its 95% interval, of {e(summary.ratio_of)}; tied {e(summary.tie_rule)}. "
+        "Unsafe backends are never chosen; those faster beyond noise are listed apart.</p>"
     )
     headers = ["shape", "scenario", "use", "why", "faster but unsafe"]
     return section("decision", "Decision: what to use", intro + table(headers, rows))
 
 
-def render(data: Results, source: str = "", baseline: str = ranking.DEFAULT_BASELINE) -> str:
-    """The report page of one results document; the ranking is against ``baseline``."""
+def render(summary: RunSummary, source: str = "") -> str:
+    """The report page of one run's summary (its results are ``summary.results``)."""
+    data = summary.results
     look = Look.of(data)
-    runs = [Run("this run", source, data)]
+    runs = [Run("this run", source, data, summary.noise)]
+    order = {s: i for i, s in enumerate(_scenarios(data))}
+    tables = sorted(summary.scenarios, key=lambda t: order[t.scenario])
     sections = [
         incomplete(data, "This run"),
-        decision_section(data, look),
+        decision_section(summary, look),
         environment_section(runs),
         noise_section(runs),
         backends_section(data, look),
-        ranking_section(data, baseline, look),
-        *(scenario_section(s, data, look) for s in _scenarios(data)),
+        ranking_section(summary, look),
+        *(scenario_section(t, data, look) for t in tables),
         failed_section(data, look),
     ]
     return page("serbench report", f"{len(data.records)} cases, run started {e(data.started)}", sections)
 
 
-def write_report(
-    data: Results, out_dir: Path, source: str = "", baseline: str = ranking.DEFAULT_BASELINE
-) -> Path:
-    """Render ``data`` to ``out_dir/index.html``: what ``serbench run`` leaves beside results.json."""
-    return write_page(render(data, source or str(out_dir / "results.json"), baseline), out_dir)
+def write_report(summary: RunSummary, out_dir: Path, source: str = "") -> Path:
+    """Render ``summary`` to ``out_dir/index.html``: what ``serbench run`` leaves beside results.json."""
+    return write_page(render(summary, source or str(out_dir / "results.json")), out_dir)

@@ -1,0 +1,35 @@
+"""A comparison's verdict rows as cells: what the terminal's table and the Markdown's share."""
+
+from __future__ import annotations
+
+from serbench.analysis.summary import VerdictRow
+from serbench.model.units import format_value
+
+# "detects": the smallest slowdown each comparison would have caught (its minimum detectable effect).
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI", "detects"]
+
+
+def format_ratio(row: VerdictRow) -> tuple[str, str]:
+    """The ratio and its interval as text, e.g. ``1.124`` and ``[1.080, 1.170]``."""
+    if row.ratio is None:
+        return "—", ""
+    if row.exact:
+        return f"{row.ratio:.3f}", "exact"
+    interval = "" if row.low is None else f"[{row.low:.3f}, {row.high:.3f}]"
+    return f"{row.ratio:.3f}", interval
+
+
+def verdict_cells(row: VerdictRow) -> list[str]:
+    """One row's cells under ``HEADERS``: a verdict that fails the gate in capitals."""
+    ratio, interval = format_ratio(row)
+    verdict = row.verdict.value
+    return [
+        verdict.upper() if row.bad else verdict,
+        row.case.label,
+        row.metric,
+        format_value(row.base, row.unit),
+        format_value(row.head, row.unit),
+        ratio,
+        interval,
+        "" if row.detectable is None else f"{row.detectable:.1%}",
+    ]
