@@ -209,7 +209,7 @@ def clean() -> Iterator[None]:
     assert not left_named(before)
 
 
-# The vLLM plugin's tests (tests/test_vllm*.py) run against the real vLLM, which `make test`
+# The vLLM plugin's tests (tests/plugins/) run against the real vLLM, which `make test`
 # installs; they skip only where it is not installed (`make check`'s install has none).
 NEEDS_VLLM = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM not installed: make test installs the pinned one"

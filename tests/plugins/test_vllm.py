@@ -1,6 +1,6 @@
 """The vLLM plugin against the real vLLM (docs/vllm.md): `make test` installs the pinned release.
 
-vLLM's import costs ~15 s of CPU: every test here uses the ``vllm`` fixture (tests/conftest.py),
+vLLM's import is costly: every test here uses the ``vllm`` fixture (tests/conftest.py),
 which imports it once per test process, when the first of them runs; the one test of a machine
 without vLLM blocks the import in a fresh interpreter.
 """
