@@ -64,7 +64,6 @@ torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 MODES = ("none", "lru", "shm")
 PREFIX = "\x00serbench-cache:"
 MIN_BYTES = 1024  # smaller tensors travel inline: a reference would be about as large
-ALIGN = 64
 
 
 class Ref(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -310,7 +309,7 @@ class Store:
     def put(self, key: str, leaf: Any) -> Entry | None:
         """Copy the array ``leaf`` into the store; None when it cannot have room now."""
         length = leaf.nbytes
-        span = -(-length // ALIGN) * ALIGN
+        span = shm.aligned(length)
         if span > self.size:
             return None
         start = self.head if self.head + span <= self.size else 0

@@ -56,7 +56,8 @@ SPLIT_FROM = 1 << 20  # frames this large are copied by every copy thread, a sli
 MAX_COPY_THREADS = 4
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """``n`` bytes rounded up to a whole number of ``ALIGN``s: where the next placed frame starts."""
     return -(-n // ALIGN) * ALIGN
 
 
@@ -172,7 +173,7 @@ class Ring:
 
     def allocate(self, nbytes: int) -> Block | None:
         """A block of at least ``nbytes`` (aligned), or None while the ring is too full for it."""
-        length = _aligned(max(nbytes, 1))
+        length = aligned(max(nbytes, 1))
         if length > self.size:
             raise ShmError(f"a message of {nbytes} bytes cannot fit a region of {self.size}")
         start = self._fit(length)
@@ -233,7 +234,7 @@ def split(frames: Sequence[Any]) -> tuple[list[tuple[int, memoryview]], list[Any
 
 def placed_bytes(frames: Sequence[Any]) -> int:
     """Region bytes a message's frames take (0: nothing to place)."""
-    return sum(_aligned(view.nbytes) for _, view in split(frames)[0])
+    return sum(aligned(view.nbytes) for _, view in split(frames)[0])
 
 
 Copy = tuple[memoryview, memoryview]  # (region bytes, frame bytes) of the same length
@@ -279,14 +280,14 @@ class Placer:
         placed, inline = split(frames)
         if not placed:
             return Placement(-1, [], inline)
-        block = self.ring.allocate(sum(_aligned(view.nbytes) for _, view in placed))
+        block = self.ring.allocate(sum(aligned(view.nbytes) for _, view in placed))
         if block is None:
             return None
         refs, copies, offset = [], [], block.offset
         for index, view in placed:
             copies.append((self.region.view[offset : offset + view.nbytes], view))
             refs.append([index, offset, view.nbytes])
-            offset += _aligned(view.nbytes)
+            offset += aligned(view.nbytes)
         self._write(copies)
         return Placement(block.id, refs, inline)
 

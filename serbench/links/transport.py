@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import mmap
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -54,6 +53,7 @@ import zmq
 from serbench.links.endpoints import tcp_endpoint
 from serbench.model.errors import TransportTimeout
 from serbench.runtime.isolation import kill_tree
+from serbench.runtime.processes import FORK
 
 IPC_PREFIX = "serbench-ipc-"
 CREATOR = "creator"  # the file in an ipc folder that holds its creating process's id
@@ -257,7 +257,7 @@ class UnixStream:
         self.views = [memoryview(frame).cast("B") for frame in frames]
         size = sum(v.nbytes for v in self.views)
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.reader = mp.get_context("fork").Process(target=_unix_reader, args=(child, self.sock, size))
+        self.reader = FORK.Process(target=_unix_reader, args=(child, self.sock, size))
         self.reader.start()
         child.close()
 

@@ -41,7 +41,6 @@ While the sides run, the caller samples their RSS with psutil from outside
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,12 +53,11 @@ import psutil
 from serbench.model.errors import MeasurementFailed
 from serbench.probes.heap import fresh_memory, release_free_memory
 from serbench.runtime.isolation import kill_tree
+from serbench.runtime.processes import FORK
 
 SAMPLE_INTERVAL_S = 0.005
 MAX_TIMELINE_POINTS = 400
 EXIT_GRACE_S = 1.0  # for a released side to exit by itself before it is killed
-
-_context = mp.get_context("fork")
 
 
 def status_bytes(field: str, pid: int | str = "self") -> int:
@@ -202,8 +200,8 @@ class _Run:
 
     def start(self, side: Side) -> None:
         """Fork one side and wait until its setup is done and its baseline taken."""
-        receiver, sender = _context.Pipe()
-        proc = _context.Process(target=_side_main, args=(sender, side), daemon=False)
+        receiver, sender = FORK.Pipe()
+        proc = FORK.Process(target=_side_main, args=(sender, side), daemon=False)
         proc.start()
         sender.close()
         self.conns[side.name], self.procs[side.name] = receiver, proc

@@ -15,7 +15,6 @@ period.
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing as mp
 import os
 import pickle
 import shutil
@@ -32,10 +31,10 @@ import psutil
 
 from serbench.model.errors import CaseFailed, Terminated
 from serbench.runtime import lazy
+from serbench.runtime.processes import FORK, signal_name
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy), where it is used
 
-_context = mp.get_context("fork")
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 GRACE_S = 2.0  # how long an ended child may take to clean up before it is killed
 
@@ -121,13 +120,6 @@ def end_trees(pids: list[int], grace_s: float = GRACE_S) -> None:
     _kill([proc for tree in trees for proc in tree])
 
 
-def _signal_name(exitcode: int) -> str:
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
-
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C/SIGTERM while forking: raised in an at-fork hook, the interrupt would be lost.
@@ -149,14 +141,14 @@ def _payload(status: str, payload: Any) -> Any:
 
 def _no_result(code: int | None) -> CaseFailed:
     if code is not None and code < 0:
-        return CaseFailed(f"process crashed ({_signal_name(code)})")
+        return CaseFailed(f"process crashed ({signal_name(code)})")
     return CaseFailed(f"process exited with code {code} without a result")
 
 
 def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
     """``fn(*args)`` in a fresh child; its return value, or CaseFailed."""
-    receiver, sender = _context.Pipe(duplex=False)
-    proc = _context.Process(target=_child, args=(sender, fn, args), daemon=False)
+    receiver, sender = FORK.Pipe(duplex=False)
+    proc = FORK.Process(target=_child, args=(sender, fn, args), daemon=False)
     try:
         with _interrupts_deferred():
             proc.start()
@@ -232,7 +224,7 @@ class Zygote:
         orders, self._orders = os.pipe()
         self._answers, answers = os.pipe()
         runner_ends = (self._orders, self._answers)
-        self._proc = _context.Process(target=_zygote, args=(orders, answers, self._folder, runner_ends))
+        self._proc = FORK.Process(target=_zygote, args=(orders, answers, self._folder, runner_ends))
         with _interrupts_deferred():
             self._proc.start()
         os.close(orders)

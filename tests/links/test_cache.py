@@ -171,7 +171,7 @@ def test_the_store_evicts_oldest_first_and_never_a_pinned_entry() -> None:
     w = get_workload(f"images-4:{SMALL}")
     request = w.request(0)
     image = w.payload_bytes() // 4
-    with shm.Region.create(3 * image + 3 * cache.ALIGN) as region:
+    with shm.Region.create(3 * image + 3 * shm.ALIGN) as region:
         front = cache.FrontendCache("shm", region.size, cache.Store(region))
         message, prepared = front.prepare(request, cache.digests(request))
         assert prepared.stored_bytes == 3 * image  # the fourth: no room not in use, so inline

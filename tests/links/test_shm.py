@@ -44,6 +44,16 @@ def shm_sandbox(ipc_sandbox: Path) -> Iterator[None]:
 # ---- the ring -------------------------------------------------------------------
 
 
+def test_aligned_rounds_up_to_a_whole_cache_line() -> None:
+    assert [shm.aligned(n) for n in (0, 1, shm.ALIGN - 1, shm.ALIGN, shm.ALIGN + 1)] == [
+        0,
+        shm.ALIGN,
+        shm.ALIGN,
+        shm.ALIGN,
+        2 * shm.ALIGN,
+    ]
+
+
 def test_ring_never_hands_out_held_bytes_and_reclaims_in_order() -> None:
     ring, rng = shm.Ring(160 * shm.ALIGN), random.Random(0)
     held: dict[int, shm.Block] = {}

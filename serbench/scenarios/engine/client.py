@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import zmq
 from serbench.links import cache, shm, transport
 from serbench.model.errors import EngineError, IntegrityError, ShmError
 from serbench.runtime.isolation import kill_tree
+from serbench.runtime.processes import FORK, exit_reason
 from serbench.scenarios.engine.protocol import Control, control, parse_control
 
 log = logging.getLogger("serbench.scenarios.engine")
@@ -57,7 +58,7 @@ class EngineLink:
         push: zmq.Socket | None,
         pull: zmq.Socket | None,
         where: str,
-        proc: mp.Process | None,
+        proc: BaseProcess | None,
         placer: shm.Placer | None = None,
     ) -> None:
         self.push = push
@@ -149,7 +150,7 @@ class EngineLink:
                 return ctrl, frames[1:]
             if self.proc is not None and not self.proc.is_alive():
                 self.proc.join(1)
-                raise EngineError(f"engine process died ({_exit_reason(self.proc.exitcode)})")
+                raise EngineError(f"engine process died ({exit_reason(self.proc.exitcode)})")
             if remaining <= 0:
                 return None
 
@@ -166,14 +167,8 @@ class EngineLink:
         return ctrl
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 @contextlib.contextmanager
-def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, Path | None]]:
+def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, BaseProcess, Path | None]]:
     """Fork an engine bound on a private ipc folder or loopback tcp; kill it and clean up after."""
     # The one use of the server's code on this side: it is what the forked child runs.
     # Imported here, not at the top, so that the client depends on the protocol alone
@@ -188,9 +183,8 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
             if folder
             else transport.Addresses("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
         )
-        context = mp.get_context("fork")
-        reader, writer = context.Pipe(duplex=False)
-        proc = context.Process(
+        reader, writer = FORK.Pipe(duplex=False)
+        proc = FORK.Process(
             target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine"
         )
         proc.start()
@@ -201,7 +195,7 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, mp.Process, 
             try:
                 status, payload = reader.recv()
             except EOFError:
-                raise EngineError(f"engine process died at start ({_exit_reason(proc.exitcode)})") from None
+                raise EngineError(f"engine process died at start ({exit_reason(proc.exitcode)})") from None
             if status != "ok":
                 raise EngineError(payload)
             yield payload, proc, folder

@@ -49,13 +49,11 @@ names) on any address, unless the engine was started with ``allow_unsafe``.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -70,6 +68,7 @@ from serbench.links.transport import Addresses
 from serbench.model.errors import CacheError, ShmError, TransportTimeout
 from serbench.model.specs import parse_spec
 from serbench.probes.heap import fresh_memory, release_free_memory
+from serbench.runtime.processes import die_with_parent
 from serbench.scenarios.engine.protocol import (
     DEFAULT_STEP_S,
     MAX_STEP_S,
@@ -90,7 +89,6 @@ log = logging.getLogger("serbench.scenarios.engine")
 
 POLL_S = 0.2  # how often idle loops look at the stop flag
 SEND_TIMEOUT_S = 10.0  # a frontend that takes no output for this long is gone
-PR_SET_PDEATHSIG = 1
 
 
 def fresh_receive_memory() -> None:
@@ -536,8 +534,8 @@ def _placed_frames(session: Session, placed: Any, inline: list) -> list:
 # ---- the engine process of a local ipc case ---------------------------------
 
 
-def _die_with_parent(parent: int, folder: Path | None) -> None:
-    """Exit (removing the ipc folder) when the frontend that started us dies."""
+def _end_with(parent: int, folder: Path | None) -> None:
+    """Exit on SIGTERM, sent too when the frontend that started us dies, removing the ipc folder."""
 
     def on_term(signum: int, frame: Any) -> None:
         if folder is not None:
@@ -545,15 +543,12 @@ def _die_with_parent(parent: int, folder: Path | None) -> None:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # died before the death signal was armed
-        on_term(signal.SIGTERM, None)
+    die_with_parent(parent, signal.SIGTERM)
 
 
 def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: int) -> None:
     """Entry point of a forked engine: bind, report the bound endpoints, serve one session."""
-    _die_with_parent(parent, folder)
+    _end_with(parent, folder)
     ctx = zmq.Context()
     try:
         requests, outputs = transport.bind_engine(ctx, bind)

@@ -206,7 +206,7 @@ def make_route(
         return remote_route(workers, remote, timeout_s)
     names = (region_name(), region_name()) if kind == "shm-ring" else ("", "")
     rendezvous = f"tcp://127.0.0.1:{free_port()}" if kind == "torch-dist" else ""
-    arena = _aligned(arena_bytes) * 2 if kind == "shm-ring" else 0  # two steps' worth: no wait on reuse
+    arena = shm.aligned(arena_bytes) * 2 if kind == "shm-ring" else 0  # two steps' worth: no wait on reuse
     return Route(
         kind,
         workers,
@@ -226,10 +226,6 @@ def unavailable(kind: str) -> str | None:
     if kind == "torch-dist" and not torch.distributed.is_gloo_available():
         return "this torch has no gloo backend"
     return None
-
-
-def _aligned(n: int) -> int:
-    return -(-n // shm.ALIGN) * shm.ALIGN
 
 
 Encode = Callable[[], Sequence[Any]]  # the step's encode, called once per publish
@@ -409,7 +405,7 @@ class ShmRing(Sender):
         if large:
             if self.arena is None:
                 raise ShmError("a large frame and no arena: the route was sized for another message")
-            block = self.arena.allocate(sum(_aligned(v.nbytes) for _, v in large))
+            block = self.arena.allocate(sum(shm.aligned(v.nbytes) for _, v in large))
             if block is None:
                 raise ShmError("the arena is full although every slot was read")
             self.blocks[slot] = block.id
@@ -419,7 +415,7 @@ class ShmRing(Sender):
                 start = base + offset
                 np.copyto(self.data[start : start + view.nbytes], np.frombuffer(view, np.uint8))
                 refs.append([index, offset, view.nbytes])
-                offset += _aligned(view.nbytes)
+                offset += shm.aligned(view.nbytes)
                 copied += view.nbytes
         placed = {index for index, _ in large}
         inline = [memoryview(f).cast("B") for i, f in enumerate(frames) if i not in placed]

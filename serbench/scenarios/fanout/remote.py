@@ -35,6 +35,7 @@ import zmq
 
 from serbench.model.errors import BroadcastError
 from serbench.runtime.isolation import end_trees
+from serbench.runtime.processes import exit_reason
 from serbench.scenarios.fanout.broadcast import Ack, Acks, Route, TorchDist, clock, error_line, remote_route
 from serbench.scenarios.fanout.workgroup import (
     READY_TIMEOUT_S,
@@ -42,7 +43,6 @@ from serbench.scenarios.fanout.workgroup import (
     Work,
     WorkerReport,
     begun,
-    exit_reason,
     file_message,
     fork_worker,
 )
@@ -410,7 +410,7 @@ def _relay(ctrl: zmq.Socket, order: Control, workers: dict[int, tuple[Any, Conne
             elif not proc.is_alive():
                 proc.join(0.1)
                 ended = "died"
-                _reply(ctrl, order, "died", index=index, reason=exit_reason(proc))
+                _reply(ctrl, order, "died", index=index, reason=exit_reason(proc.exitcode))
             if ended:
                 log(f"case {order.session}: worker {index} {ended}")
                 poller.unregister(conn.fileno())

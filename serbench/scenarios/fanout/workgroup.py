@@ -19,8 +19,6 @@ as all workers mapped it; a crash before that leaves names whose creator is gone
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -37,6 +35,7 @@ from serbench.probes.heap import fresh_memory, release_free_memory
 from serbench.probes.rss import live_memory, peak_above, proportional, reset_peak
 from serbench.runtime import lazy
 from serbench.runtime.isolation import end_trees
+from serbench.runtime.processes import FORK, die_with_parent, exit_reason
 from serbench.scenarios.fanout.broadcast import (
     RECEIVERS,
     SENDERS,
@@ -52,9 +51,6 @@ from serbench.scenarios.fanout.broadcast import (
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 
 READY_TIMEOUT_S = 120.0
-PR_SET_PDEATHSIG = 1
-
-_context = mp.get_context("fork")
 
 
 @dataclass(frozen=True)
@@ -75,17 +71,10 @@ class Work:
     resolve: Callable[[Any], tuple[Any, Resolution]] | None = None
 
 
-def _die_with_parent(parent: int) -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the core died before the line above: die now
-        os._exit(1)
-
-
 def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent: int) -> None:
     """One worker: open its end, warm up, baseline, then receive → decode (→ resolve) → check → ack
     until stop."""
-    _die_with_parent(parent)
+    die_with_parent(parent, signal.SIGKILL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
@@ -155,18 +144,10 @@ class WorkerReport:
     host: str = ""  # a remote worker: its host's name (a forked one: none)
 
 
-def exit_reason(proc: Any) -> str:
-    code = proc.exitcode
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
-
-
 def fork_worker(route: Route, index: int, work: Work) -> tuple[Any, Connection]:
     """Worker ``index`` forked from this process (``_worker_main``) and this end of its pipe."""
-    receiver, sender = _context.Pipe()
-    proc = _context.Process(target=_worker_main, args=(sender, route, index, work, os.getpid()), daemon=False)
+    receiver, sender = FORK.Pipe()
+    proc = FORK.Process(target=_worker_main, args=(sender, route, index, work, os.getpid()), daemon=False)
     proc.start()
     sender.close()
     return proc, receiver
@@ -195,7 +176,7 @@ class Group:
                     continue
             if not proc.is_alive():
                 proc.join(0.1)
-                raise BroadcastError(f"worker {index} died ({exit_reason(proc)})")
+                raise BroadcastError(f"worker {index} died ({exit_reason(proc.exitcode)})")
 
     def release(self) -> None:
         """Every worker may take its PSS baseline (every worker exists) and start."""
@@ -258,7 +239,7 @@ def _started(group: Group, work: Work) -> Group:
         except EOFError:
             group.procs[index].join(1)
             raise BroadcastError(
-                f"worker {index} died during setup ({exit_reason(group.procs[index])})"
+                f"worker {index} died during setup ({exit_reason(group.procs[index].exitcode)})"
             ) from None
         if message[0] != "ready":
             raise BroadcastError(f"worker {index}: {message[1]}")
