@@ -21,8 +21,10 @@ import pkgutil
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from suite_paths import ROOT
@@ -34,9 +36,24 @@ from serbench.cli import build_parser
 from serbench.model.metrics import METRICS
 
 BENCHMARKS = ROOT / "benchmarks"
-SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "text"}
+SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console"}  # a diagram or an output is ```text
 REPOSITORY_FOLDERS = ("serbench/", "tests/", "scripts/", "docs/", "benchmarks/")
-FILE_SUFFIXES = {"json", "html", "md", "py", "txt", "toml", "cfg", "yml", "yaml", "csv", "png", "sh", "so"}
+FILE_SUFFIXES = {
+    "json",
+    "html",
+    "md",
+    "py",
+    "txt",
+    "toml",
+    "cfg",
+    "yml",
+    "yaml",
+    "csv",
+    "png",
+    "sh",
+    "so",
+    "log",
+}
 METRIC_SUFFIXES = ("_s", "_bytes", "_instructions", "_copies")
 FENCED = RawFencedCodeBlockLexer(
     info_pattern=re.compile(r"(?P<language>[^\n]*)$\n", re.MULTILINE),
@@ -115,18 +132,31 @@ def known_flags() -> frozenset[str]:
 @functools.cache
 def serbench_modules() -> dict[str, Any]:
     """Every module of the serbench package and of the asv suites (benchmarks/) by its dotted
-    name, imported (``__main__`` left
-    out: importing it would run the command line; one that fails to import is left out too,
-    and a name in it fails)."""
+    name, imported (``__main__`` left out: importing it would run the command line; one that
+    fails to import is left out too, and a name in it fails)."""
     modules: dict[str, Any] = {"serbench": serbench}
-    for info in [
-        *pkgutil.walk_packages(serbench.__path__, "serbench."),
-        *pkgutil.iter_modules([str(BENCHMARKS)], "benchmarks."),
-    ]:
+    for info in pkgutil.walk_packages(serbench.__path__, "serbench."):
         if not info.name.endswith("__main__"):
             with contextlib.suppress(ImportError):
                 modules[info.name] = importlib.import_module(info.name)
+    suites = asv_suites()
+    for info in pkgutil.iter_modules(suites.__path__, f"{suites.__name__}."):
+        with contextlib.suppress(ImportError):
+            modules[info.name.replace(suites.__name__, "benchmarks", 1)] = importlib.import_module(info.name)
     return modules
+
+
+def asv_suites() -> ModuleType:
+    """benchmarks/ as a package by its path, under a name of its own (tests/benchmarks, the
+    pytest-benchmark suite, shadows the name ``benchmarks``)."""
+    spec = importlib.util.spec_from_file_location(
+        "asv_suites", BENCHMARKS / "__init__.py", submodule_search_locations=[str(BENCHMARKS)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache
@@ -273,6 +303,6 @@ def failures(page: Path) -> list[str]:
     for example in document.examples():
         try:
             example.evaluate()
-        except Exception as exc:  # SybilFailure: its last line is the evaluator's message
-            found.append(f"line {example.line}: {str(exc).splitlines()[-1]}")
+        except Exception as exc:  # SybilFailure: a line of where, then the evaluator's lines
+            found += [f"line {example.line}: {why}" for why in str(exc).splitlines()[1:]]
     return found

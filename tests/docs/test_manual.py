@@ -44,4 +44,4 @@ def test_planted_errors_fail(tmp_path: Path) -> None:
         "nosuchcommand",
     ):
         assert planted in found, f"{planted} not caught:\n{found}"
-    assert len(failures(page)) == 6, found  # the two commands share one block: one failure
+    assert len(failures(page)) == 7, found
