@@ -26,7 +26,7 @@ COMMENT_BLOCK_LINES = 4
 _NUMBER = r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?"
 _UNIT = (
     r"GB/s|MB/s|GiB/s|MiB/s|ns|µs|us|ms|s|secs?|seconds?|mins?|minutes?|%|"
-    r"GiB|MiB|KiB|GB|MB|KB|B|bytes"
+    r"GiB|MiB|KiB|GB|MB|kB|KB|B|bytes"
 )
 # A number with a unit (a range of them too), a speed ratio such as "2.6×", or a count "7 of 20".
 FIGURE = re.compile(
