@@ -42,6 +42,8 @@ DEFINITIONS = {
     "4KiB",  # a page
     "128KiB",  # glibc's default mmap threshold ...
     "32MiB",  # ... and the most it rises to (mallopt(3))
+    "16KiB",  # pymalloc's pool ...
+    "16bytes",  # ... and its size-class step
     "95%",  # an interval's confidence
     "80%",  # a test's power
     "1%",  # the practical ties and tolerances serbench.model.metrics defines
