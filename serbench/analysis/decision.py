@@ -256,11 +256,23 @@ def reasons(decision: Decision, data: Results) -> list[str]:
     return parts
 
 
+def unsafe_items(decision: Decision, data: Results) -> list[str]:
+    """The unsafe rows better than the chosen ones, each with its ratio and, where it made no
+    claim, ``(safety undeclared)``; [] when none is."""
+    return [
+        f"{data.row_label(s.row)}{_undeclared(data, s.row)} {ratio_text(s.estimate)}" for s in decision.unsafe
+    ]
+
+
+def _undeclared(data: Results, row: Case) -> str:
+    """The safety mark of an unsafe row where it says more than "unsafe" (``Results.safety_mark``)."""
+    mark = data.safety_mark(row)
+    return "" if mark == " (unsafe)" else mark
+
+
 def unsafe_text(decision: Decision, data: Results) -> str:
     """The unsafe rows better than the chosen ones, with their ratios; "" when none is."""
-    return ", ".join(
-        f"{data.row_label(s.row)}{data.safety_mark(s.row)} {ratio_text(s.estimate)}" for s in decision.unsafe
-    )
+    return ", ".join(unsafe_items(decision, data))
 
 
 # ---------------------------------------------------------------- how a ranking reads (text and report alike)

@@ -74,7 +74,8 @@ class Ranking:
 class Choice:
     """What to use for one workload shape in one scenario (``decision.Decision``) in words:
     ``use`` the safe rows to use (tied when more than one), or ``missing`` why none;
-    ``reasons`` the parts of one line of why; ``unsafe`` the faster unsafe rows, "" for none."""
+    ``measured`` the metric and the best row's values, ``reasons`` the other parts of one line
+    of why (ratios to it, rules); ``unsafe`` the faster unsafe rows, each with its ratio."""
 
     shape: str
     where: str
@@ -82,8 +83,9 @@ class Choice:
     use: list[Case]
     tie: bool
     use_text: str
+    measured: str
     reasons: list[str]
-    unsafe: str
+    unsafe: list[str]
     missing: str = ""
 
 
@@ -212,6 +214,7 @@ def _ranking(data: Results, scenario: str, baseline: str) -> Ranking | None:
 
 
 def _choice(found: decision.Decision, data: Results) -> Choice:
+    measured, *reasons = decision.reasons(found, data) or [""]
     return Choice(
         found.shape,
         found.where,
@@ -219,8 +222,9 @@ def _choice(found: decision.Decision, data: Results) -> Choice:
         [s.row for s in found.chosen],
         found.tie,
         decision.chosen_text(found, data),
-        decision.reasons(found, data),
-        decision.unsafe_text(found, data),
+        measured,
+        reasons,
+        decision.unsafe_items(found, data),
         found.missing,
     )
 

@@ -160,13 +160,14 @@ def _counted(args: argparse.Namespace, chosen: Plan, settings: Profile) -> int:
 
 
 def _summarised(args: argparse.Namespace, folder: Path, data: Results) -> int:
-    """Print the summary of a finished run (every table with --verbose) and write its report."""
+    """Write a finished run's report; print where its files are, then its summary (every table
+    with --verbose), which ends with the decision."""
     if not args.out:
         _point_latest(folder)
     summary = summarize_run(data, args.baseline)
-    print(terminal.render(summary, verbose=args.verbose))
-    print(f"\nresults: {folder / 'results.json'}")
-    print(f"report:  {report.write_report(summary, folder)}")
+    print(f"results: {folder / 'results.json'}")
+    print(f"report:  {report.write_report(summary, folder)}\n")
+    print(terminal.render(summary, verbose=args.verbose))  # the decision last, where the eye lands
     return 0
 
 

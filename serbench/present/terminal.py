@@ -92,10 +92,11 @@ def _packed(parts: Sequence[str], first: str = _INDENT, separator: str = "; ") -
     return [out for wrapped in too_long for out in wrapped]
 
 
-def decision_block(summary: RunSummary) -> str:
+def decision_block(summary: RunSummary, verbose: bool = False) -> str:
     """The decision of a run in lines of at most ``DECISION_WIDTH`` columns: per shape, per
-    scenario, the safe backends to use and one line of why; "" when the run has nothing to
-    decide."""
+    scenario, the safe backends to use and why: the ratios to the best (``verbose``: the best's
+    own values first, which the headline table shows by default); "" when the run has nothing
+    to decide."""
     choices = summary.choices
     if not choices:
         return ""
@@ -107,9 +108,9 @@ def decision_block(summary: RunSummary) -> str:
             workloads = ", ".join(dict.fromkeys(w for x in choices if x.shape == shape for w in x.workloads))
             lines.append(f"{shape} ({workloads})")
         lines += _packed([c.use_text], f"  {c.where:<7} ")
-        lines += _packed(c.reasons)
-        if c.unsafe:
-            lines += _packed([f"faster but unsafe: {c.unsafe}"])
+        reasons = [c.measured, *c.reasons] if verbose and c.measured else c.reasons
+        unsafe = [f"faster but unsafe: {c.unsafe[0]}", *c.unsafe[1:]] if c.unsafe else []
+        lines += _packed([*reasons, *unsafe])
     return "\n".join(lines)
 
 
@@ -118,7 +119,7 @@ def render(summary: RunSummary, verbose: bool = False) -> str:
     out = [titled(t) for t in tables(summary, verbose)]
     if summary.failed:
         out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in summary.failed))
-    block = decision_block(summary)
+    block = decision_block(summary, verbose)
     if block:
         out.append(block)
     return "\n\n".join(out)

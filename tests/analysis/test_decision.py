@@ -81,7 +81,7 @@ def test_a_faster_unsafe_backend_is_listed_apart_and_never_chosen() -> None:
     assert chosen(found) == ["ok"]
     assert [s.row.backend for s in found.unsafe] == ["risky"]  # "same" is not faster beyond noise
     block = terminal.decision_block(summarize_run(data))
-    assert "faster but unsafe: risky (unsafe) ×0.5" in block
+    assert "faster but unsafe: risky ×0.5" in block
 
 
 def test_variants_are_not_candidates() -> None:

@@ -467,7 +467,8 @@ def decision_section(summary: RunSummary, look: Look) -> str:
         )
         rows.append(
             f"<tr><th>{e(c.shape)}</th><td>{e(c.where)}</td><td>{use}</td>"
-            f"<td><small>{e('; '.join(c.reasons))}</small></td><td>{e(c.unsafe)}</td></tr>"
+            f"<td><small>{e('; '.join([c.measured, *c.reasons]))}</small></td>"
+            f"<td>{e(', '.join(c.unsafe))}</td></tr>"
         )
     intro = (
         "<p>Per workload shape and scenario, the safe backends that are best on the scenario's "
