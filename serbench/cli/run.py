@@ -60,22 +60,24 @@ def _interrupted(code: int, path: Path, folder: Path) -> int:
     return code
 
 
+# One live line: cases done of the total and the time left, then the case being measured.
+BAR_FORMAT = "{n_fmt}/{total_fmt} cases, {remaining} left |{bar:20}| {desc}"
+
+
 class _Bar:
-    """Progress on a terminal: a bar on stderr, one step per case."""
+    """Progress on a terminal: one live line on stderr, drawn by tqdm, one step per case."""
 
     def __init__(self, total: int) -> None:
         tqdm.monitor_interval = 0  # no monitor thread: cases run in forked children
-        self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+        self.bar = tqdm(total=total, file=sys.stderr, dynamic_ncols=True, bar_format=BAR_FORMAT)
 
     def __call__(self, index: int, total: int, case: Case) -> None:
         self.bar.total = total  # the runner's count: a case measured in rounds is visited each round
         self.bar.update(index - self.bar.n)
         self.bar.set_description(case.label)
-        self.bar.set_postfix_str(f"{total - index} left")
 
     def done(self) -> None:
         self.bar.set_description("done")
-        self.bar.set_postfix_str("")
         self.bar.update(self.bar.total - self.bar.n)
         self.bar.close()
 
