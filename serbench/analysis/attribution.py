@@ -14,14 +14,10 @@ own code, not what they call: "which function got slower") grew most, with the
 growth and its share of the change in all functions' self costs, which add up to
 the whole count.
 
-The format (valgrind's docs, "Callgrind Format Specification"): ``events:``
-names the cost columns; ``positions:`` how many position columns open a cost
-line (``line`` by default); ``ob=``, ``fl=``, ``fi=``, ``fe=`` and ``fn=`` set
-the object, file and function of the cost lines after them, with names given
-once as ``(id) name`` and then as ``(id)``; a ``calls=`` line announces that the
-next cost line is the inclusive cost of a call (``cob=``, ``cfi=``, ``cfn=``
-name its target), which is not the caller's self cost; ``jump=`` and ``jcnd=``
-lines carry no cost line. Positions may be relative (``+3``, ``-2``) or ``*``.
+The format is valgrind's "Callgrind Format Specification": ``fn=`` and its kin set
+the function of the cost lines after them (names once as ``(id) name``, then
+``(id)``); a ``calls=`` line makes the next cost line a call's inclusive cost, not
+the caller's self cost (``self_costs`` reads the rest).
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ from fractions import Fraction
 
 import numpy as np
 
-# Rounds of at most this many samples draw their resampled median from a table of n^2 entries,
-# made in at most 25 ms (exact fractions; 0.12 s at 64).
+# Rounds of at most this many samples draw their resampled median from a table of n^2 entries
+# of exact fractions, costlier to build as n grows
+# (docs/measurements/2026-12-06-compare-speed-and-ratio-noise.md).
 TABULATED = 32
 
 

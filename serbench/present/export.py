@@ -2,14 +2,10 @@
 
 Every measured metric as a table (``serbench report --format csv|json``):
 
-* ``csv`` — one header, then one row per case × metric: the ``Case`` fields
-  (scenario, backend, workload, transport, then any further dimension), metric,
-  unit, median, ci_low, ci_high, n (samples) and safe (the backend's
-  declaration). Numbers are plain numbers; a cell is empty only where the value
-  does not exist: a dimension the case does not set (micro's transport) or a
-  backend that does not declare ``safe``.
-* ``json`` — the same rows as a list of objects with the same keys: numbers as
-  numbers, a missing value as null.
+* ``csv`` — one header, then one row per case × metric: the ``Case`` fields, metric,
+  unit, median, ci_low, ci_high, n and safe; a cell is empty only where the value does
+  not exist (a dimension the case does not set, an undeclared ``safe``).
+* ``json`` — the same rows as a list of objects, a missing value as null.
 
 For dashboards (``serbench compare --export``):
 
@@ -19,9 +15,7 @@ For dashboards (``serbench compare --export``):
   ``@transport`` unless the default, then any other dimension), one measure per
   metric (median and its CI).
 * ``github-action-benchmark`` — its ``customSmallerIsBetter`` tool: a list of
-  ``{name, unit, value, range, extra}``. That tool takes one direction per
-  file, so higher-is-better metrics (rates, ``*_per_s``)
-  are left out.
+  ``{name, unit, value, range, extra}``; one direction per file, so rates are left out.
 
 Failed cases are left out of all of them: a row or a dashboard point must be a measurement.
 """

@@ -10,17 +10,12 @@ markers rather than by a lighter shade. Every axis carries its unit, scaled to
 something readable (ms, MB ...) from the data it shows; a linear value axis
 starts at zero, so noise looks like noise.
 
-A figure draws *lines*: whatever the caller groups its cases by (the report:
-a ``results.Case`` without scenario and workload, so every dimension of a case
-gets its own line). Figures read the typed model: ``stats.Measurement`` and
-``results.Sweep``.
-
-Drawing is most of the report's time, so no figure costs more drawing than it
-shows: fixed margins in inches (``_figure``), not matplotlib's constrained
-layout, which lays a figure out by drawing it once more; titles at a fixed
-height; a legend drawn once per page and laid on each figure that has it as
-pixels (``_legend_pixels``); bars as one collection per hatch, not a patch
-each; PNGs without alpha, at a fast zlib level (``_png``).
+A figure draws *lines*: whatever the caller groups its cases by (the report: a
+``results.Case`` without scenario and workload). Drawing is most of the report's
+time, so no figure costs more drawing than it shows: fixed margins in inches
+(``_figure``), not constrained layout, which draws a figure twice; one legend per
+page laid on each figure as pixels (``_legend_pixels``); bars as one collection
+per hatch; PNGs without alpha, at a fast zlib level (``_png``).
 """
 
 from __future__ import annotations
@@ -359,9 +354,9 @@ def log_axis(ax, values: Sequence[float], axis: str = "y") -> None:
 
 
 def _value_axis(ax, panel: Panel, values: Sequence[float], axis: str = "y") -> None:
-    """A log axis where the values span at least a decade. A narrower span (ITL at 5.3-5.5 ms)
-    stays linear, with at most ``TICKS`` labels, and a linear y axis starts at zero: on an axis
-    from 5.30 to 5.50 ms, 0.1 ms of noise looked like crossing trends."""
+    """A log axis where the values span at least a decade. A narrower span stays linear, with
+    at most ``TICKS`` labels, and a linear y axis starts at zero: on an axis cut close around
+    the values, noise looks like crossing trends."""
     if panel.log and values and min(values) > 0 and max(values) >= 10 * min(values):
         log_axis(ax, values, axis)
         return
