@@ -1,35 +1,22 @@
 """Measure the gate itself: false alarms on A/A trials, detection of known slowdowns.
 
-Each trial is one gate run as ``serbench gate`` does it — a ``python -m
-serbench.runner.measurer`` worker per side and round, every case measured on base and head back to back
-(alternating which goes first), merged per side — except that both sides run
-this working tree and differ only in what their slots are slowed by. Both sides measure the
-same cases under the same names, in the same order (slot 0, 1, …), as a gate
-of a change to another package sees them: each slot is a ``serbench.testing:slowed``
-backend built by a module of the trial's own (``gate_quality_slots``), a copy per
-side put first on that side's path (``serbench.gate.revision.Runtime``); base's copy slows no slot,
-head's slows slot 0 by nothing and each next slot by a FACTOR. Slot 0, base
-against head, is an A/A trial; every other slot an A/B trial with a known
-slowdown. Verdicts come
-from ``serbench.analysis.compare.compare`` with the gate's default threshold; a trial
-"alarms" when any row of its case is a regression — exactly what makes
-``serbench gate`` exit 1.
+Each trial is one gate run as ``serbench gate`` does it (``serbench.gate.rounds``:
+a measurer per side and round, every case on base and head back to back),
+except that both sides run this working tree and differ only in what their
+slots are slowed by: each slot is a ``serbench.testing:slowed`` backend built by
+a module of the trial's own (``gate_quality_slots``), a copy per side first on
+that side's path (``serbench.gate.revision.Runtime``). Slot 0 is an A/A trial,
+every other slot an A/B trial slowed by a FACTOR. A trial "alarms" when any row
+of its case is a regression: what makes ``serbench gate`` exit 1. With
+``--measure instructions`` a trial is the gate's counts (``serbench.gate.counting``).
+The load average of each trial is recorded: how much noise the gate stayed quiet on.
 
     python scripts/gate_quality.py --trials 20 --rounds 15 --out reports/gate-quality
-    python scripts/gate_quality.py --analyze reports/gate-quality   # re-evaluate stored trials
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
     python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
     python scripts/gate_quality.py --measure instructions --scenarios ipc --workloads text-sonnet \
         --factors 1.02 --out reports/gate-quality-ipc   # both sides of the ipc path, counted
-
-With ``--measure instructions`` a trial is what ``serbench gate --measure
-instructions`` adds to the timed rounds: one worker per side set up to count
-(one valgrind process each, both at once), every case counted once, compared
-with the counts' own tolerance (docs/instructions.md).
-
-The load average during each trial is recorded: on a shared machine it says
-how much noise the gate had to stay quiet on.
 """
 
 from __future__ import annotations
@@ -225,7 +212,7 @@ def _grown(folder: Path, row: verdicts.MetricComparison, spec: str) -> tuple[str
 
 def disturbed(folder: Path, max_regression: float, rounds: int | None = None) -> list[str]:
     """The rows of the trial's bystanders (backends unchanged on both sides, measured in the same
-    workers as the slowed slots) that the gate labels a regression or an improvement: each one is
+    measurers as the slowed slots) that the gate labels a regression or an improvement: each one is
     a case whose timing another case's slowdown moved (issue 32's cross-case isolation)."""
     trial = json.loads((folder / "trial.json").read_text())
     base, head = load_side(folder, "base", rounds), load_side(folder, "head", rounds)
