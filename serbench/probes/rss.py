@@ -139,7 +139,7 @@ class Reading:
 
 
 def _side_main(conn: Connection, side: Side) -> None:
-    """The forked process of one side: setup, baseline, wait for go, run, report.
+    """The forked process of one side: setup, baseline, wait for the start, run, report.
 
     After reporting it stays alive until the caller ends it, so that nothing
     it sent (a last ZeroMQ message) dies with it before the others are done.
@@ -148,11 +148,11 @@ def _side_main(conn: Connection, side: Side) -> None:
         fresh_memory()
         state = side.setup()
         # What setup freed, handed back before the baseline (and before any side reads one): a
-        # trim after ``go`` would drop pages another side still shares, moving its reading.
+        # trim after the start would drop pages another side still shares, moving its reading.
         release_free_memory()
         baseline = reset_peak()
         conn.send(("ready", baseline))
-        conn.recv()  # go: every side has its baseline
+        conn.recv()  # start: every side has its baseline
         shared = proportional()
         result = side.run(state)
         conn.send(("done", peak_above(baseline), result, *shared))
@@ -212,13 +212,13 @@ class _Run:
         if not wait([self.conns[name]], max(0.0, self.deadline - time.monotonic())):
             raise MeasurementFailed(f"{name} timed out")
 
-    def go(self) -> Reading:
+    def release(self) -> Reading:
         """Release every side at once; sample RSS until all have reported."""
         watched = {name: psutil.Process(proc.pid) for name, proc in self.procs.items()}
         timeline: dict[str, list[float | None]] = {"t_s": [], **{name: [] for name in self.procs}}
         start = time.monotonic()
         for conn in self.conns.values():
-            conn.send("go")
+            conn.send("start")
         results: dict[str, SideResult] = {}
         pending = dict(self.conns)
         while pending:
@@ -241,7 +241,7 @@ class _Run:
             timeline[name].append(None if rss is None else rss - self.baselines[name])
 
     def close(self) -> None:
-        """Release every side (each exits when told); kill what is still running."""
+        """End every side (each exits when asked); kill what is still running."""
         for conn in self.conns.values():
             with contextlib.suppress(OSError):
                 conn.send("exit")
@@ -266,6 +266,6 @@ def measure(sides: list[Side], timeout_s: float) -> Reading:
     try:
         for side in sides:  # one at a time: a later side's setup may need an earlier's (bind, then connect)
             run.start(side)
-        return run.go()
+        return run.release()
     finally:
         run.close()

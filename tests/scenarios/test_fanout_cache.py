@@ -66,14 +66,14 @@ def test_no_repeats_no_hits_and_the_wire_carries_every_tensor(clean) -> None:
 def _forgetful_workers(case: Case):
     """A worker's lru of one image only: the core's holds two requests' worth, so it sends
     references to tensors the workers have evicted."""
-    made = fanout_cache.halves
+    made = fanout_cache.core_and_worker_caches
 
     def caches(mode, capacity, transport_kind):
         core, worker = made(mode, capacity, transport_kind)
         worker.cache.lru.capacity = get_workload(case.workload).payload_bytes() // 2
         return core, worker
 
-    fanout_cache.halves = caches
+    fanout_cache.core_and_worker_caches = caches
     return _run(case)
 
 

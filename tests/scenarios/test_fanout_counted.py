@@ -42,7 +42,7 @@ def test_every_worker_takes_each_step_and_checks_it(clean, kind: str, workers: i
     def decode(frames):
         return serializer.decode(frames, type(step))
 
-    with fanout_counted.linked(
+    with fanout_counted.in_process_fanout(
         kind, workers, message, serializer.encode, decode, fanout_steps.check_step
     ) as path:
         for _ in range(6):
@@ -57,7 +57,7 @@ def test_every_worker_takes_each_step_and_checks_it(clean, kind: str, workers: i
 def test_a_step_that_is_not_the_one_sent_fails_the_check() -> None:
     message, step = _message("text-sonnet", 1)
     serializer = get_serializer("pickle")
-    with fanout_counted.linked(
+    with fanout_counted.in_process_fanout(
         "zmq-each",
         1,
         message,

@@ -34,7 +34,7 @@ def test_a_request_goes_from_the_frontends_code_to_the_engines_and_is_checked(
     passes and gives the space back; nothing is left in /dev/shm (``clean``: this test's own
     segments, not those of tests running beside it)."""
     request = ipc_counted.workload_request(workload)
-    with ipc_counted.linked("msgspec-frombuffer", workload, link, request) as path:
+    with ipc_counted.in_process_session("msgspec-frombuffer", workload, link, request) as path:
         for _ in range(3):  # more than the region holds at once over shm: space is given back
             path.send()
             received = path.receive()
@@ -49,7 +49,7 @@ def test_a_request_goes_from_the_frontends_code_to_the_engines_and_is_checked(
 
 def test_a_request_that_changed_on_the_way_fails_the_check() -> None:
     request = ipc_counted.workload_request("images-1")
-    with ipc_counted.linked("msgspec-frombuffer", "images-1", "ipc", request) as path:
+    with ipc_counted.in_process_session("msgspec-frombuffer", "images-1", "ipc", request) as path:
         path.send()
         header, *frames = path.handed[0]
         tampered = bytearray(frames[-1])

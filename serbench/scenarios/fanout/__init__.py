@@ -57,7 +57,7 @@ from serbench.links import cache, shm, transport
 from serbench.model.errors import BroadcastError
 from serbench.model.metrics import measured, statistic
 from serbench.model.profiles import Profile
-from serbench.model.results import FanoutInfo, Results
+from serbench.model.results import FanoutInfo, Results, Verification
 from serbench.model.specs import parse_spec
 from serbench.model.stats import Measurement
 from serbench.model.views import MEDIAN, Figure, Table
@@ -171,6 +171,23 @@ class StepReading:
         return "hit" if self.hits == self.lookups else "partial" if self.hits else "miss"
 
 
+@dataclass(frozen=True)
+class FanoutRun:
+    """One timed fan-out case as ``measure`` ran it: the timed steps' readings, the workers'
+    reports, what the case ran with, and what the core held while the workers held the ``hold``
+    step (PSS, USS, above its baseline)."""
+
+    readings: list[StepReading]
+    reports: list[workgroup.WorkerReport]
+    schedule: Schedule
+    route: broadcast.Route
+    rounds: int
+    verification: Verification  # of the steps, before any was timed
+    payload_bytes: int  # the first prefill step's tensors
+    core_held: tuple[int, int]
+    core_cache: fanout_cache.CoreCache | None
+
+
 def _settings(profile: Profile) -> tuple[int, int, int]:
     options = profile.options
     rounds = profile.share(options.get("fanout_rounds") or profile.samples)  # an interleaved visit's share
@@ -238,9 +255,9 @@ def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) ->
     return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
 
 
-def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workgroup.WorkerReport], dict]:
-    """Run the case's steps; the readings of the timed ones, the workers' reports and facts. With
-    ``--fanout-rendezvous`` the workers are remote (``serbench fanout-worker``), told the case."""
+def measure(case: Case, profile: Profile) -> FanoutRun:
+    """Run the case's steps, timing all but the warm-up round's. With ``--fanout-rendezvous`` the
+    workers are remote (``serbench fanout-worker``), sent the case as a ``WorkerCase``."""
     fresh_memory()  # the core's PSS counts what it holds, not free heap that glibc kept
     rounds, batch, decode_steps = _settings(profile)
     serializer = get_serializer(case.backend)
@@ -259,7 +276,7 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
         for i in sorted({0, 1, largest})
     )
     capacity = caching.capacity(profile, max(2 * workload.payload_bytes(), 1 << 20))
-    core_cache, worker_cache = fanout_cache.halves(mode, capacity, case.transport or "")
+    core_cache, worker_cache = fanout_cache.core_and_worker_caches(mode, capacity, case.transport or "")
     hold = rounds * per_round  # the last round's prefill step: workers read PSS while holding it
     warmup = miniature(schedule.step(0, prefills))
     timeout_s = profile.options.get("fanout_timeout_s") or min(60.0, profile.case_timeout_s / 2)
@@ -269,16 +286,16 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
         if core_cache is not None and core_cache.region is not None:
             regions.callback(core_cache.region.close)
         route = broadcast.make_route(case.transport, case.workers, folder, arena, timeout_s, remote)
-        told = WorkerCase(case.backend, case.workload, batch, decode_steps, hold, mode, capacity)
+        worker_case = WorkerCase(case.backend, case.workload, batch, decode_steps, hold, mode, capacity)
         group = None
         clean = False
         try:
             if remote:
-                group = remote_workers.start(route, msgspec.to_builtins(told))
+                group = remote_workers.start(route, msgspec.to_builtins(worker_case))
             else:
                 group = workgroup.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
             core_base = live_memory()
-            workgroup.go(group)
+            workgroup.release(group)
             transport.remove_ipc_dir(folder)  # every worker connected: a core killed now leaves no socket
             core_held = (0, 0)
             for index in range(total):
@@ -323,16 +340,17 @@ def measure(case: Case, profile: Profile) -> tuple[list[StepReading], list[workg
             clean = True
         finally:
             reports = workgroup.finish(group, clean) if group is not None else []
-    facts = {
-        "verification": verification,
-        "payload": payload_bytes(prefills.request(0)),
-        "schedule": schedule,
-        "route": route,
-        "core_held": core_held,
-        "rounds": rounds,
-        "cache": core_cache,
-    }
-    return readings, reports, facts
+    return FanoutRun(
+        readings,
+        reports,
+        schedule,
+        route,
+        rounds,
+        verification,
+        payload_bytes(prefills.request(0)),
+        core_held,
+        core_cache,
+    )
 
 
 def measure_counted(case: Case, profile: Profile) -> Outcome:
@@ -362,7 +380,7 @@ def measure_counted(case: Case, profile: Profile) -> Outcome:
     )
 
 
-def _verified(case: Case, serializer: Any, schedule: Schedule, prefills: Prefills, mode: str) -> Any:
+def _verified(case: Case, serializer: Any, schedule: Schedule, prefills: Prefills, mode: str) -> Verification:
     """Round-trip the case's steps in-process before any is timed (``conformance.verify``): two
     prefill steps and a decode step, and with a cache the first prefill step in its all-hit form
     (every cached tensor a reference)."""
@@ -389,9 +407,10 @@ def _values(readings: list[StepReading], prefill: bool, schedule: Schedule) -> l
     return [r for r in readings if schedule.prefill(r.step) == prefill]
 
 
-def summarize(readings: list[StepReading], reports: list[workgroup.WorkerReport], facts: dict) -> dict:
-    schedule, payload = facts["schedule"], facts["payload"]
-    pre, dec = _values(readings, True, schedule), _values(readings, False, schedule)
+def run_metrics(run: FanoutRun) -> dict[str, Measurement]:
+    """The case's metrics from its readings and the workers' reports."""
+    readings, reports, payload = run.readings, run.reports, run.payload_bytes
+    pre, dec = _values(readings, True, run.schedule), _values(readings, False, run.schedule)
     metrics: dict[str, Measurement] = {
         "fanout_s": measured("fanout_s", [r.to_last_s for r in pre]),
         **_statistic("fanout_p99_s", [r.to_last_s for r in pre]),
@@ -404,7 +423,7 @@ def summarize(readings: list[StepReading], reports: list[workgroup.WorkerReport]
     if dec:
         metrics["fanout_decode_s"] = measured("fanout_decode_s", [r.to_last_s for r in dec])
         metrics["decode_wire_bytes"] = measured("decode_wire_bytes", [r.wire_bytes for r in dec])
-    core_pss = facts["core_held"][0]
+    core_pss = run.core_held[0]
     group_pss = core_pss + sum(w.pss_bytes for w in reports)
     metrics["worker_pss_bytes"] = measured("worker_pss_bytes", [max(w.pss_bytes for w in reports)])
     metrics["group_pss_bytes"] = measured("group_pss_bytes", [group_pss])
@@ -416,8 +435,8 @@ def summarize(readings: list[StepReading], reports: list[workgroup.WorkerReport]
             "group_pss_copies": group_pss,
         }
         metrics.update({name: measured(name, [value / payload]) for name, value in worst.items()})
-    if facts["cache"] is not None:
-        metrics.update(cache_metrics(facts["cache"]))
+    if run.core_cache is not None:
+        metrics.update(cache_metrics(run.core_cache))
         for kind in ("hit", "partial", "miss"):
             times = [r.to_last_s for r in pre if r.lookups and r.cached == kind]
             if times:
@@ -542,19 +561,20 @@ class Fanout(Scenario):
         # counted under valgrind (where a clock would measure valgrind), else timed
         if counting(profile) and instructions.unavailable() is None:
             return measure_counted(case, profile)
-        readings, reports, facts = measure(case, profile)
+        measured_run = measure(case, profile)
+        readings, reports = measured_run.readings, measured_run.reports
         count = cpus()
-        route, schedule = facts["route"], facts["schedule"]
+        route, schedule = measured_run.route, measured_run.schedule
         over = not route.remote and oversubscribed(case.workers or 1, count)  # remote: the core alone here
         info = FanoutInfo(
-            payload_bytes=facts["payload"],
-            verification=facts["verification"],
+            payload_bytes=measured_run.payload_bytes,
+            verification=measured_run.verification,
             cpu_count=count,
             oversubscribed=over,
             warning=f"{case.workers} workers + the core on {count} CPUs: more processes than CPUs"
             if over
             else None,
-            rounds=facts["rounds"],
+            rounds=measured_run.rounds,
             decode_steps=schedule.decode_steps,
             batch=schedule.batch,
             block_size=BLOCK_SIZE,
@@ -563,11 +583,11 @@ class Fanout(Scenario):
             worker_peak_bytes=[w.peak_bytes for w in reports],
             worker_pss_bytes=[w.pss_bytes for w in reports],
             worker_uss_bytes=[w.uss_bytes for w in reports],
-            core_pss_bytes=facts["core_held"][0],
+            core_pss_bytes=measured_run.core_held[0],
             encoder_copied_bytes=int(np.median([r.encoded_copied for r in readings])) if readings else 0,
             worker_hosts=[w.host for w in reports] if route.remote else None,
         )
-        core = facts["cache"]
+        core = measured_run.core_cache
         if core is not None:  # over every prefill step sent, the warm-up round's too
             info.cache = {
                 "mode": core.front.mode,
@@ -575,7 +595,7 @@ class Fanout(Scenario):
                 "lookups": core.lookups,
                 "hits": core.hits,
             }
-        return Outcome(summarize(readings, reports, facts), info)
+        return Outcome(run_metrics(measured_run), info)
 
     def tables(self, data: Results) -> list[Table]:
         return scaling_tables(data)

@@ -104,12 +104,14 @@ class CoreCache:
     def mirrored(self) -> None:
         """CacheError unless every worker's lru evicted what the core's did."""
         for index, held in enumerate(self.workers):
-            why = cache.mirror_disagreement(self.front, held.evictions, f"worker {index}", "core")
-            if why is not None:
-                raise CacheError(why)
+            disagreement = cache.mirror_disagreement(self.front, held.evictions, f"worker {index}", "core")
+            if disagreement is not None:
+                raise CacheError(disagreement)
 
 
-def halves(mode: str, capacity: int, transport_kind: str) -> tuple[CoreCache | None, WorkerCache | None]:
+def core_and_worker_caches(
+    mode: str, capacity: int, transport_kind: str
+) -> tuple[CoreCache | None, WorkerCache | None]:
     """Both halves of a case's cache (None, None for ``none``). Over ``shm`` the store is made
     here and unlinked at once: the workers inherit its mapping through fork. A worker's lru keeps
     its own copy of a tensor that arrived over the ring, whose arena the core writes again."""

@@ -1,9 +1,9 @@
 """The second hop counted: the core's and a worker's instructions per step, under callgrind
 (``--measure instructions``).
 
-As ``ipc_counted`` does for the first hop, both ends run in the counting process, over the
-transport's own code (``serbench.scenarios.fanout.broadcast``'s senders and receivers), linked by a stand-in for
-ZeroMQ (``Linker``: what a socket sends is queued for the sockets connected to its endpoint).
+As ``serbench.scenarios.ipc.counted`` does for the first hop, both ends run in the counting
+process, over the transport's own code (``broadcast``'s senders and receivers), joined by stand-in
+ZeroMQ sockets (``StandInContext``: what a socket sends is queued for those connected to its endpoint).
 Per step kind — a prefill step (the workload's tensors) and a decode step (the running batch's
 scheduler output) — it counts:
 
@@ -60,12 +60,12 @@ def not_counted(kind: str, cache_mode: str, remote: str) -> str | None:
     return None
 
 
-class Handed:
-    """A ZeroMQ socket's stand-in (``Linker.socket``): sending queues the frames, as sent, for
+class StandInSocket:
+    """A ZeroMQ socket's stand-in (``StandInContext.socket``): sending queues the frames, as sent, for
     every socket connected to the endpoint this one is bound to."""
 
-    def __init__(self, linker: Linker) -> None:
-        self.linker = linker
+    def __init__(self, context: StandInContext) -> None:
+        self.context = context
         self.endpoint = ""
         self.queue: deque[list[Any]] = deque()
 
@@ -76,10 +76,10 @@ class Handed:
         self.endpoint = endpoint
 
     def connect(self, endpoint: str) -> None:
-        self.linker.peers[endpoint].append(self)
+        self.context.peers[endpoint].append(self)
 
     def send_multipart(self, frames: list[Any], copy: bool = True) -> None:
-        for peer in self.linker.peers[self.endpoint]:
+        for peer in self.context.peers[self.endpoint]:
             peer.queue.append(list(frames))
 
     def send(self, data: Any) -> None:
@@ -98,17 +98,17 @@ class Handed:
         self.queue.clear()
 
 
-class Linker:
-    """The ``zmq.Context`` the counted ends are made with: its sockets are ``Handed``."""
+class StandInContext:
+    """The ``zmq.Context`` the counted ends are made with: its sockets are ``StandInSocket``."""
 
     def __init__(self) -> None:
-        self.peers: defaultdict[str, list[Handed]] = defaultdict(list)
+        self.peers: defaultdict[str, list[StandInSocket]] = defaultdict(list)
 
-    def socket(self, kind: int) -> Handed:
-        return Handed(self)
+    def socket(self, kind: int) -> StandInSocket:
+        return StandInSocket(self)
 
 
-class Linked:
+class InProcessFanout:
     """One step kind's core and its workers in this process: ``publish`` the step, ``take`` it
     (worker ``index`` receives and decodes it), ``settle`` it (checked, released)."""
 
@@ -153,17 +153,17 @@ def _alive() -> None:
 
 
 @contextlib.contextmanager
-def linked(
+def in_process_fanout(
     kind: str,
     workers: int,
     message: tuple[Any, int],
     encode: Callable[[Any], list[Any]],
     decode: Callable[[list[Any]], Any],
     check: Callable[[Any, int], None],
-) -> Iterator[Linked]:
+) -> Iterator[InProcessFanout]:
     """A core and ``workers`` workers of ``kind`` in this process, over stand-in sockets; the
     ring's arena holds a step in each of its slots (here every step may carry the tensors)."""
-    ctx = Linker()
+    ctx = StandInContext()
     arena = shm.placed_bytes(encode(message[0])) * broadcast.SLOTS // 2  # make_route doubles it
     with transport.ipc_dir() as folder, contextlib.ExitStack() as ends:
         route = broadcast.make_route(kind, workers, Path(folder), arena)
@@ -174,7 +174,7 @@ def linked(
             receivers.append(broadcast.RECEIVERS[kind](route, ctx, index))
             ends.callback(receivers[-1].close)
         sender.attached()  # every reader mapped the ring: nothing outlives this process
-        yield Linked(sender, receivers, message, encode, decode, check)
+        yield InProcessFanout(sender, receivers, message, encode, decode, check)
 
 
 def measure(
@@ -191,7 +191,7 @@ def measure(
     sides: dict[str, Callable[[], None]] = {}
     with contextlib.ExitStack() as stack:
         for step_kind, message in messages.items():
-            path = stack.enter_context(linked(kind, workers, message, encode, decode, check))
+            path = stack.enter_context(in_process_fanout(kind, workers, message, encode, decode, check))
             path.publish()  # every end once, checked, before anything is counted
             path.settle(0, path.take(0))
             path.others()
@@ -207,7 +207,7 @@ def measure(
     return Outcome({name: metrics.measured(name, [counts[name]]) for name in sides}, info)
 
 
-def _sides(path: Linked, core_name: str, worker_name: str) -> dict[str, Callable[[], None]]:
+def _sides(path: InProcessFanout, core_name: str, worker_name: str) -> dict[str, Callable[[], None]]:
     def core() -> None:
         with instructions.uncounted():
             path.settle(0, path.take(0))

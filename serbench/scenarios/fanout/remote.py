@@ -42,9 +42,9 @@ from serbench.scenarios.fanout.workgroup import (
     Group,
     Work,
     WorkerReport,
-    begun,
     file_message,
     fork_worker,
+    set_up,
 )
 
 BEAT_S = 1.0  # remote workers: each side says it is there this often
@@ -295,7 +295,7 @@ def _joined(group: RemoteGroup, case: dict[str, Any]) -> Group:
 def start(route: Route, case: dict[str, Any]) -> Group:
     """``workgroup.start`` for a route whose workers are remote (``route.remote``): enlist
     ``serbench fanout-worker``s and hand them ``case``, what they build their ``Work`` from."""
-    return begun(RemoteGroup(route), lambda group: _joined(group, case))
+    return set_up(RemoteGroup(route), lambda group: _joined(group, case))
 
 
 def serve(address: str, ranks: int, build: Callable[[dict[str, Any]], Work], stop: threading.Event,
@@ -393,9 +393,9 @@ def _relay(ctrl: zmq.Socket, order: Control, workers: dict[int, tuple[Any, Conne
             heard = now
             if control.kind == "end":
                 return
-            if control.kind == "go":
+            if control.kind == "go":  # the core's release; the wire keeps the tag older hosts send
                 for _, conn in running.values():
-                    conn.send("go")
+                    conn.send("start")
         if now - heard > order.timeout_s + SILENT_S:
             log(f"case {order.session}: the core silent for {now - heard:.0f} s; ending it")
             return

@@ -92,7 +92,7 @@ def _worker_main(conn: Connection, route: Route, index: int, work: Work, parent:
         release_free_memory()  # before any worker reads a baseline (rss._side_main says why)
         baseline = reset_peak()
         conn.send(("ready", baseline))
-        conn.recv()  # go: every worker exists, so PSS shares are final
+        conn.recv()  # start: every worker exists, so PSS shares are final
         base_pss, base_uss = proportional()
         held = (0, 0)
         while True:
@@ -181,7 +181,7 @@ class Group:
     def release(self) -> None:
         """Every worker may take its PSS baseline (every worker exists) and start."""
         for conn in self.conns:
-            conn.send("go")
+            conn.send("start")
 
     def end(self) -> None:
         """End every worker process, finished or not."""
@@ -206,19 +206,19 @@ def start(route: Route, work: Work) -> Group:
     """Fork the workers and open the core's end; return once every worker is ready (baseline
     taken). The caller must ``finish`` the group, whatever happens; a start that fails
     finishes what it began itself (a worker that dies during setup leaves no segment)."""
-    return begun(Group(route), lambda group: _started(group, work))
+    return set_up(Group(route), lambda group: _forked(group, work))
 
 
-def begun(group: Group, begin: Callable[[Group], Group]) -> Group:
-    """``begin(group)``; on any failure ``group`` finished (every process it started ended) first."""
+def set_up(group: Group, setup: Callable[[Group], Group]) -> Group:
+    """``setup(group)``; on any failure ``group`` finished (every process it started ended) first."""
     try:
-        return begin(group)
+        return setup(group)
     except BaseException:
         finish(group, clean=False)
         raise
 
 
-def _started(group: Group, work: Work) -> Group:
+def _forked(group: Group, work: Work) -> Group:
     route = group.route
     if route.cpus:  # before the context: its I/O thread runs where the core does
         pin(route.cpus[0])
@@ -248,7 +248,7 @@ def _started(group: Group, work: Work) -> Group:
     return group
 
 
-def go(group: Group) -> None:
+def release(group: Group) -> None:
     """Release every worker at once (each reads its PSS baseline), then the handshake."""
     group.release()
     group.sender.handshake(group.acks, group.alive)

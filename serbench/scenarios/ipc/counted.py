@@ -73,7 +73,7 @@ def not_counted(cache_mode: str, kind: str, engine: str | None, device: Any) -> 
     return None
 
 
-class Linked:
+class InProcessSession:
     """Both sides of one session in this process: the frontend's link and the engine's session,
     with the messages the link handed over and not yet taken."""
 
@@ -121,7 +121,9 @@ class Linked:
 
 
 @contextlib.contextmanager
-def linked(backend: str, workload_spec: str, link_kind: str, request: Any) -> Iterator[Linked]:
+def in_process_session(
+    backend: str, workload_spec: str, link_kind: str, request: Any
+) -> Iterator[InProcessSession]:
     """A session between a frontend link and an engine session in this process, sending
     ``request``; over ``shm`` a region with room for three of it: the one waiting, the one
     being sent, and the ring's room to wrap."""
@@ -143,7 +145,7 @@ def linked(backend: str, workload_spec: str, link_kind: str, request: Any) -> It
         if session.region is not None:
             stack.callback(session.region.close)
             region.unlink()  # both sides mapped it: nothing outlives this process
-        yield Linked(link, session, serializer, request, frames)
+        yield InProcessSession(link, session, serializer, request, frames)
 
 
 def workload_request(workload_spec: str) -> Any:
@@ -159,7 +161,7 @@ def measure(backend: str, workload_spec: str, link_kind: str) -> Outcome:
     info = IpcCountedInfo(
         payload_bytes=workload.payload_bytes(), verification=verification, transport=link_kind
     )
-    with linked(backend, workload_spec, link_kind, request) as path:
+    with in_process_session(backend, workload_spec, link_kind, request) as path:
         path.send()  # both halves once, checked, before anything is counted
         path.check(path.receive())
         path.send()  # between calls one message waits, sent and not taken
