@@ -62,6 +62,8 @@ FENCED = RawFencedCodeBlockLexer(
 INLINE = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n\n).)+?)(?<!`)\1(?!`)", re.DOTALL)
 DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?")
 IDENTIFIER = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+FROM_IMPORT = re.compile(r"\bfrom (serbench(?:\.\w+)*) import (\([^)]*\)|[\w, ]+)")
+PLAIN_IMPORT = re.compile(r"\bimport (serbench(?:\.\w+)*)")
 # A command line ends where the shell takes over: a pipe, a redirection, a second command.
 SHELL_BREAKS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1"}
 
@@ -267,11 +269,22 @@ def commands() -> frozenset[str]:
 
 
 def check_block(example: Example) -> str | None:
-    """Every ``serbench …`` line of a shell code block parses."""
-    if example.region.lexemes["language"].strip() not in SHELL_LANGUAGES:
-        return None
-    failures = [f for line in command_lines(str(example.parsed)) if (f := parse_failure(line))]
+    """Every ``serbench …`` line of a shell code block parses; every serbench name a Python block
+    or a shell block's ``python -c`` imports exists."""
+    source = str(example.parsed)
+    failures = [f for name in imported_names(source) if (f := dotted_failure(name))]
+    if example.region.lexemes["language"].strip() in SHELL_LANGUAGES:
+        failures += [f for line in command_lines(source) if (f := parse_failure(line))]
     return "\n".join(failures) or None
+
+
+def imported_names(source: str) -> Iterator[str]:
+    """``serbench.x.y`` for every ``from serbench.x import y`` and ``import serbench.x``."""
+    for module, names in FROM_IMPORT.findall(source):
+        for name in names.replace("(", " ").replace(")", " ").split(","):
+            if name.split():
+                yield f"{module}.{name.split()[0]}"
+    yield from PLAIN_IMPORT.findall(source)
 
 
 def check_span(example: Example) -> str | None:

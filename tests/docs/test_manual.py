@@ -25,12 +25,16 @@ Run it with `--profile full`, read `ttft_p95_s`, or `serbench.environment.COMPAR
 serbench run --backends pickle --frobnicate
 serbench nosuchcommand
 ```
+
+```python
+from serbench.present.text import render
+```
 """
 
 
 def test_planted_errors_fail(tmp_path: Path) -> None:
-    """A copy of the quickstart with a wrong flag, metric, dotted name, short name, path and two
-    wrong commands added: each is found, and nothing the page already said."""
+    """A copy of the quickstart with a wrong flag, metric, dotted name, short name, path, two
+    wrong commands and a wrong import added: each is found, and nothing the page already said."""
     page = tmp_path / "quickstart.md"
     page.write_text((ROOT / "docs" / "quickstart.md").read_text() + PLANTED)
     found = "\n".join(failures(page))
@@ -42,6 +46,7 @@ def test_planted_errors_fail(tmp_path: Path) -> None:
         "tests/nowhere.py",
         "--frobnicate",
         "nosuchcommand",
+        "serbench.present.text.render",
     ):
         assert planted in found, f"{planted} not caught:\n{found}"
-    assert len(failures(page)) == 7, found
+    assert len(failures(page)) == 8, found
