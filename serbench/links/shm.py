@@ -10,8 +10,8 @@ engine is done with a request it says so (``release``), and only then may
 the frontend write there again.
 
 Why one ring, not a segment per request: a fresh segment's pages fault in
-on first touch (on this kind of machine that is ~0.2 GB/s, slower than the
-unix socket), while a region made once is faulted in before anything is
+on first touch (on this kind of machine slower than the unix socket,
+docs/measurements/2026-12-02-shm.md), while a region made once is faulted in before anything is
 timed (``MAP_POPULATE``) and every later write runs at memcpy speed. A ring
 with in-order reclaim (``Ring``) is the simplest allocator that lets
 requests finish out of order: space comes back when the oldest block is
@@ -264,8 +264,8 @@ class Placer:
 
     A message's bytes are copied by ``threads`` threads at once (this one and a
     pool of the rest; by default one per CPU this process may run on, up to
-    ``MAX_COPY_THREADS``): one core's memcpy moved 9-11 GB/s on this 2-vCPU VM
-    and two moved 14-16 GB/s, and the copy is the whole of shm's cost. Close
+    ``MAX_COPY_THREADS``): two cores copy faster than one, and the copy is the
+    whole of shm's cost (docs/measurements/2026-12-02-shm.md). Close
     it (or use it as a context manager) to end the pool.
     """
 

@@ -237,10 +237,9 @@ def fresh_mapping(size: int) -> mmap.mmap:
     advice, and its 4 KiB pages fault in as the bytes arrive.
 
     Not a numpy array: numpy advises huge pages for its large ones, and on a VM that hands
-    free memory to its host those fault in at 0.4-0.5 GB/s after a few seconds' rest and
-    6-11 GB/s right after a free, where 4 KiB pages fault in at 2.1-2.6 GB/s either way
-    (docs/measurements/2026-12-07-fresh-pages.md): the reference read 0.4 or 3.3 GB/s by
-    what the memory had last done, not by its socket.
+    free memory to its host those fault in slowly after a rest and fast right after a free,
+    where 4 KiB pages fault in alike either way: the reference read by what the memory had
+    last done, not by its socket (docs/measurements/2026-12-07-fresh-pages.md).
     """
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 

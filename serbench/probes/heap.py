@@ -7,9 +7,9 @@ than the trim threshold of it sits at the top. Left alone, glibc raises the
 threshold (from 128 KiB, up to 32 MiB) to the size of the largest mapped block
 freed so far, and the trim threshold with it: so whether the same 9.6 MB decode
 reuses memory already faulted in or faults in fresh pages on every call
-depends on what the process freed before. In the gate's workers, in-band
-pickle's images-4 decode read 16 ms in one worker and 32 ms in another, for a
-whole run, by that alone. Each measuring process therefore fixes both, one
+depends on what the process freed before: in the gate's measurers, in-band
+pickle's decode read twice as slow in one as in another, for a whole run, by
+that alone (docs/measurements/2026-12-02-gate.md). Each measuring process therefore fixes both, one
 way or the other, before it measures (a no-op where glibc is not the
 allocator); the settings of the environment (``MALLOC_*``, ``GLIBC_TUNABLES``)
 are recorded with the results.
@@ -53,10 +53,9 @@ def reused_memory() -> None:
 
     Raising the mmap threshold instead reaches only 32 MiB, glibc's ceiling. A larger
     block (in-band pickle's 38.5 MB images-4 message) was then mapped afresh, unless
-    the heap's free top happened to hold it, which the process's history decided: the
-    gate's two workers read that encode at 18 and 55 ms a call for a whole run (an A/A
-    ratio of 2.9); fresh processes read 41-68 ms with the threshold at 32 MiB and
-    18-27 ms, whatever came before, with no mappings at all."""
+    the heap's free top happened to hold it, which the process's history decided, and two
+    measurers read the same encode apart for a whole run; with no mappings at all it
+    reads the same whatever came before."""
     _mallopt(M_MMAP_MAX, 0)
     _mallopt(M_TRIM_THRESHOLD, NEVER_TRIM)
 
@@ -68,7 +67,7 @@ def release_free_memory() -> None:
     resident there would be reused by the side without raising its RSS, so
     what the side allocates would depend on the parent's history; after the
     trim every byte a side allocates is a fresh page, and shows. (No
-    ``gc.collect()`` first: it takes ~0.3 s with torch imported, per fork.)
+    ``gc.collect()`` first: with torch imported it is slow, and would run per fork.)
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)

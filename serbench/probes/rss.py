@@ -29,10 +29,9 @@ N processes 1/N to each, so summed over the sides shared memory counts once;
 USS is what only this process maps. The PSS is of anonymous and shared memory
 (``Pss_Anon`` + ``Pss_Shmem``), where payloads live, not of mapped files: the
 interpreter's and torch's libraries are shared with every process on the
-machine that maps them, so their share moved as other processes came and went
-(a fan-out worker's PSS by 1.4 MB, a memory case's by 1.3 % of its payload, in
-one test suite). Each side's PSS baseline is read when every side exists (a
-fork changes how the pages inherited from the parent are shared out).
+machine that maps them, so their share moved as other processes came and went.
+Each side's PSS baseline is read when every side exists (a fork changes how the
+pages inherited from the parent are shared out).
 
 While the sides run, the caller samples their RSS with psutil from outside
 (the measured processes run no sampler of their own), for plots only.
@@ -88,10 +87,10 @@ def live_memory() -> tuple[int, int]:
 
     A large block freed during the measured part stays resident when glibc served it from a
     free block the side inherited, and is unmapped when glibc mapped it afresh; which one
-    happened follows the parent's heap, not the code measured. Pickle's frontend on
-    images-8:repeat=0.5 with an lru cache held 39.7 or 49.4 MB (one image more) run by run
-    by that alone; trimmed first, every run reads what is still in use. (A side's baseline needs
-    no trim: ``_side_main`` hands back what setup freed before any side reads one.)"""
+    happened follows the parent's heap, not the code measured: pickle's frontend with an lru
+    cache held one image more or less run by run by that alone. Trimmed first, every run reads
+    what is still in use. (A side's baseline needs no trim: ``_side_main`` hands back what setup
+    freed before any side reads one.)"""
     release_free_memory()
     return proportional()
 

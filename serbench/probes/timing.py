@@ -35,7 +35,7 @@ def calibrate(
     The first call is not timed: it pays for what a function does once in a
     process (a decoder's types compiled, pages first written after a fork).
     Timed, a cold decode outlasted a whole sample, and every sample was then
-    one call: 90 % of the gate's decode rows, 2-4x slower than in a loop.
+    one call, slower than in a loop.
     """
     fn()
     loops = 1

@@ -2,7 +2,7 @@
 
 Children are forked from the runner, which has imported torch, numpy,
 msgspec and zmq but runs no measurement itself, so a fresh process per case
-costs milliseconds, not the 1.5 s of importing torch, and every case starts
+costs far less than importing torch again, and every case starts
 from the same small heap. (A forkserver would re-import the ``__main__``
 script in every child, which breaks under pytest and ``python -c``.) A
 child that raises, crashes (``os.abort()``) or hangs becomes a ``CaseFailed``
@@ -213,7 +213,7 @@ class Zygote:
     machine check, its progress text, the results so far, how many samples an
     adaptive loop took.
     That moves where the child's objects land, and through it instruction counts
-    by up to 0.5 % (docs/instructions.md). The zygote does nothing between forks
+    (docs/instructions.md). The zygote does nothing between forks
     but read one byte and write two fixed-size answers, so every child starts
     from the same heap. Tasks and outcomes pass as files, which a child killed
     half-way cannot leave half-read in a stream the next child would share.

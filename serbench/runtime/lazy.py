@@ -1,5 +1,5 @@
 """torch, imported on first use, so that the command line's parsers, ``compare`` and ``report``
-answer without paying its import (2 s) — the modules that measure name it at their top as usual.
+answer without paying its import — the modules that measure name it at their top as usual.
 
 ``torch = lazy.torch(__name__)`` gives a module a stand-in that, on its first attribute access,
 imports torch and puts the real module in that module's globals in its own place: every later
@@ -45,11 +45,10 @@ def lasting() -> Iterator[None]:
     the cyclic collector paused, then move everything the process holds out of its reach
     (``gc.freeze``), as a serving process does once started (vLLM's engine and API server do).
 
-    Such an import makes hundreds of thousands of objects and next to no garbage (torch 165,000
-    and 7,000 unreachable, left frozen), and the collector's full passes walk them all for
-    nothing, as they accumulate and every pass after: a tenth of torch's import, 1.5-2.7 s of
-    vLLM's 12-16 s of CPU, and 0.3 s more of a quick run's own process (0.40 s of collecting
-    before, 0.09 s after). Whether the collector is on afterwards is as it was before."""
+    Such an import makes hundreds of thousands of objects and next to no garbage, and the
+    collector's full passes walk them all for nothing, as they accumulate and every pass after
+    (docs/measurements/2026-12-07-collector.md). Whether the collector is on afterwards is as
+    it was before."""
     enabled = gc.isenabled()
     gc.disable()
     try:

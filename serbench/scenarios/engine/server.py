@@ -100,7 +100,7 @@ def fresh_receive_memory() -> None:
     freed (up to 32 MiB): once a finished request is dropped, some of the next
     requests' frames come from heap memory a previous one left (no page
     faults) and others not, in a pattern set by frame sizes and arena history
-    (images-32 read 80-100 ms and 190-200 ms ingress, alternating). Fixed, each
+    (images-32's ingress alternated between two levels). Fixed, each
     request pays for faulting its receive buffers in, as the first request of
     an engine does, and memory freed by the last request is what the kernel
     hands it. A frame served from a free heap block instead (one the parent

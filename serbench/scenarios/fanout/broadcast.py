@@ -132,10 +132,8 @@ def placement(workers: int) -> tuple[int, ...]:
     """The CPU of the core, then of each of ``workers`` forked workers: each its own while there
     are enough of those this process may use, then round again from the core's.
 
-    Unpinned, the kernel placed three processes on two vCPUs as it pleased, and a text step's
-    time to the last worker was 0.2 ms in one run and 1.2 ms in the next (a worker waiting for
-    its CPU); pinned, every such median of four pairs of runs read 0.14-0.32 ms
-    (docs/measurements/fanout.md)."""
+    Unpinned, the kernel placed the processes as it pleased, and a step's time to the last worker
+    moved from run to run with a worker waiting for its CPU (docs/measurements/fanout.md)."""
     available = sorted(os.sched_getaffinity(0))
     return tuple(available[i % len(available)] for i in range(workers + 1))
 
@@ -145,8 +143,7 @@ def wake_order(cpus: tuple[int, ...], workers: int) -> list[int]:
     those that share the core's (``placement``), each group by index.
 
     A reader woken on the core's CPU preempts the core's ZeroMQ I/O thread before it has written
-    the other wakes, so woken first it holds the rest back by its whole step: at N = 2 on two
-    vCPUs a decode step reached the last worker in 2.3 ms instead of 0.3. One PUB socket for
+    the other wakes, so woken first it holds the rest back by its whole step. One PUB socket for
     every reader wakes them in the order they subscribed, which changed from case to case: the
     slow mode came and went between runs (docs/measurements/fanout.md)."""
     if not cpus:

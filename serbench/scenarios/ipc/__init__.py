@@ -1,59 +1,22 @@
-"""ipc: a frontend and an engine process over real ZeroMQ, under load (docs/architecture.md, "Scenarios").
+"""ipc: a frontend and an engine process over real ZeroMQ, under load (docs/ipc.md).
 
-The case's own process is the frontend: it forks an engine
-(``serbench.scenarios.engine.server``) bound on a private ipc:// folder (or loopback
-tcp://), or drives one started with ``serbench engine`` (``--engine
-tcp://HOST:PORT``), through ``serbench.scenarios.engine.client``. In one run it measures
+The case's own process is the frontend: it forks an engine (``serbench.scenarios.engine.server``)
+on a private ipc:// folder or loopback tcp://, or drives one started with ``serbench engine``
+(``--engine``). In one run it measures the transport floor (empty round trips), the load
+(``serbench.scenarios.ipc.load``: the workload's requests at a rate while the engine steps and
+streams tokens; TTFT from encode to the first output's decode, split into its parts), and for
+payload workloads two references for the payload rate: a plain unix socket and one memcpy.
 
-1. the transport floor: round trips of the empty message through the same
-   sockets and the engine's receive thread;
-2. the load (``serbench.scenarios.ipc.load``): the workload's requests with
-   Poisson/gamma arrivals at a rate (or all at once), optionally capped in
-   concurrency, while the engine steps and streams one token per running
-   request per step. TTFT runs from just before a request's encode to the
-   decode of its first output. For payload workloads the engine also
-   acknowledges each request as soon as it is decoded: payload bytes /
-   (ack - created) is the payload GB/s. With ``--engine-device`` the
-   engine stages each request on the device after decode
-   (``serbench.scenarios.device``) and the request is ready — acknowledged,
-   scheduled — only once it is there: TTFT and the payload GB/s then run
-   until device-ready, and ``to_device_s`` is the stage itself;
-3. for payload workloads, the same payload bytes streamed over a plain unix
-   socket between two processes, and copied once within one (memcpy): the
-   two references for that GB/s.
+The case's dimensions shape it: the link (``--transport``: ipc, tcp, or ``shm`` with the large
+frames in shared memory, ``serbench.links.shm``), the cache (``--cache``,
+``serbench.scenarios.caching``: a cached case sends a fixed number of requests, so its hit ratio
+is the workload's), the device stage (``--engine-device``), and a list of rates (``--rate``: one
+load per rate on the same session, ``info.sweep``). An output workload measures the way back
+instead (``serbench.scenarios.ipc.stream``).
 
-The link is the case's transport (``--transport``): ZeroMQ over ipc:// or
-tcp://, or ``shm``, where the requests' large frames are placed in a
-shared-memory region and only references cross the ipc:// socket
-(``serbench.links.shm``, docs/shm.md).
-
-An output workload (``outputs-B``) measures the way back instead: the
-engine streams its steps to a frontend holding B requests, and the frontend's
-decode time per step meets the step budget (``serbench.scenarios.ipc.stream``).
-
-Payload workloads default to one request at a time, so their TTFT and GB/s
-are those of one request, not of a queue. TTFT is split into its parts
-(encode, ingress, queue, first step; egress per output message) from the
-engine's stamps (``serbench.scenarios.ipc.load``).
-
-``--rate`` takes a list (``10,40,160,inf``): the load then runs once per rate
-on the same engine session, the record's metrics are those of the first rate
-and ``info.sweep`` holds every rate's TTFT, ingress, throughput and
-goodput, with where the backend saturated (``load.saturation``).
-
-The multimodal cache is a dimension too (``--cache``, ``Case.cache``,
-``serbench.scenarios.caching``): with ``lru`` or ``shm`` the frontend's
-half of the cache rides on the link, each request goes through it before its
-encode, and the record adds the hit ratio the engine measured, the bytes
-each request moved, TTFT and ingress of hits and misses apart, both sides'
-resident cache bytes and the evictions (docs/cache.md). A cached case sends
-a fixed number of requests (no time budget), so that its hit ratio is a
-property of the workload and the cache, not of the machine's speed.
-
-Integrity is not sampled, it is total: the engine checks every request
-against a checksum computed outside the timed path, and the frontend checks
-every output token (value, position, finish) — a corrupted, lost or
-duplicated message fails the case with a message saying which.
+Integrity is total, not sampled: the engine checks every request against a checksum taken
+outside the timed path, the frontend every output token; a corrupted, lost or duplicated message
+fails the case with a message saying which.
 """
 
 from __future__ import annotations
@@ -106,24 +69,9 @@ from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
 from serbench.workloads.tree import array_bytes, arrays
 
-# Per profile and workload kind: what a run measures unless options say otherwise. Quick text:
-# 50 requests (a p99 of 50 is near their maximum, but a tail; 10 was one sample of it); quick
-# payload: requests one at a time, at least 12 and more while the case's load has time left of
-# ``budget_s``, up to ``max_prompts``: a zero-copy request at images-4 takes ~50 ms, so the budget
-# sends it more than the minimum. An in-band one at images-32 takes 1 s, and the budget gives it
-# only the minimum: at 5, one request a visit of six, pickle's and cloudpickle's
-# TTFT were each a mean of six requests that spread ±10 %, and their ratios to the zero-copy
-# backends moved 11-16 % between two back-to-back default runs. 12 was two a visit of six (+13 s).
-# 30 (10 a visit): at images-4 a zero-copy request takes ~50 ms and single requests ranged 38-82 ms,
-# so 12 (4 a visit) in 4 s left between-backend TTFT ratios 20-34 % apart in two default runs.
-# 12 s: ``MORE_VISITS`` (12) visits of 1 s, two or three zero-copy requests each at images-4; at
-# images-32 a request until the engine has checked and dropped it takes 0.5-0.7 s, so each visit
-# sends one and the case its 12 (with 6 s and 3 visits such a case sent 11-12 requests; doubling
-# them alone steadied no ratio: the visits, more than their requests, set a ratio's noise).
-# No warm-up request: once the engine frees each request when it is done, the first request's
-# ingress was 0.70-1.15x the median of the next five (24 payload cases of a default run). The quick
-# floor, a yardstick: 10 round trips (the median of the first 10 of 20 was within 4 % of all 20's
-# in half of a default run's 30 cases, within 27 % in all).
+# Per profile and workload kind, what a run measures unless options say otherwise: enough requests
+# and floor round trips that between-backend TTFT ratios hold run to run, within a payload case's
+# time budget (docs/measurements/2026-12-02-ipc.md, 2026-12-06-ipc-in-turns.md).
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 10},
     ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
@@ -138,21 +86,11 @@ DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("full", "payload"): {"num_prompts": 20, "rates": (math.inf,), "max_concurrency": 1, "floor": 100},
 }
 FLOOR_TIMEOUT_S = 5.0
-# A visit sits at one of two levels of the machine (at images-4 a zero-copy request near 35 or near
-# 44 ms, in every zero-copy backend's visits), and a row's TTFT follows how many drew the slower:
-# with six visits, between-backend ratios moved by up to 20 % from one run to the next. A
-# payload is visited MORE_VISITS times, the same requests spread over them: six ipc-only runs of
-# images-4 each way, alternating, had 196 of 225 ratios within 10 % between two runs (5 of 15 run
-# pairs all 15) with six visits, 216 of 225 (11 of 15) with twelve, for 62-70 s a run instead of
-# 51-60 s: about 0.4 s a visit more. At images-32 (308 MB) a visit costs 1-4 s beyond its
-# requests; twelve visits of one request each in place of six of two left its TTFT ratios within
-# 10 % between two runs on 15 of 15 (ipc alone, 8 of 15 with six the same hour) and on 7, 15 and
-# 14 of 15 in three pairs of default runs (7 to 9 with six), for 356-371 s a default run instead
-# of 318-328 s the evening before (docs/measurements).
+# Visits of a payload case: a visit sits at one of two machine levels, and more visits steady
+# the TTFT ratios between runs (docs/measurements/2026-12-06-ipc-in-turns.md, 2026-12-07-visit-levels.md).
 MORE_VISITS = 12
-# The references measure a rate, which needs a stream well past the caches (this machine's L3 is
-# 32 MiB), not the whole payload: streaming images-32's 308 MB five times through a unix socket into
-# fresh memory took 2.7 s of a 7.3 s case. Larger payloads stream their first 64 MiB.
+# The references measure a rate, which needs a stream well past the CPU caches, not the whole
+# payload: larger payloads stream their first REFERENCE_BYTES (docs/measurements/2026-12-02-ipc.md).
 REFERENCE_BYTES = 64 << 20
 TTFT_SLO_MS = 100.0  # goodput counts requests whose TTFT is within this (vLLM's --goodput ttft:100)
 
@@ -226,7 +164,7 @@ def settings_for(
     values["one_cpu"] = shares_cpu(
         values["max_concurrency"], values.get("engine"), link, opts.get("ipc_engine_cpu")
     )
-    # One of the case's interleaved visits (``Ipc.rounds``; split 1 otherwise) takes its share of each count.
+    # One of the case's interleaved visits (``Ipc.rounds``) takes its share of each count.
     for key in ("num_prompts", "floor", "max_prompts"):
         if values.get(key) is not None:
             values[key] = profile.share(values[key])
@@ -235,14 +173,9 @@ def settings_for(
     return Settings(**values, staging=device.staging(profile))
 
 
-# Where a forked engine runs (``--engine-cpu``). A request sent alone goes one step at a time
-# (encode, send, receive, decode), so a second CPU lets little of it overlap, and on this 2-vCPU VM
-# what two CPUs added was a second level: zero-copy requests at images-32 in one ipc-only run stood
-# at ~200 ms or at 370-760 ms, 6-9 of each backend's 18 slower. Three ipc-only runs each way,
-# alternating: on one CPU 204-314 ms (median 217, 1 of 175 requests over 300 ms), on two 191-431
-# ms (median 232, 11 of 164); at images-4 19 of 324 over 45 ms against 74 of 324
-# (docs/measurements/2026-12-07-one-cpu.md). ``shm`` keeps every CPU: its copy into the region runs
-# on several threads at once.
+# Where a forked engine runs (``--engine-cpu``): a request sent alone goes one step at a time, and
+# a second CPU added a second, slower level more than overlap (docs/measurements/2026-12-07-one-cpu.md).
+# ``shm`` keeps every CPU: its copy into the region runs on several threads at once.
 ENGINE_CPUS = ("shared", "free")
 
 
@@ -274,8 +207,7 @@ def floor_round_trips(link: EngineLink, count: int, idle_s: float) -> list[float
 
     A request meets a link that has rested at least since the engine's last
     step; on a VM the first message after a rest pays for waking every thread
-    on its way (here ~0.1 ms back to back, ~0.4 ms after a 5 ms rest), so the
-    floor a request is read against is measured the same way.
+    on its way, so the floor a request is read against is measured the same way.
     """
     samples = []
     for _ in range(count):
@@ -601,19 +533,16 @@ class Ipc(Scenario):
         """Every backend × transport × cache × workload; ``none`` is an uncached case's key."""
         return caching.with_cache(super().cases(backends, workloads, chosen))
 
-    # Each visit's requests share one engine process, and its level moved TTFT by 10-20 % from
-    # visit to visit (msgspec-frombuffer at images-32, one run: 203, 239 and 220 ms, 8-9 requests
-    # each), so the visits, more than the requests in each, set a between-backend ratio's noise.
-    # Measured: the worst ratio of two zero-copy backends at images-32 between two default runs
-    # was 9.0 and 12.2 % apart with 3 visits of the same budget, 8.2, 5.6 and 12.8 % with 6 (no
-    # longer a run): a modest gain on this VM. Payloads now take ``MORE_VISITS``; text keeps 6.
+    # Each visit's requests share one engine process, whose level moves TTFT from visit to visit:
+    # the visits, more than their requests, set a between-backend ratio's noise; payloads take
+    # ``MORE_VISITS`` (docs/measurements/2026-12-06-ipc-in-turns.md).
     min_rounds = 6
 
     def rounds(self, case: Case, profile: Profile) -> int:
         """Interleaved visits for the profile's own load of requests, at least ``min_rounds`` where
         the profile has rounds (``MORE_VISITS`` for a payload): one at a
         time (the payload default), where each request is measured alone, and text at its default
-        rate, a load light enough (an 8 ms TTFT against 25 ms between arrivals) that each visit's
+        rate, a load light enough (a TTFT well under the time between arrivals) that each visit's
         share of it queues as the whole would. A rate or concurrency asked for (offered load is
         their point), a cached case (its hit ratio follows the whole sequence of requests) and the
         way back (one batch streamed) are measured whole."""

@@ -49,7 +49,7 @@ from serbench.workloads.messages import EngineCoreOutputs, EngineCoreRequest, Fl
 from serbench.workloads.tree import payload_bytes
 
 # Distinct payload requests built per case; beyond, they repeat under new ids (each arrives in
-# fresh engine memory all the same). Building them is not timed but costs the run ~0.3 s per 100 MB.
+# fresh engine memory all the same). Building them is not timed, but costs the run in proportion.
 POOL_BYTES = 1 << 27
 
 

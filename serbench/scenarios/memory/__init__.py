@@ -11,7 +11,7 @@ kernel (``serbench.probes.rss``).
 Setup includes one warm-up pass of each side's half of the path on a
 miniature of the request (every array cut to a few KiB): a forked process
 maps the shared-library code it runs on first use (libtorch alone adds
-~5 MB of RSS that way), and a serving process has long paid that, so it is
+megabytes of RSS that way), and a serving process has long paid that, so it is
 not the serializer's cost.
 
 ``copies`` = the engine's extra peak bytes / payload bytes (1.0 = the

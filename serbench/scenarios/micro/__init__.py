@@ -6,16 +6,13 @@ micro times the per-step encode on the engine and decode on the frontend.
 Timing starts after ``gc.freeze()``, as a serving process does once started
 (vLLM's engine and API server both freeze their start-up heap): otherwise a
 decode that builds thousands of objects pays for the collector walking
-torch's ~10^5 objects, 5-10x the decode itself on this machine. And with the
-heap set to keep what a call frees (``heap.reused_memory``), as a
-long-running process's mostly is: left to glibc's adaptive thresholds, the
-same decode of 9.6 MB tensors faulted its buffers in afresh on every call in
-one process and not in another (16 ms or 32 ms for images-4, by history).
+torch's objects, several times the decode itself. And with the heap set to
+keep what a call frees (``heap.reused_memory``), as a long-running process's
+mostly is: left to glibc's adaptive thresholds, the same decode faulted its
+buffers in afresh on every call in one process and not in another.
 
-For an output workload micro also takes ``decode_cpu_s``: the decode's CPU
-time (``time.thread_time``), which preemption on a loaded machine does not
-inflate, the same clock as the ipc output path's ``step_decode_s``.
-
+For an output workload micro also takes ``decode_cpu_s``, the decode's CPU
+time, which preemption does not inflate (as the ipc path's ``step_decode_s``).
 Beside the backend's own timings it times one plain copy of the payload
 (``np.copyto`` into a buffer already mapped) in the same interleaved loop, so
 every timing can be read as a multiple of the machine's copy speed: a
@@ -101,15 +98,10 @@ def array_count(message: Any) -> int:
     return sum(1 for _ in arrays(message))
 
 
-# Processes differ: the same code (text-sonnet's numpy-intermediate and msgspec-frombuffer, which
-# send no tensor) read 3-8 % apart process by process, and a process as a whole can run 1.5-2x
-# slower. So micro plans MORE_ROUNDS, each a process of its own, as pyperf spreads its values
-# over many processes (when each backend had its own process a round, six micro-only runs agreed
-# on all three decisions in 6 of 15 pairs with three rounds, 10 of 15 with nine;
-# docs/measurements), and takes those past the profile's rounds while the case's own seconds so
-# far were at most MORE_ROUNDS_S: a zero-copy backend costs 0.1-0.5 s a round here, an in-band one
-# at images-32 5-7 s (pickle's encode and decode allocate 308 MB a call), which nine rounds would
-# spend on ratios of 500x that three rounds already tell.
+# Processes differ, so micro plans MORE_ROUNDS, each a process of its own, as pyperf spreads its
+# values over processes; only while the case's own seconds so far are at most MORE_ROUNDS_S, since
+# an in-band backend's ratio at a large payload is plain after the first rounds
+# (docs/measurements/2026-12-05-micro-rounds.md).
 MORE_ROUNDS = 9
 MORE_ROUNDS_S = 10.0
 
