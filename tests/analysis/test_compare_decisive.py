@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_compare import doc, metric, rec, samples
+from builders import doc, metric, rec, samples
 
 from serbench import cli as commands
 from serbench.analysis import verdicts

@@ -6,9 +6,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pytest
-from builders import memory_info
+from builders import BASE_S, doc, memory_info, metric, rec, samples
 from scipy.stats import trim_mean
-from test_compare import BASE_S, doc, metric, rec, samples
 
 from serbench.analysis import decision, estimates, ranking
 from serbench.analysis.summary import summarize_run

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import memory_info
-from test_compare import doc, metric, rec, samples
+from builders import doc, memory_info, metric, rec, samples
 
 from serbench import cli as commands
 from serbench.analysis import ranking

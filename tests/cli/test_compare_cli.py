@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_compare import doc, metric, rec, samples, schema_1_and_2
+from builders import doc, metric, rec, samples, schema_1_and_2
 
 from serbench import cli as commands
 from serbench.model import results

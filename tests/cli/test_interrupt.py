@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from as_user import session_processes
 from suite_paths import BACKENDS
 
 from serbench.model import results
@@ -45,18 +46,6 @@ def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen) -> None:
         assert proc.poll() is None, f"serbench run ended early with code {proc.returncode}"
         assert time.monotonic() < deadline, "no case finished in time"
         time.sleep(0.1)
-
-
-def session_processes(sid: int) -> list[psutil.Process]:
-    """Processes still alive in the run's session (its whole tree, even reparented ones)."""
-    alive = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return alive
 
 
 def _interrupt(proc: subprocess.Popen, how: str) -> None:

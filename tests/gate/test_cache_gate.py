@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from gating import assert_the_gate_judges_the_fault
 from suite_paths import BACKENDS
-from test_gate import assert_the_gate_judges_the_fault
 
 from serbench.links import cache
 

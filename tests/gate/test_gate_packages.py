@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_gate import BASE_BACKEND, HEAD_BACKEND, PADDED, git
+from gating import BASE_BACKEND, HEAD_BACKEND, PADDED, git
 
 from serbench import cli as commands
 from serbench.gate import measure as gate

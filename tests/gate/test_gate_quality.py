@@ -7,7 +7,7 @@ from pathlib import Path
 
 import by_path
 import pytest
-from test_compare import doc, metric, rec, samples
+from builders import doc, metric, rec, samples
 
 from serbench.model import results
 from serbench.model.results import Results

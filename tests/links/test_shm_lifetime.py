@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from as_user import session_processes
 from segments import left_named
-from test_interrupt import session_processes
 
 from serbench.links import shm
 from serbench.model import results

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from builders import doc, metric, one, rec, samples
 from suite_paths import ROOT
-from test_compare import doc, metric, one, rec, samples
 
 from serbench import cli as commands
 from serbench.analysis import estimates, verdicts

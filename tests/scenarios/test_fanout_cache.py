@@ -10,7 +10,7 @@ asserts a time: bytes, ratios and counts are exact.
 from __future__ import annotations
 
 import pytest
-from test_gate import assert_the_gate_judges_the_fault
+from gating import assert_the_gate_judges_the_fault
 
 from serbench.links import cache
 from serbench.model.errors import CaseFailed

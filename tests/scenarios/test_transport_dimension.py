@@ -6,7 +6,7 @@ import dataclasses
 
 import msgspec
 import pytest
-from test_compare import doc
+from builders import doc
 
 from serbench.analysis import summary, verdicts
 from serbench.analysis.summary import summarize_run
