@@ -70,7 +70,8 @@ def test_registries_and_transports_import_no_torch() -> None:
     an image request does."""
     code = (
         "import json, sys\n"
-        "import serbench.runtime.isolation, serbench.serializers, serbench.links.transport, serbench.workloads\n"
+        "import serbench.runtime.isolation, serbench.serializers\n"
+        "import serbench.links.transport, serbench.workloads\n"
         "from serbench.serializers import BUILTINS\n"
         "from serbench.workloads import available_workloads\n"
         "assert BUILTINS and available_workloads()\n"

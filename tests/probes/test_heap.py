@@ -1,4 +1,5 @@
-"""The allocator settings a measuring process takes (serbench.probes.heap): where a large block's pages come from."""
+"""The allocator settings a measuring process takes (serbench.probes.heap): where a large
+block's pages come from."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The conformance suite (docs/architecture.md, "Conformance") through every backend, plus frame contracts.
 
-Run it against your own backend with ``pytest tests/serializers/test_conformance.py --backend pkg.mod:factory``.
+Run it against your own backend with
+``pytest tests/serializers/test_conformance.py --backend pkg.mod:factory``.
 """
 
 from __future__ import annotations

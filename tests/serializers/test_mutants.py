@@ -34,7 +34,8 @@ def test_the_named_specimen_kills_the_mutant(bug: str) -> None:
 
 
 def test_pytest_with_backend_fails_for_every_mutant(tmp_path: Path) -> None:
-    """``pytest tests/serializers/test_conformance.py --backend MUTANT`` fails for each, at its killing specimen.
+    """``pytest tests/serializers/test_conformance.py --backend MUTANT`` fails for each, at its
+    killing specimen.
 
     One pytest run for all mutants, on the one test per mutant that must fail
     (the whole suite per mutant is the in-process test above, ×100 the time).
