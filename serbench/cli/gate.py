@@ -34,9 +34,9 @@ DEFAULT_BACKENDS = "pickle,msgspec-frombuffer,flat-mmk"
 DEFAULT_WORKLOADS = "text-sonnet,images-4"
 DEFAULT_SCENARIOS = "micro"
 DEFAULT_ROUNDS = 15
-# With instruction counts beside them, the timed rounds need not see small CPU-bound changes
-# (the counts see 1 %): they are there for what counts miss (memory traffic, the kernel,
-# waiting), and 10 rounds keep the gate within its 3 minutes here (docs/gate.md).
+# With instruction counts beside them, the timed rounds are there for what counts miss (memory
+# traffic, the kernel, waiting), so fewer keep the gate within its time budget
+# (docs/measurements/2026-12-02-gate.md).
 DEFAULT_ROUNDS_COUNTED = 10
 # auto: instructions where valgrind can count (and micro or ipc is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")

@@ -1,58 +1,23 @@
 """Instruction counts under callgrind: a measurement that a shared machine's noise cannot move.
 
-A wall clock on a busy 2-core VM cannot see a 2 % change in a decoder; the
-number of instructions the decoder executes can. The process that measures
-runs under valgrind's callgrind tool with instrumentation off at start
-(``--instr-atstart=no``: the interpreter and torch import at valgrind's
-uninstrumented speed, ≈ 15 s) and the hash seed fixed (``PYTHONHASHSEED=0``,
-so dict and set layouts repeat from process to process). One such process per
-side measures every case in it: each case runs in a child forked from it, as
-always, and the child switches instrumentation on for its own measurement.
+A wall clock on a busy VM cannot see a small change in a decoder; the number of instructions
+the decoder executes can. One process per side runs under callgrind with instrumentation off
+at start and the hash seed fixed; each case runs in a child forked from it, which switches
+instrumentation on for itself through valgrind's client requests (``_STUB``: ``valgrind.h``'s
+no-op sequence for x86-64 in an executable page, called through ctypes: it acts at an exact
+point of the program, with no second process and no compiler at run time).
 
-Instrumentation and the counters are driven from inside the process by
-valgrind's client requests (the ``CALLGRIND_*`` macros of ``callgrind.h``),
-called through ctypes — not by ``callgrind_control -i on|off PID``: a client
-request takes effect at an exact point of the program with no second process,
-no ptrace and no polling, so it also works in the forked case children and
-costs microseconds instead of a ``vgdb`` round trip. A client request is a
-fixed instruction sequence that valgrind recognises and a real CPU executes as
-a no-op; ``_STUB`` is that sequence from ``valgrind.h`` for x86-64, assembled
-into one executable page, so no compiler or header is needed at run time.
+A count must depend on the code, not on what the process did before the case, so what made
+that history visible is fixed: the loop runs in a fresh glibc arena (``per_call``) with the
+mmap threshold fixed (``FIXED_MALLOC``), no math-library thread pools (``SINGLE_THREADED``),
+pymalloc's arenas aligned (``align_arenas``) and its partly used pools filled (``_Pools``),
+and the current folder off ``sys.path`` (``counting_environment``).
 
-A count must depend on the code, not on what the process did before the case
-(the previous cases, the paths in ``sys.path``, the spec strings): the same
-decode measured after different allocations read up to 2.1 % apart. Two
-things made that history visible, and both are removed. glibc's heap: a
-buffer that ``realloc`` grows in place in one process is moved in another,
-and ``malloc`` searches free lists of whatever length the history left, so
-the measuring loop runs in a thread of its own, which glibc gives a fresh
-arena and an empty tcache: every process's loop allocates from the same empty
-heap (``per_call``). And glibc's mmap threshold, which rises to the largest
-block freed so far: it decides whether a 9 MB tensor buffer comes from the
-heap or from ``mmap`` (2.4 % of in-band pickle's decode), so the counting
-process runs with it fixed at glibc's initial 128 KiB (``FIXED_MALLOC``).
-It also runs without math-library thread pools (``SINGLE_THREADED``), whose
-threads map memory at times of their own. pymalloc's pools stay shared with
-the rest of the process, which is why the runner forks every case from a
-zygote taken before anything of the run varies (``isolation.Zygote``), why
-the counting thread reads only the last bytes of each dump between two
-windows, and why its helper threads signal through locks made beforehand.
-And pymalloc's arenas start at multiples of their size (``align_arenas``):
-freeing a block otherwise costs more or less by where ``mmap`` put its
-arena, up to 1.5 % of a text decode. Every window starts with pymalloc's
-partly used pools filled (``_Pools``), and the current folder, whose
-listing every import reads, is off ``sys.path`` (``counting_environment``).
-Counts are compared within 1 % (``serbench.model.metrics``): a change moves where
-the objects after it land, and pointer-keyed tables (pickle's memo) see that.
-
-An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions,
-less the same difference for a call that does nothing: whatever the counting
-itself costs (the client requests, entering and leaving the loop) and the loop's
-own per-call bookkeeping cancel. N is chosen from a first count so that a window
-holds about ``WINDOW_INSTRUCTIONS``, in whole hundreds of calls when it can be,
-so that anything that recurs every 2, 4, 5, 10, 20, 25, 50 or 100 calls (a free
-list, a buffer pool, the test backend that repeats every hundredth call) falls
-evenly into both windows.
+An operation costs ``(count(2N calls) - count(N calls)) / N`` instructions, less the same
+difference for a call that does nothing, so the counting's own cost cancels; N fills about
+``WINDOW_INSTRUCTIONS``, in whole ``PERIOD``s of calls where it can, so whatever recurs every
+few calls falls evenly into both windows. docs/instructions.md says why each piece is there;
+the trials that chose them are in docs/measurements/2026-12-02-instructions.md.
 """
 
 from __future__ import annotations
@@ -242,10 +207,10 @@ def align_arenas() -> None:
     Freeing a block costs a few instructions more or fewer according to where its
     arena starts inside its size-aligned span (``arena_map_is_used`` in obmalloc.c
     compares the block's offset there with the arena's), and ``mmap`` puts an arena
-    wherever the process's earlier mappings leave room: a text decode read 1.46 %
-    apart in two processes by that alone. An aligned arena takes the same path for
-    every block. ``free`` is ``munmap``, as CPython's own, so arenas allocated before
-    the switch are freed correctly too.
+    wherever the process's earlier mappings leave room, which alone moved a text decode's
+    count between processes (docs/measurements/2026-12-02-instructions.md). An aligned
+    arena takes the same path for every block. ``free`` is ``munmap``, as CPython's own,
+    so arenas allocated before the switch are freed correctly too.
     """
     code = _executable(_ARENA_CODE)
     allocator = _ArenaAllocator(None, code, code + _ARENA_FREE_AT)
@@ -275,9 +240,9 @@ def cannot_launch() -> str | None:
 def valgrind_command(out: Path) -> list[str]:
     """The valgrind prefix that runs a command under callgrind, dumps and log in ``out``.
 
-    valgrind places the program's memory itself, the same way every time (two
-    identical processes counted 14,702,896 and 14,702,917 instructions for 400
-    encodes); ``setarch --addr-no-randomize`` around it made them differ by 0.6 %.
+    valgrind places the program's memory itself, the same way every time, so identical
+    processes count alike; ``setarch --addr-no-randomize`` around it made them differ
+    (docs/measurements/2026-12-02-instructions.md).
     No gdbserver (``--vgdb=no``): nothing attaches to one (instrumentation is
     switched by client requests), and its FIFOs in ``/tmp`` outlived a killed run.
     """
@@ -300,7 +265,7 @@ def counting_environment() -> dict[str, str]:
 
     ``python -m`` puts the current folder first on ``sys.path``, and every import
     then reads its listing: a folder whose entries other programs add and remove
-    (``/tmp``) moved counts of the same commit by up to 0.86 % (docs/instructions.md).
+    (``/tmp``) moved counts of the same commit (docs/measurements/2026-12-02-instructions.md).
     ``PYTHONSAFEPATH`` (Python 3.11+) leaves it off; a spec that names a module in
     it still finds it (``serializers._import``)."""
     tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
@@ -372,9 +337,9 @@ def _dumped_instructions() -> int:
     if not parts:
         raise RuntimeError(f"callgrind wrote no dump for process {os.getpid()} in {out}")
     latest = max(parts, key=lambda p: int(p.suffix[1:]))
-    # Only its end is read, into a buffer of the same size every time: a dump is 40-140 kB, a
-    # size that varies from run to run, and reading it whole would allocate that much from the
-    # counting thread's heap between two windows (where glibc's realloc then finds room or not).
+    # Only its end is read, into a buffer of the same size every time: a dump's size varies from
+    # run to run, and reading it whole would allocate that much from the counting thread's heap
+    # between two windows (where glibc's realloc then finds room or not).
     fd = os.open(latest, os.O_RDONLY)
     try:
         tail = os.pread(fd, TAIL_BYTES, max(0, os.fstat(fd).st_size - TAIL_BYTES))
@@ -433,13 +398,14 @@ class _Pools:
     a fresh pool and gives it back before the next call, every call. Whether they
     do depends on how full each size class's pool was when the window began, which
     the whole history of the process decides: two runs of the same commit differed
-    by up to 0.17 % on an encode (all of it in ``_PyObject_Malloc`` and
-    ``_PyObject_Free``), and so did any change to the code. Once every partly used
-    pool is full, each size class's next block comes from a fresh pool, so a window
-    starts the same whatever came before. One block is taken in a fresh pool of each
-    class (that is how the filling knows it has reached one: its pool holds one
-    block), which keeps the pool from being given back between calls; those are
-    freed after the window, so that the next window starts in fresh pools again.
+    on an encode (all of it in ``_PyObject_Malloc`` and ``_PyObject_Free``; see
+    docs/measurements/2026-12-02-instructions.md), and so did any change to the code.
+    Once every partly used pool is full, each size class's next block comes from a
+    fresh pool, so a window starts the same whatever came before. One block is taken
+    in a fresh pool of each class (that is how the filling knows it has reached one:
+    its pool holds one block), which keeps the pool from being given back between
+    calls; those are freed after the window, so that the next window starts in fresh
+    pools again.
 
     Everything the filling needs is made once, here: an int or a list made while
     filling would take blocks of classes already filled, and a list that grew would
@@ -447,7 +413,7 @@ class _Pools:
     """
 
     def __init__(self) -> None:
-        self._kept: list = [None] * FILLERS  # 512 KiB, mapped on its own
+        self._kept: list = [None] * FILLERS  # large enough to be mapped on its own
         self._slots = iter(tuple(range(FILLERS)))
         self._fresh: list = [None] * SIZE_CLASSES
 
@@ -490,7 +456,7 @@ def _pools() -> _Pools:
 def window(estimate: float, size: int = WINDOW_INSTRUCTIONS) -> int:
     """Calls per window for an operation of about ``estimate`` instructions: about ``size``
     in all, and whole ``PERIOD``s of calls unless a period alone would hold more than
-    ``PERIOD_LIMIT`` windows' worth (in-band pickle of 38 MB)."""
+    ``PERIOD_LIMIT`` windows' worth (in-band pickle of a large payload)."""
     calls = max(1, math.ceil(size / max(estimate, 1.0)))
     if estimate * PERIOD > PERIOD_LIMIT * size:
         return calls
@@ -621,7 +587,8 @@ def _in_new_thread(fn: Callable[[], tuple]) -> tuple:
     new one, so placeholder threads take those first and wait until ``fn`` is done.
     The threads are started one at a time and signal through locks made beforehand:
     ``threading``'s Event and Barrier allocate a lock for every wait that blocks, which
-    the threads' timing decides, and those objects moved the counts by up to 0.3 %.
+    the threads' timing decides, and those objects moved the counts
+    (docs/measurements/2026-12-02-instructions.md).
     """
     # As many placeholders every time (the objects they allocate are the same), enough for the
     # arenas left: how many the parent's threads made depends on timing.

@@ -340,10 +340,10 @@ def _two_and_five(value: float, _pos=None) -> str:
 
 
 def log_axis(ax, values: Sequence[float], axis: str = "y") -> None:
-    """Log scale with plain numbers (0.01, 2, 500). Over less than 3x (a ratio from 0.8 to 1.25)
-    every minor tick is labelled; within two decades, minor ticks at 2 and 5 times a power of ten are;
-    wider, those stay unlabelled. (Minor ticks at 2..9 on every log axis were a third of the
-    report's drawing time: each tick is a handful of artists.)"""
+    """Log scale with plain numbers (0.01, 2, 500). Over a span of less than a factor of three (a
+    ratio from 0.8 to 1.25) every minor tick is labelled; within two decades, minor ticks at 2 and 5
+    times a power of ten are; wider, those stay unlabelled. Minor ticks at 2..9 on every log axis
+    would slow the drawing: each tick is a handful of artists."""
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(_plain))
