@@ -1,44 +1,23 @@
 """Caches of multimodal tensors by content hash, on both ends of either hop (docs/cache.md).
 
-The first hop's ends are the frontend and the engine; the second hop's (the
-fanout scenario) are the engine core, which plays the frontend's part
-(``FrontendCache``), and each of its workers, which plays the engine's
-(``EngineCache``): the same classes, the same rules.
+The first hop's ends are the frontend and the engine; the second hop's (fanout) are the engine
+core, which plays the frontend's part (``FrontendCache``), and each worker, which plays the
+engine's (``EngineCache``): the same classes, the same rules. Real traffic sends the same image
+again, and serving stacks answer with caches; these are the two kinds serbench measures:
 
-Real traffic sends the same image again (chat turns, re-attached
-screenshots); serving stacks answer with caches, and this module is the two
-kinds serbench measures:
+* ``lru``: each end keeps a bounded LRU of tensors by hash, mirrored (same capacity, same
+  order of lookups), so on a hit the frontend sends a reference instead of the tensor; a
+  reference the engine no longer holds is an error (``CacheError``), never a guess.
+* ``shm``: a single-writer shared-memory ring (``Store``) the frontend copies a tensor into on
+  first sight; every request sends references into it, and space is taken back oldest first,
+  never from an entry a request in flight still references (that tensor travels inline).
 
-* ``lru``: the frontend and the engine each keep a bounded LRU of tensors by
-  hash, the same capacity and the same order of lookups on both sides, so
-  the frontend knows exactly what the engine holds (a mirrored cache, as
-  vLLM's sender/receiver caches). On a hit the frontend sends a reference
-  (the hash) instead of the tensor; the engine resolves it from its LRU, and
-  a reference to a hash it no longer holds is an error (``CacheError``), never
-  a guess.
-* ``shm``: a single-writer shared-memory object store (``Store``): the
-  frontend copies a tensor into a region both sides map on its first sight
-  and sends (offset, length, hash) references, hit or miss; the engine makes
-  tensors that view the region. Eviction is FIFO: the store is a ring, and
-  space is taken back oldest entry first, never from an entry a request in
-  flight still references (that tensor then travels inline, a miss).
-
-``none`` is today's behaviour: every tensor travels every time.
-
-A request type's ``Walk`` says what its cached units are and where a
-reference travels. serbench's own requests (``TENSORS``): one tensor field of
-one multimodal item at least ``MIN_BYTES`` large, keyed ``<item hash>/<field
-key>`` (the item hash is the workload's ``mm_hashes`` entry, or the
-``identifier`` of the vllm layout), the reference in place of the tensor. A
-plugin's request type brings its own walk (``register``): vLLM's own requests
-cache a whole feature as vLLM does (``serbench.plugins.vllm.workload.FeatureWalk``).
-Either way a reference travels *inside the backend's own message*: a string
-(``PREFIX`` + JSON of ``Ref``), which every backend carries as it carries any
-string, pickle and msgpack alike. It names the payload's digest (``tree.payload_checksum``: CRC of
-its arrays' dtype, shape and bytes, computed by the frontend outside the
-timed path): the engine compares what it resolved with it after the request
-(``verify_hits``), so a hit that returns the wrong tensor is an integrity
-failure like a corrupted frame.
+``none`` sends every tensor every time. A request type's ``Walk`` says what its cached units
+are (serbench's own, ``TENSORS``: each tensor field of an item, of at least ``MIN_BYTES``; a
+plugin registers its own, ``register``). A reference travels *inside the backend's own
+message* as a string (``PREFIX`` + JSON of ``Ref``), so every backend carries it; it names the
+payload's digest (``tree.payload_checksum``), which the engine checks after the request
+(``verify_hits``): a hit that returns the wrong tensor is an integrity failure.
 """
 
 from __future__ import annotations

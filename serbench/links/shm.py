@@ -1,30 +1,21 @@
 """A POSIX shared-memory region beside ZeroMQ: payload frames placed once, referenced by (offset, length).
 
-The frontend owns one region per session (docs/shm.md). For each message it
-writes the serializer's large frames into the region — one copy, the only
-one on the way, made by several threads at once (``Placer``) — and sends
-the rest (the header frame and small frames) over ZeroMQ with a list of
-``[frame index, offset, length]`` references. The engine maps the same
-region read-only and decodes views of it: no copy on its side. When the
-engine is done with a request it says so (``release``), and only then may
-the frontend write there again.
+The frontend owns one region per session (docs/shm.md). For each message it writes the
+serializer's large frames into the region — one copy, the only one on the way, made by several
+threads at once (``Placer``) — and sends the rest over ZeroMQ with ``[frame index, offset,
+length]`` references. The engine maps the same region read-only and decodes views of it; when
+it is done with a request it says so (``release``), and only then may the frontend write there
+again.
 
-Why one ring, not a segment per request: a fresh segment's pages fault in
-on first touch (on this kind of machine slower than the unix socket,
-docs/measurements/2026-12-02-shm.md), while a region made once is faulted in before anything is
-timed (``MAP_POPULATE``) and every later write runs at memcpy speed. A ring
-with in-order reclaim (``Ring``) is the simplest allocator that lets
-requests finish out of order: space comes back when the oldest block is
-released; the frontend waits when the ring is full, and nothing is
-overwritten.
+One ring, not a segment per request: a fresh segment's pages fault in on first touch
+(docs/measurements/2026-12-02-shm.md), while a region made once is faulted in before anything
+is timed (``MAP_POPULATE``). A ring with in-order reclaim (``Ring``) is the simplest allocator
+that lets requests finish out of order; the frontend waits when it is full.
 
-Lifetime and safety: a segment is created under ``/dev/shm`` with mode 0600
-and an unguessable name (``serbench-shm-<pid>-<128 random bits>``); the
-frontend unlinks the name as soon as the engine has mapped it, so from then
-on the memory lives only in the two mappings and goes when both processes
-do, however they end. Only a crash between create and attach can leave a
-name behind; ``reclaim_orphans`` removes those whose creating process is
-gone (the creator's pid is in the name) and says which.
+A segment is created under ``/dev/shm`` with mode 0600 and an unguessable name
+(``serbench-shm-<pid>-<random>``); the frontend unlinks it as soon as the engine has mapped it,
+so the memory goes when both processes do, however they end. Only a crash between create and
+attach leaves a name behind; ``reclaim_orphans`` removes those whose creator is gone.
 """
 
 from __future__ import annotations

@@ -1,33 +1,23 @@
 """ZeroMQ plumbing between a frontend and an engine process (docs/architecture.md, "Scenarios").
 
-Two one-way sockets, as a serving engine has them: requests go frontend →
-engine over PUSH/PULL, outputs come back engine → frontend over a second
-PUSH/PULL pair. The engine binds both, the frontend connects, so one engine
-(``serbench engine``) can serve frontends one after another.
+Two one-way sockets, as a serving engine has them: requests go frontend → engine over
+PUSH/PULL, outputs come back over a second PUSH/PULL pair. The engine binds both and the
+frontend connects, so one engine (``serbench engine``) can serve frontends one after another.
 
-Frames are sent and received with ``copy=False``: pyzmq then keeps a
-reference to each sent buffer until libzmq has written it, so the caller must
-not *change* a buffer it sent until the send completed (``send(track=True)``
-returns one tracker per frame for that; the tracker of the last frame alone
-says nothing about the others — the regression of docs/architecture.md, "History").
+Frames go with ``copy=False``: pyzmq keeps a reference to each sent buffer until libzmq has
+written it, so a caller must not change a buffer before its send completed (``send(track=True)``
+returns one tracker per frame: the last frame's alone says nothing about the others).
 
-ipc:// endpoints live in a private folder (mode 0700, made by ``mkdtemp``):
-only this user can connect, which matters when the backend unpickles what
-arrives. The folder can be removed as soon as both sides are connected —
-established unix-socket connections outlive their file — so a process killed
-afterwards leaves nothing behind; one killed before leaves its folder, whose
-``CREATOR`` file names it, and the next ``ipc_dir`` removes the folder once
-it sees that process gone.
+ipc:// endpoints live in a private folder (mode 0700, ``mkdtemp``): only this user can connect,
+which matters when the backend unpickles what arrives. The folder goes as soon as both sides
+are connected; one left by a killed process names it in its ``CREATOR`` file, and the next
+``ipc_dir`` removes it once that process is gone.
 
-The transports a local link can be (``KINDS``): ``ipc`` and ``tcp`` carry
-every frame through ZeroMQ; ``shm`` carries the control frames through the
-same ipc:// sockets and places the payload frames in a shared-memory region
-(``serbench.links.shm``, docs/shm.md).
-
-Three references live here too: the round trip of the empty message (the
-transport's own floor), ``UnixStream``, the same bytes over a plain unix
-socket, and ``Memcpy``, one copy of them within a process: every transport's
-payload throughput is read against both limits.
+The transports a local link can be (``KINDS``): ``ipc`` and ``tcp`` carry every frame through
+ZeroMQ; ``shm`` places the payload frames in a shared-memory region (``serbench.links.shm``).
+Three references live here too: the empty message's round trip (the transport's floor),
+``UnixStream`` (the same bytes over a plain unix socket) and ``Memcpy`` (one copy of them in a
+process): every transport's payload throughput is read against both limits.
 """
 
 from __future__ import annotations

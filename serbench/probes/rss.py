@@ -1,40 +1,23 @@
 """Peak RSS of the measured part of a process, from the kernel; a timeline beside it.
 
-Each *side* (e.g. a frontend and an engine) runs in a fresh process forked
-from the caller. After its setup (imports are inherited; workload
-construction, sockets) it resets its high-water mark with
-``echo 5 > /proc/self/clear_refs``, which sets ``VmHWM`` to the current RSS:
-that RSS is the side's baseline. After the measured part, ``VmHWM`` minus the
-baseline is what the measured part cost at its peak. The kernel raises the
-high-water mark before it unmaps anything, so a temporary that is freed
-before the reading still counts — which sampling alone would miss.
+Each *side* (e.g. a frontend and an engine) runs in a fresh process forked from the caller.
+After its setup (imports are inherited; workload construction, sockets) it resets its
+high-water mark (``echo 5 > /proc/self/clear_refs`` sets ``VmHWM`` to the current RSS, the
+side's baseline); after the measured part, ``VmHWM`` minus the baseline is what that part cost
+at its peak. The kernel raises the mark before it unmaps anything, so a temporary freed before
+the reading still counts — which sampling alone would miss.
 
-Before its setup each side sets glibc's allocator to map every large block
-afresh (``heap.fresh_memory``): a side inherits its caller's settings, and a
-caller whose history had raised glibc's mmap threshold (or set micro's
-``reused_memory``) had the side grow a large buffer in its heap, where an
-outgrown copy stays resident until the peak is read. The frontend of
-``msgspec-frombuffer:threshold=inf`` on images-4 read 1.27 or 2.01 copies of
-the payload by that alone, in-band pickle's 2.0 or 2.75. Settings cannot
-undo the heap itself: glibc serves a large block from a free one the caller
-left before it maps a fresh one, so sides forked from a process with a long
-history (``runner.execute`` called late in a test suite) still read those
-paths higher (pickle's frontend 2.89). ``serbench run`` forks every case from
-a zygote taken at its start (``serbench.runtime.isolation``), which has no such past.
+Before its setup each side has glibc map every large block afresh (``heap.fresh_memory``): a
+caller whose history had raised glibc's mmap threshold had the side grow large buffers in its
+heap, where an outgrown copy stays resident until the peak is read. Settings cannot undo the
+heap itself, so ``serbench run`` forks every case from a zygote with no such past
+(``serbench.runtime.isolation``). docs/memory.md says more.
 
-RSS counts a shared page in every process that maps it, so two sides that
-share memory (``serbench.links.shm``) both show it. ``proportional`` reads the
-kernel's PSS and USS instead (``smaps_rollup``): PSS charges a page shared by
-N processes 1/N to each, so summed over the sides shared memory counts once;
-USS is what only this process maps. The PSS is of anonymous and shared memory
-(``Pss_Anon`` + ``Pss_Shmem``), where payloads live, not of mapped files: the
-interpreter's and torch's libraries are shared with every process on the
-machine that maps them, so their share moved as other processes came and went.
-Each side's PSS baseline is read when every side exists (a fork changes how the
-pages inherited from the parent are shared out).
-
-While the sides run, the caller samples their RSS with psutil from outside
-(the measured processes run no sampler of their own), for plots only.
+RSS counts a shared page in every process that maps it; ``proportional`` reads the kernel's PSS
+and USS instead (``smaps_rollup``), so summed over the sides shared memory counts once. Its PSS
+is of anonymous and shared memory only, where payloads live: shared libraries' share moves as
+other processes come and go. Each side's PSS baseline is read when every side exists. While the
+sides run, the caller samples their RSS with psutil from outside, for plots only.
 """
 
 from __future__ import annotations

@@ -1,50 +1,23 @@
-"""The engine process: decodes requests, steps, and streams outputs back.
+"""The engine process: decodes requests, steps, and streams outputs back (docs/ipc.md).
 
-An engine receives ``EngineCoreRequest``s, decodes them with the backend
-under test and streams ``EngineCoreOutputs`` back, one batched message per
-simulated scheduler step (one new token per running request). As in a real
-serving engine, a receive thread decodes while the main thread steps, so a
-slow decode shows up as late tokens for everybody. The messages are those of
-``serbench.scenarios.engine.protocol``.
+An engine receives ``EngineCoreRequest``s, decodes them with the backend under test and streams
+``EngineCoreOutputs`` back, one batched message per simulated scheduler step (one new token per
+running request); the messages are those of ``serbench.scenarios.engine.protocol``. As in a
+real serving engine, a receive thread decodes while the main thread steps, so a slow decode
+shows up as late tokens for everybody. A session that names a device gets the stage of
+``engine.staging`` after decode: a request is ready, and acknowledged, once on the device.
 
-A session that names a device (``start`` with ``device``/``pin``) gets the
-stage of ``serbench.scenarios.engine.staging`` after decode: the receive thread copies
-the request's tensors to the device (receiving its payload straight into
-pinned buffers when ``pin`` is ``receive``), and only then is the request
-acknowledged and handed to the scheduler — it is ready once it is on the
-device, and the ack carries the stage's seconds (``to_device_s``).
+The engine keeps what it decoded until the request finishes; then a third thread checks it
+against the request's checksum and drops it, so checking costs no step time and memory is freed
+as a serving engine frees it (a request asking for an ``ack`` gets a ``checked`` message then).
+A mismatch, a failed decode or a duplicate is an ``error``, which fails the case. Over shared
+memory (``links.shm``) large frames are decoded in place and each check ends with ``release``;
+a multimodal cache (``links.cache``) is resolved after decode, its hits checked by digest.
 
-The engine keeps what it decoded until the request finishes; then a third
-thread checks it against the request's checksum and drops it, so that
-checking costs no step time and the request's memory is freed when it is
-done, as a serving engine frees it (a request asking for an ``ack`` gets a
-``checked`` message then: a frontend sending one request at a time waits
-for it, so that no check runs beside the next request). It reports a
-mismatch, a failed decode or a duplicate as an ``error``, and the frontend
-fails the case on it.
-
-Over shared memory (``serbench.links.shm``) a session's ``start`` names the
-frontend's region, which the engine maps read-only; a request's large frames
-are views of it, decoded in place; its check (the checksum reads the
-region, so a frontend that wrote over it too early fails the case) ends
-with its space ``release``d to the frontend.
-
-A session may name a multimodal cache (``start``'s ``cache``: mode,
-capacity, and for ``shm`` the store to map; ``serbench.links.cache``, docs/cache.md):
-the receive thread resolves each request's references after decode (a
-reference it cannot resolve fails the case with a one-line ``error``), the
-ack says how many tensors it looked up and found, each ``checked`` what the
-cache holds, and the check thread compares every resolved tensor with its
-reference's digest.
-
-Two ways to run one: ``run_local`` is the body of the engine a frontend forks
-for one session (``serbench.scenarios.engine.client``); ``serve_forever`` is the
-standalone engine of ``serbench engine``, serving sessions one after another.
-
-Safety: an unsafe backend (one that can run code from its input, like
-pickle) is refused on a non-loopback address, and a backend named by dotted
-path (``module:factory``, which would import and call whatever a client
-names) on any address, unless the engine was started with ``allow_unsafe``.
+``run_local`` is the engine a frontend forks for one session (``engine.client``);
+``serve_forever`` is ``serbench engine``'s, serving sessions one after another. An unsafe
+backend (one that can run code from its input) is refused on a non-loopback address, and one
+named by dotted path on any address, unless the engine was started with ``allow_unsafe``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,23 @@
 """The engine's stage after decode: a request's tensors moved to the device that computes on them.
 
-A serving engine does not stop at a decoded CPU tensor: before a request can
-be scheduled its tensors are on the GPU. Where the decoder left their bytes
-decides what that copy costs — from pageable memory (the received frames) a
-host-to-device copy runs at a fraction of the link's speed, from pinned
-(page-locked) memory at full speed, and getting the bytes into pinned memory
-has its own cost. A ``Staging`` names the choice:
+A serving engine does not stop at a decoded CPU tensor: before a request can be scheduled its
+tensors are on the GPU. Where the decoder left their bytes decides what that copy costs — from
+pageable memory a host-to-device copy runs at a fraction of the link's speed, from pinned memory
+at full speed, and getting the bytes into pinned memory has its own cost. A ``Staging`` names
+the choice (docs/gpu.md):
 
-* ``device`` — ``cpu`` (the stage runs, its tensors stay where they are: the
-  code path and its metrics, on any machine) or ``cuda[:N]``;
-* ``pin`` — ``none``: copy from wherever the decoder left the tensors;
-  ``decode``: copy each decoded tensor into pinned memory first (torch's
-  caching host allocator, a pool reused from request to request, as vLLM's
-  decoder pins its out-of-band tensors), then copy to the device without
-  blocking; ``receive``: the payload frames are received straight into pinned
-  buffers (``zmq`` ``recv_into``), so the decoded tensors are pinned already.
+* ``device`` — ``cpu`` (the stage runs and its tensors stay put: the code path and its metrics,
+  on any machine) or ``cuda[:N]``;
+* ``pin`` — ``none``: copy from wherever the decoder left the tensors; ``decode``: copy each
+  decoded tensor into pinned memory first (torch's caching host allocator, as vLLM's decoder
+  pins its out-of-band tensors); ``receive``: the payload frames are received straight into
+  pinned buffers (``zmq`` ``recv_into``), so the decoded tensors are pinned already.
 
-Copies from pinned memory are issued non-blocking and the device's stream is
-synchronized before the stage returns: a request counts as ready only once
-its bytes are on the device.
-
-CUDA is touched only at run time, in the engine process: nothing CUDA-specific
-is imported here, so the module runs on this project's CPU build of torch and
-on any CUDA build of torch 2.x. A process that forks (the runner, a frontend)
-must not initialise CUDA first; it asks ``unavailable`` in a child
+Copies from pinned memory are non-blocking and the device's stream is synchronized before the
+stage returns: a request is ready only once its bytes are on the device. CUDA is touched only
+at run time, in the engine process, so the module runs on a CPU build of torch too; a process
+that forks must not initialise CUDA first, and asks ``unavailable`` in a child
 (``serbench.runtime.isolation``).
-
-A shared-memory transport (payload frames placed in a region both processes
-map) fits in as another way the bytes can already be pinned: registering the
-region once with ``cudaHostRegister`` makes every tensor decoded from it
-pinned, and ``stage`` then copies them non-blocking like ``receive``'s.
 """
 
 from __future__ import annotations

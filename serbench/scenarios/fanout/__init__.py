@@ -1,44 +1,23 @@
 """fanout: the second hop, one engine core broadcasting every step to N worker processes.
 
-The case's process is the engine core; it forks ``case.workers`` workers and
-broadcasts each step over ``case.transport`` (``serbench.scenarios.fanout.broadcast``:
-zmq-each, zmq-pub, shm-ring, torch-dist; the processes: ``serbench.scenarios.fanout.workgroup``).
-A step is what a core sends its tensor-parallel workers
-(``fanout_steps``: vLLM's ``SchedulerOutput`` cut to what has bytes): at
-prefill the newly scheduled request of the workload with its multimodal
-tensors, and for the running batch the last token ids, positions, the block
-table of each request and the tokens scheduled. Each round is one prefill
-step followed by ``--fanout-decode-steps`` decode steps (the running batch
-only). The batch is ``--fanout-batch`` requests (default 32).
+The case's process is the engine core; it forks ``case.workers`` workers (``fanout.workgroup``)
+and broadcasts each step over ``case.transport`` (``fanout.broadcast``: zmq-each, zmq-pub,
+shm-ring, torch-dist). A step is what a core sends its tensor-parallel workers (``fanout_steps``:
+vLLM's ``SchedulerOutput`` cut to what has bytes): a prefill step with the workload's request and
+its multimodal tensors, then ``--fanout-decode-steps`` decode steps of the running batch.
 
-Every worker decodes each step, stamps the moment it holds it, then checks
-it against the checksum the core computed before timing (tensors' dtype,
-shape and bytes and every other field): a step that does not match fails the
-case, so no timing stands on a step a worker did not verify. The messages
-are also round-tripped in-process (``conformance.verify``) before the first
-step. One untimed round warms everything up.
+Every worker decodes each step, stamps the moment it holds it, then checks it against the
+checksum the core computed before timing: a step that does not match fails the case, so no
+timing stands on a step a worker did not verify; one untimed round warms everything up.
 
-Metrics (docs/fanout.md): ``fanout_s`` from the core's encode start to the
-last worker holding the verified prefill step (p50, ``fanout_p99_s``),
-``fanout_spread_s`` first → last worker, ``fanout_decode_s`` the same for a
-decode step; per prefill step the core's CPU time (every thread of it:
-ZeroMQ's and gloo's I/O threads send there) and the bytes it copied (what
-the encoder built rather than viewed, plus every byte the transport handed
-to a socket or wrote into shared memory); ``encode_calls`` per step (1: a
-core that re-serializes per worker reads N); each worker's peak RSS, PSS and
-USS above its baseline in payload copies (the worst worker), and the whole
-group's PSS (core + workers: a shared page counts once).
+Metrics (docs/fanout.md): the time from the core's encode start to the last worker holding the
+verified step (prefill and decode), the spread first → last worker, the core's CPU time and the
+bytes it copied per step, ``encode_calls`` per step (a core that re-serializes per worker reads
+N), and each worker's and the whole group's memory above baseline in payload copies.
 
-With ``--cache lru|shm`` (``Case.cache``, docs/cache.md) the core and its
-workers keep the first hop's two caches (``fanout_cache``): the core the
-sender's half, each worker the receiver's. Prefill step k then carries the
-workload's request k (its repeats are what the caches meet), with every
-tensor the workers hold as a reference; each worker resolves the references
-before it stamps the step, compares every tensor it resolved with the
-reference's digest and the whole step with the core's checksum, and its ack
-says what its cache did. The record adds the hit ratio the workers measured
-and both sides' resident cache bytes; ``wire_bytes`` is then the step as
-sent.
+With ``--cache lru|shm`` (docs/cache.md) the core and its workers keep the first hop's two caches
+(``fanout_cache``): prefill step k carries the workload's request k, every tensor the workers
+hold as a reference, which each worker resolves and checks by digest before it stamps the step.
 """
 
 from __future__ import annotations

@@ -2,43 +2,22 @@
 
 A *transport* here is how one message reaches N readers (``KINDS``):
 
-* ``zmq-each`` — one PUSH socket per worker (ipc://), the same encoded frames
-  sent N times: what a naive core does. Every send hands the frames to the
-  kernel once more.
-* ``zmq-pub`` — one PUB socket, N SUB sockets: one send call; libzmq queues the
-  same message (refcounted, not copied) on every subscriber's pipe, and its
-  I/O thread still writes it into each subscriber's socket.
-* ``shm-ring`` — a single writer, N readers (vLLM's broadcast queue): a ring
-  of ``slots`` slots in shared memory, each with a ``written`` flag and one
-  read flag per reader in a flags region every worker maps read-write. The
-  header frame and small frames (under ``OOB_FROM``) go into the slot; larger
-  frames go *out of band* into an arena, a second shared region that the
-  core writes once (one memcpy, whatever N) and every worker maps read-only
-  and decodes in place. A slot (and its arena block) is written again only
-  after every reader set its read flag. Readers do not spin (two vCPUs cannot
-  afford N spinning readers beside the core): each waits on a one-byte wakeup
-  on a socket of its own (``wake_order`` says in which order they are sent),
-  re-checking the flags every ``WAKE_POLL_S``. Flags are plain bytes
-  in shared memory; the writer stores the slot, then clears the read flags,
-  then sets ``written`` — on x86's total store order readers see them in that
-  order, as vLLM's queue also relies on.
-* ``torch-dist`` — ``torch.distributed`` over gloo, the core rank 0: a small
-  metadata broadcast (the frame sizes), then one ``broadcast`` per frame as a
-  uint8 tensor viewing the frame (vLLM's ``broadcast_tensor_dict`` sends
-  metadata then each tensor). gloo's root sends to every rank over TCP.
+* ``zmq-each`` — one PUSH socket per worker, the same encoded frames sent N times (a naive core).
+* ``zmq-pub`` — one PUB socket, N SUB sockets: one send call; libzmq queues the message
+  (refcounted) on every subscriber's pipe, and its I/O thread writes it into each socket.
+* ``shm-ring`` — a single writer, N readers (vLLM's broadcast queue): a ring of slots in shared
+  memory with a ``written`` flag and one read flag per reader. Small frames go into the slot,
+  larger ones (from ``OOB_FROM``) into an arena the core writes once and every worker decodes
+  in place; a slot is written again only after every reader read it. Readers do not spin: each
+  waits on a one-byte wakeup of its own (``wake_order``), re-checking every ``WAKE_POLL_S``.
+  The writer's store order (slot, read flags, ``written``) holds on x86, as vLLM's relies on.
+* ``torch-dist`` — ``torch.distributed`` over gloo, the core rank 0: the frame sizes, then one
+  ``broadcast`` per frame as a uint8 tensor (as vLLM's ``broadcast_tensor_dict``).
 
-Every transport carries, beside the backend's frames, an ``Envelope``: the
-step index and the checksum the worker must find in what it decoded.
-
-A worker may keep a cache that the core mirrors (``workgroup.Work.resolve``, the
-fanout scenario's ``--cache``): after decoding it swaps the references in a
-step for the tensors its cache holds, and its ack says what its cache did
-(``Resolution``), which the core checks against its own half.
-
-Workers on other hosts (torch-dist): ``serbench.scenarios.fanout.remote``.
-
-The worker processes that hold the receiving ends, and the core's view of them:
-``serbench.scenarios.fanout.workgroup``.
+Every transport carries, beside the backend's frames, an ``Envelope``: the step index and the
+checksum the worker must find. A worker may keep a cache the core mirrors
+(``workgroup.Work.resolve``), and its ack says what that cache did (``Resolution``). The worker
+processes are ``fanout.workgroup``'s; workers on other hosts (torch-dist), ``fanout.remote``'s.
 """
 
 from __future__ import annotations

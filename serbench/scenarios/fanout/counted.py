@@ -3,27 +3,20 @@
 
 As ``serbench.scenarios.ipc.counted`` does for the first hop, both ends run in the counting
 process, over the transport's own code (``broadcast``'s senders and receivers), joined by stand-in
-ZeroMQ sockets (``StandInContext``: what a socket sends is queued for those connected to its endpoint).
-Per step kind — a prefill step (the workload's tensors) and a decode step (the running batch's
-scheduler output) — it counts:
+ZeroMQ sockets (``StandInContext``). Per step kind — a prefill step (the workload's tensors) and
+a decode step (the running batch's scheduler output) — it counts:
 
 * ``core_instructions``, ``core_decode_instructions`` — the core's ``publish``: the backend's
-  encode, the envelope, and over ``shm-ring`` the write into the ring (slot and arena) for every
-  reader; over ``zmq-each`` and ``zmq-pub`` the frames handed to the stand-in sockets. A core
-  that re-serializes per worker counts N encodes here.
-* ``worker_instructions``, ``worker_decode_instructions`` — worker 0's ``receive``: the ring's
-  slot read and its frames gathered (or the frames as the socket hands them over), and the
-  backend's decode of the step.
+  encode, the envelope, and the write into the ring or the frames handed to the stand-in
+  sockets. A core that re-serializes per worker counts N encodes here.
+* ``worker_instructions``, ``worker_decode_instructions`` — worker 0's ``receive``: the step's
+  frames gathered and the backend's decode of it.
 
-ZeroMQ's own calls, the kernel and waiting are not counted (as on the first hop). The other
-workers' reads, and the check of every decoded step against the core's checksum (nothing counted
-that was not verified), run uncounted between the counted calls; between two calls one step
-waits, published and not yet taken, so that each call has exactly one uncounted part, whose
-switching ``instructions.skip_nothing`` subtracts.
-
-Not counted (the case is recorded unsupported, with why): torch-dist (gloo's broadcast needs its
-other ranks, processes of their own), cached cases (a hit depends on every step before it) and
-workers on other hosts.
+ZeroMQ's own calls, the kernel and waiting are not counted. The other workers' reads and the
+check of every decoded step run uncounted between the counted calls, one step waiting between
+two calls, so each call has exactly one uncounted part (``instructions.skip_nothing``). Not
+counted (the case is recorded unsupported, with why): torch-dist (gloo needs its other ranks),
+cached cases (a hit depends on every step before it) and workers on other hosts.
 """
 
 from __future__ import annotations

@@ -1,36 +1,23 @@
 """The ipc path counted: each side's instructions per request, under callgrind (``--measure instructions``).
 
-A wall clock cannot see a 2 % change in the engine's receive path on a busy
-2-core VM; the instructions it executes can (``serbench.probes.instructions``). This
-counts, per request, the two halves of what the ipc scenario's processes do
-for one request in their own threads:
+A wall clock on a busy VM cannot see a small change in the engine's receive path; the
+instructions it executes can (``serbench.probes.instructions``, docs/instructions.md). This
+counts, per request, the two halves of what the ipc scenario's processes do for one request:
 
-* ``send_instructions`` — the frontend: the backend's encode, the message's
-  header, over ``--transport shm`` the large frames copied into the region,
-  up to the hand-off to the socket (``EngineLink.send``);
-* ``receive_instructions`` — the engine: from the message's frames as the
-  socket hands them over, the header parsed, the shm references gathered, the
-  backend's decode, the cache's references filled in
-  (``server.decode_request``).
+* ``send_instructions`` — the frontend: the backend's encode, the message's header, over
+  ``--transport shm`` the large frames copied into the region, up to the hand-off to the
+  socket (``EngineLink.send``);
+* ``receive_instructions`` — the engine: from the frames as the socket hands them over to the
+  backend's decode and the cache's references filled in (``server.decode_request``).
 
-Both run in the counting process (a case's forked child), over the frontend's
-and the engine's own code, linked by handing the frames from one to the other:
-a second process under valgrind, or ZeroMQ's I/O thread and pyzmq's
-zero-copy collector thread, would run at times the scheduler picks, and
-whatever of theirs fell inside a window would move the count. So ZeroMQ's own
-send and receive calls, the kernel and waiting are not counted, and
-``--transport ipc`` and ``tcp`` count the same: their difference is in what
-is not counted. Each call counts one side; the other side's half of the same
-request runs uncounted (``instructions.uncounted``), and so does the check:
-every decoded request is compared bit for bit with the request sent (nothing
-counted that was not verified), outside the count because it reads every
-payload byte, as the engine checks off its receive path too. Between two calls one message
-waits, sent and not yet taken, so that each call has exactly one uncounted
-part, whose switching ``instructions.skip_nothing`` subtracts.
-
-Not counted (the case is recorded unsupported, with why): cached cases (a hit
-or a miss depends on the whole sequence of requests), output workloads, a
-device stage and ``--engine`` (a process of its own).
+Both run in the counting process over the frontend's and the engine's own code, linked by
+handing the frames from one to the other: another process or thread would run at times the
+scheduler picks and move the count. So ZeroMQ's own calls, the kernel and waiting are not
+counted, and ``ipc`` and ``tcp`` count the same. The other side's half and the bit-for-bit check
+of every decoded request run uncounted (``instructions.uncounted``), one message waiting between
+two calls, so each call has exactly one uncounted part (``instructions.skip_nothing``). Not
+counted (recorded unsupported, with why): cached cases, output workloads, a device stage and
+``--engine``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,22 @@
 """The ipc scenario's load: requests on a schedule, every output checked, latency metrics.
 
-``arrival_offsets`` draws the schedule as vLLM's serving benchmark does;
-``run_load`` sends the ``RequestPool``'s requests on it over an
-``EngineLink`` and takes every output, keeping one ``Tracked`` per request;
-``account`` and ``acknowledge`` check each output and ack as it arrives
-(value, position and end of every token: integrity is total, not sampled);
-``load_metrics`` turns the record into TTFT (and its parts), ITL, E2E and
-throughput; ``sweep_point`` summarizes one rate of a rate sweep.
+``arrival_offsets`` draws the schedule as vLLM's serving benchmark does; ``run_load`` sends the
+``RequestPool``'s requests on it over an ``EngineLink`` and takes every output, keeping one
+``Tracked`` per request; ``account`` and ``acknowledge`` check each output and ack as it arrives
+(value, position and end of every token: integrity is total, not sampled); ``load_metrics``
+turns the record into TTFT (and its parts), ITL, E2E and throughput; ``sweep_point``
+summarizes one rate of a rate sweep.
 
-TTFT's parts come from the engine's stamps in each outputs header
-(``serbench.scenarios.engine.protocol``): ``encode_s`` (the frontend's encode),
-``ingress_s`` (just before encode → the engine holds the decoded request:
-the serializer's and the transport's share), ``queue_s`` (decoded → the
-first step that schedules it), ``first_step_s`` (that step → its output
-decoded at the frontend); ``egress_s`` is each outputs message's way back
-(engine encode → frontend decoded). They subtract one process's clock from
-another's, so they exist only for a local engine (one host, one clock).
+TTFT's parts come from the engine's stamps in each outputs header (``engine.protocol``):
+``encode_s`` (the frontend's encode), ``ingress_s`` (just before encode → the engine holds the
+decoded request), ``queue_s`` (→ the first step that schedules it), ``first_step_s`` (that step
+→ its output decoded at the frontend); ``egress_s`` is each outputs message's way back. They
+subtract one process's clock from another's, so they exist only for a local engine.
 
-With a multimodal cache (``EngineLink.cache``, docs/cache.md) each request
-goes through the frontend's cache before its encode (inside ``encode_s``,
-as the lookup and the store write are the frontend's work), the engine's
-ack says how many of its tensors it found, which must be what the frontend
-sent as references, and ``load_metrics`` adds the hit ratio, the bytes each
-request moved to the engine, and TTFT and ingress split by hit and miss.
+With a multimodal cache (``EngineLink.cache``, docs/cache.md) each request goes through the
+frontend's cache before its encode (inside ``encode_s``), the engine's ack must report found
+what the frontend sent as references, and ``load_metrics`` adds the hit ratio, the bytes each
+request moved, and TTFT and ingress split by hit and miss.
 """
 
 from __future__ import annotations

@@ -1,28 +1,22 @@
 """The ipc output path: an engine streams an output workload's steps to a frontend holding B requests.
 
-For an output workload (``outputs-B``, ``Workload.kind == "outputs"``) the
-ipc scenario measures the way back, where logprobs cost serving engines
-their throughput. The frontend sends its B requests at once; the engine
-(told the workload in ``start``) steps at the step interval and sends each
-step's outputs, built by the workload (nested or flat, with or without
-logprobs), as one message. Per step the frontend records
+For an output workload (``outputs-B``, ``Workload.kind == "outputs"``) the ipc scenario
+measures the way back, where logprobs cost serving engines their throughput. The frontend sends
+its B requests at once; the engine steps at the step interval and sends each step's outputs,
+built by the workload, as one message. Per step the frontend records
 
-* ``step_decode_s`` — its CPU time (``time.thread_time``) to decode the
-  message: the frontend's share of the step budget;
-* ``egress_s`` — engine clock just before it encoded the message → decoded
-  at the frontend (a local engine only; one monotonic clock per host).
+* ``step_decode_s`` — its CPU time (``time.thread_time``) to decode the message: the
+  frontend's share of the step budget;
+* ``egress_s`` — engine clock just before it encoded the message → decoded at the frontend
+  (a local engine only; one monotonic clock per host).
 
-Only the steps that carry all B requests count (the first steps run while
-requests still arrive, the last while they finish). A frontend whose decode
-takes longer than the step cannot keep up: its messages queue and egress
-grows from step to step; ``info.fits_step`` says whether the median decode
-fits, ``info.egress_growth`` how much later the last quarter's egress is
-than the first quarter's. ``fitting_batches`` reads a run's records for the
-largest measured batch per backend whose decode fits the step.
-
-Every token is checked as in the load (``load.account``) and every logprob
-row against what its sampled token implies (``Workload.check``), after the
-decode is timed.
+Only the steps that carry all B requests count. A frontend whose decode takes longer than the
+step cannot keep up: its messages queue and egress grows from step to step; ``info.fits_step``
+says whether the median decode fits, ``info.egress_growth`` how much later the last quarter's
+egress is than the first's. ``fitting_batches`` reads a run's records for the largest measured
+batch per backend whose decode fits the step. Every token is checked as in the load
+(``load.account``) and every logprob row against its sampled token (``Workload.check``),
+after the decode is timed.
 """
 
 from __future__ import annotations

@@ -1,61 +1,23 @@
 """memory: peak RSS of a frontend and an engine process while one request goes through.
 
-One request of the workload goes encode → send → receive → decode → use
-(the engine checksums every decoded tensor against the frontend's) between
-two processes over the ZeroMQ sockets of ``serbench.links.transport``, frames sent
-and received with ``copy=False``. Each repetition forks a fresh frontend and
-a fresh engine from the case's process, which built the request once; each
-side's peak RSS above its own baseline, taken after setup, comes from the
-kernel (``serbench.probes.rss``).
+One request of the workload goes encode → send → receive → decode → use (the engine checksums
+every decoded tensor against the frontend's) between two processes over the case's transport
+(``serbench.links.transport``; ``shm``: docs/shm.md). Each repetition forks a fresh frontend and
+engine from the case's process, which built the request once; each side's peak RSS above its
+own baseline, taken after setup, comes from the kernel (``serbench.probes.rss``). Setup
+includes a warm-up pass on a miniature of the request: a forked process maps the shared-library
+code it runs on first use, which a serving process has long paid, so it is not the serializer's.
 
-Setup includes one warm-up pass of each side's half of the path on a
-miniature of the request (every array cut to a few KiB): a forked process
-maps the shared-library code it runs on first use (libtorch alone adds
-megabytes of RSS that way), and a serving process has long paid that, so it is
-not the serializer's cost.
-
-``copies`` = the engine's extra peak bytes / payload bytes (1.0 = the
-receive buffer and nothing else), ``copies_frontend`` the same for the
-frontend (0 = the payload left from the tensors' own memory). They are
-machine-independent: a zero-copy regression moves them by whole units,
-noise by a few hundredths. ``info.phases`` says when, and at what peak,
-each step ended; ``info.timeline`` is the psutil RSS of both sides.
-
-RSS counts a shared page in both processes, so over ``shm`` each side shows
-the region; ``copies_total`` is the sum of both sides' extra PSS at the
-moment both hold the request (the engine right after use, the frontend right
-after the engine's acknowledgement, while the engine waits) over the
-payload: shared memory counts once there, and the payload of a zero-copy
-path is 1.0.
-
-The case's transport (``--transport``) links the two: ZeroMQ over ipc:// or
-tcp://, or ``shm``, where the frontend creates a region sized for the
-message (its pages fault in as the payload is placed, so they count), sends
-a small header with the references and the inline frames, and the engine
-decodes views of the mapped region (docs/shm.md).
-
-With ``--engine-device`` (``serbench.scenarios.device``) the engine stages
-the decoded request on the device before it uses it (the use then reads the
-device's copy back, one tensor at a time), and ``pinned_bytes`` says how much
-page-locked host memory the stage filled: the decoded tensors' bytes with
-``--pin decode``, the received frames' with ``--pin receive``. Pinned pages
-are resident, so they count in the engine's peak RSS and its ``copies``.
-
-With a multimodal cache (``--cache lru|shm``, docs/cache.md) the request
-measured is one that resends images: the last turn of a conversation
-(``turns=T``), the second request (``repeat=R``), the first otherwise (all
-misses), and the requests before it went through both sides' caches before
-either side's baseline, as they would have in a serving process: a hit
-shows what it leaves in memory (nothing that travels), and ``hit_ratio`` is
-what the engine found. Over ``shm`` the store is made by the case's process
-and inherited by both sides (its name unlinked at once); the engine's pages
-of it are those it read.
-
-Variants (docs/architecture.md, "History": the flattened-MultiModalKwargs table): a msgpack
-backend whose spec leaves ``threshold`` at its default is measured twice,
-as given (zero-copy on) and with ``threshold=inf`` (zero-copy off). A spec
-that names a threshold is measured as given, so ``--backends
-msgspec-frombuffer:threshold=256`` asks for one row only.
+``copies`` = the engine's extra peak bytes / payload bytes (1.0 = the receive buffer alone),
+``copies_frontend`` the same for the frontend: machine-independent, so a zero-copy regression
+moves them by whole units. RSS counts a shared page in both processes, so ``copies_total`` sums
+both sides' extra PSS at the moment both hold the request: shared memory counts once there.
+With ``--engine-device`` the engine stages the request on the device first, and
+``pinned_bytes`` says how much page-locked (resident) host memory that filled. With a
+multimodal cache the request measured is one that resends images, the requests before it having
+gone through both sides' caches before the baselines. A msgpack backend whose spec leaves
+``threshold`` at its default is measured twice, as given and with ``threshold=inf`` (zero-copy
+off). docs/memory.md says how each of these is read.
 """
 
 from __future__ import annotations
