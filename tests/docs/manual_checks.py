@@ -11,13 +11,13 @@ that is for a reader.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import functools
 import importlib
 import importlib.metadata
 import importlib.util
 import io
-import pkgutil
 import re
 import shlex
 import subprocess
@@ -132,22 +132,34 @@ def known_flags() -> frozenset[str]:
 
 
 @functools.cache
-def serbench_modules() -> dict[str, Any]:
+def module_files() -> dict[str, Path]:
     """Every module of the serbench package and of the asv suites (benchmarks/) by its dotted
-    name, imported (``__main__`` left out: importing it would run the command line; one that
-    fails to import is left out too, and a name in it fails)."""
-    modules: dict[str, Any] = {"serbench": serbench}
-    for info in pkgutil.walk_packages(serbench.__path__, "serbench."):
-        if not info.name.endswith("__main__"):
-            with contextlib.suppress(ImportError):
-                modules[info.name] = importlib.import_module(info.name)
-    suites = asv_suites()
-    for info in pkgutil.iter_modules(suites.__path__, f"{suites.__name__}."):
-        with contextlib.suppress(ImportError):
-            modules[info.name.replace(suites.__name__, "benchmarks", 1)] = importlib.import_module(info.name)
-    return modules
+    name, found on disk: a name is imported only when a page names it (``__main__`` never:
+    importing it would run the command line)."""
+    package = Path(serbench.__file__).parent
+    found = {}
+    for root, prefix in ((package, "serbench"), (BENCHMARKS, "benchmarks")):
+        for path in root.rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if "__main__" not in parts:
+                found[".".join((prefix, *parts))] = path
+    return found
 
 
+def module(dotted: str) -> ModuleType | None:
+    """``dotted`` imported (benchmarks' modules under ``asv_suites``); None if it fails to."""
+    try:
+        if dotted.split(".")[0] == "benchmarks":
+            asv_suites()
+            return importlib.import_module(dotted.replace("benchmarks", "asv_suites", 1))
+        return importlib.import_module(dotted)
+    except ImportError:
+        return None
+
+
+@functools.cache
 def asv_suites() -> ModuleType:
     """benchmarks/ as a package by its path, under a name of its own (tests/benchmarks, the
     pytest-benchmark suite, shadows the name ``benchmarks``)."""
@@ -155,21 +167,21 @@ def asv_suites() -> ModuleType:
         "asv_suites", BENCHMARKS / "__init__.py", submodule_search_locations=[str(BENCHMARKS)]
     )
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return package
 
 
 @functools.cache
-def serbench_classes() -> dict[str, list[type]]:
-    """The classes serbench's modules define, by name."""
-    classes: dict[str, list[type]] = {}
-    for name, module in serbench_modules().items():
-        for value in vars(module).values():
-            if isinstance(value, type) and value.__module__ == name:
-                classes.setdefault(value.__name__, []).append(value)
-    return classes
+def classes() -> dict[str, list[tuple[str, ast.ClassDef]]]:
+    """The classes each module defines at its top level, by name, read from the source."""
+    found: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+    for dotted, path in module_files().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append((dotted, node))
+    return found
 
 
 @functools.cache
@@ -182,13 +194,22 @@ def entry_point_groups() -> frozenset[str]:
 
 @functools.cache
 def struct_fields() -> frozenset[str]:
-    """The field names of serbench's msgspec Structs (``duration_s``: a field, not a metric)."""
+    """The annotated fields of serbench's classes (``duration_s``: a results field, not a metric)."""
     return frozenset(
-        field
-        for found in serbench_classes().values()
-        for cls in found
-        for field in getattr(cls, "__struct_fields__", ())
+        node.target.id
+        for defined in classes().values()
+        for _, cls in defined
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
     )
+
+
+def imported(dotted: str) -> Any:
+    """The module ``dotted`` names, or the class ``module.Class`` names; None if neither imports."""
+    if dotted in module_files():
+        return module(dotted)
+    owner, _, name = dotted.rpartition(".")
+    return getattr(module(owner), name, None)
 
 
 def resolves(value: Any, attributes: Iterable[str]) -> bool:
@@ -205,18 +226,18 @@ def dotted_failure(name: str) -> str | None:
     parts = name.removesuffix("()").split(".")
     if parts[-1] in FILE_SUFFIXES or name in entry_point_groups():
         return None  # a file name (results.json), or where plugins register (serbench.layouts)
-    modules = serbench_modules()
-    candidates = [
-        (module, parts[size:])
+    named = [
+        (dotted, parts[size:])
         for size in range(1, len(parts) + 1)
-        for dotted, module in modules.items()
+        for dotted in module_files()
         if dotted == ".".join(parts[:size]) or dotted.endswith("." + ".".join(parts[:size]))
     ]
-    candidates += [(cls, parts[1:]) for cls in serbench_classes().get(parts[0], [])]
-    if not candidates:
+    named += [(f"{dotted}.{parts[0]}", parts[1:]) for dotted, _ in classes().get(parts[0], [])]
+    if not named:
         return None  # not serbench's: torch.frombuffer, os.fork
     if parts[0] != "serbench" and importlib.util.find_spec(parts[0]) is not None:
         return None  # a package of its own (vllm.v1.serial_utils), not serbench.plugins.vllm
+    candidates = [(value, rest) for dotted, rest in named if (value := imported(dotted)) is not None]
     if any(resolves(value, rest) for value, rest in candidates):
         return None
     return f"`{name}` names no serbench module, class or attribute"
