@@ -180,7 +180,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", help="comma-separated backend specs (default: the built-ins)")
     parser.add_argument(
         "--workloads",
-        help="comma-separated workload specs (default: text-sonnet and images-4..32; "
+        help="comma-separated workload specs (default: text-sonnet, images-4, images-32; "
         "`serbench list` shows the rest, e.g. outputs-1024:logprobs=5,layout=flat, tensor-sweep)",
     )
     parser.add_argument(
