@@ -145,3 +145,11 @@ def test_code_fences_close(path: Path) -> None:
 def test_readme_is_short() -> None:
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; at most {README_MAX_LINES}"
+
+
+def test_readme_first_screen_answers() -> None:
+    """The first 40 lines hold the two set-up commands, how long a default run takes, and the
+    answer per workload shape (issue 64): a reader need not scroll to learn what serbench says."""
+    first = "\n".join(README.read_text().splitlines()[:40])
+    for needed in ("make run", "make test", "minutes", "text", "few images", "many images", "unsafe"):
+        assert needed in first, f"README.md's first 40 lines lack {needed!r}"
