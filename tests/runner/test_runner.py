@@ -180,7 +180,7 @@ def test_cli_run_writes_results_and_latest_pointer(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "micro: decode time (" in proc.stdout  # the table; its unit follows the values
+    assert "micro: encode + decode (" in proc.stdout  # the headline table; its unit follows the values
     latest = tmp_path / "reports" / "latest"
     assert latest.is_symlink()
     data = results.load(latest / "results.json")

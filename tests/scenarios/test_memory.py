@@ -37,7 +37,7 @@ from serbench.workloads import get_workload
 from serbench.workloads.tree import is_array, iter_leaves, map_leaves
 
 MB = 1e6
-TESTS = TESTS
+HERE = Path(__file__).resolve().parent  # this module's folder: its copying decoder is importable from it
 COPYING = f"{__name__}:copying_decoder"
 ZERO_COPY = "msgspec-frombuffer"
 ZERO_COPY_OFF = "msgspec-frombuffer:threshold=inf"
@@ -83,8 +83,7 @@ def run(made_once) -> Run:
         command = [sys.executable, "-m", "serbench", "run", "--scenarios", "memory", "--out", str(out)]
         command += ["--backends", f"pickle,{ZERO_COPY},{COPYING}", "--workloads", "text-sonnet,images-4"]
         command += ["--memory-repetitions", str(REPEATS)]
-        # TESTS: this module's copying decoder
-        path = filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])
+        path = filter(None, [str(HERE), str(TESTS), os.environ.get("PYTHONPATH")])  # and its helpers
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
