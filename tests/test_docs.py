@@ -8,12 +8,11 @@ records are dated pages of docs/measurements/, and the manual links to them.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import by_path
 import pytest
-from suite_paths import ROOT
+from suite_paths import ROOT, manual_files
 
 ROOT = ROOT
 README = ROOT / "README.md"
@@ -42,19 +41,6 @@ def fenced(lines: list[str]) -> tuple[list[bool], int | None]:
             inside = not inside
             opened = number if inside else None
     return marks, opened
-
-
-def manual_files() -> list[Path]:
-    """README.md and every file under docs/ that git tracks or would track (untracked but not
-    ignored: a page written and not yet committed counts too)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "README.md", "docs"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return sorted({ROOT / name for name in listed if (ROOT / name).is_file()})
 
 
 def markdown_files() -> list[Path]:

@@ -20,14 +20,13 @@ import importlib.util
 import io
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from suite_paths import ROOT
+from suite_paths import ROOT, manual_files
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
@@ -71,19 +70,12 @@ SHELL_BREAKS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1"}
 def manual_pages() -> list[Path]:
     """README.md and docs/**/*.md that git tracks or would track, but the dated records
     (docs/measurements/) and the generated reference (docs/reference/, exact by its own test)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "README.md", "docs"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
     skipped = ("docs/measurements/", "docs/reference/")
-    return sorted(
-        ROOT / name
-        for name in listed
-        if name.endswith(".md") and not name.startswith(skipped) and (ROOT / name).is_file()
-    )
+    return [
+        path
+        for path in manual_files()
+        if path.suffix == ".md" and not str(path.relative_to(ROOT)).startswith(skipped)
+    ]
 
 
 def command_lines(source: str) -> Iterator[str]:
