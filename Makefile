@@ -12,8 +12,11 @@ PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 3 --dist worksteal
 
 .PHONY: install install-vllm run test check system-deps
 
+# The install steps say what they do in one line rather than echo their long commands, so that
+# `make run` on a fresh clone still fits its answer on one screen.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@echo "installing serbench and what it needs into $(VENV)/ (once)"
+	@$(PYTHON) -m venv $(VENV)
 
 # uv installs (into the venv pip made), not pip: much faster on a fresh venv
 # (docs/measurements/2026-12-03-test-time-and-stability.md). uv reads none of pip's configuration,
@@ -30,14 +33,14 @@ INSTALL := $(UV) pip install -q --python $(BIN)/python -c constraints.txt --inde
 unexport PYTHONDONTWRITEBYTECODE
 
 $(UV): | $(BIN)/python
-	$(BIN)/pip install -qq --disable-pip-version-check -c constraints.txt uv
+	@$(BIN)/pip install -qq --disable-pip-version-check -c constraints.txt uv
 
 # Each install step runs again only when what it installs from (pyproject.toml, constraints.txt)
 # changed since it last succeeded: a stamp file in .venv marks that. A fresh clone has no .venv,
 # so installs.
 $(VENV)/installed: pyproject.toml constraints.txt | $(UV)
-	$(INSTALL) -e '.[test]'
-	touch $@
+	@$(INSTALL) -e '.[test]'
+	@touch $@
 
 install: $(VENV)/installed
 
@@ -49,7 +52,7 @@ system-deps:
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 run: install
-	$(BIN)/serbench run
+	@$(BIN)/serbench run
 
 # The vLLM plugin's tests run against the real vLLM (docs/vllm.md): what its codec imports (the
 # `vllm` extra), then the release constraints.txt pins, without its own dependencies (no CUDA

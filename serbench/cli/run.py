@@ -167,8 +167,8 @@ def _summarised(args: argparse.Namespace, folder: Path, data: Results) -> int:
     if not args.out:
         _point_latest(folder)
     summary = summarize_run(data, args.baseline)
-    print(f"results: {folder / 'results.json'}")
-    print(f"report:  {report.write_report(summary, folder)}\n")
+    page = report.write_report(summary, folder)
+    print(f"results: {folder}{os.sep} ({(folder / 'results.json').name}, {page.name})\n")
     print(terminal.render(summary, verbose=args.verbose))  # the decision last, where the eye lands
     return 0
 

@@ -17,8 +17,8 @@ from serbench.serializers import BUILTINS
 
 WORKLOADS = {"text-sonnet": 0, "images-4": 38_000_000, "images-32": 300_000_000}
 UNSAFE = ("pickle", "pickle-oob", "cloudpickle")
-# What the default run prints after the summary: a blank line, results:, report: (before it).
-PATHS = 3
+# What the default run prints before the summary: the results line and a blank line.
+PATHS = 2
 SCREEN = 60
 
 
