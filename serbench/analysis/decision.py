@@ -270,11 +270,6 @@ def _undeclared(data: Results, row: Case) -> str:
     return "" if mark == " (unsafe)" else mark
 
 
-def unsafe_text(decision: Decision, data: Results) -> str:
-    """The unsafe rows better than the chosen ones, with their ratios; "" when none is."""
-    return ", ".join(unsafe_items(decision, data))
-
-
 # ---------------------------------------------------------------- how a ranking reads (text and report alike)
 
 

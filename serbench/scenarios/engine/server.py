@@ -163,11 +163,6 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
     )
 
 
-def _cache_state(held: cache.EngineCache | None) -> dict[str, int]:
-    """What a ``checked`` says of the session's cache: its resident bytes and evictions."""
-    return {} if held is None else {"cache_bytes": held.held_bytes, "cache_evictions": held.evictions}
-
-
 def _cache(ctrl: Control, bind_address: str, shared_frames: bool) -> cache.EngineCache | None:
     """The session's cache from ``start``'s ``cache`` (None: none); ValueError if it cannot be."""
     wanted = ctrl.data.get("cache")
