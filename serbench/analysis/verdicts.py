@@ -388,5 +388,5 @@ def what_would_decide(comparison: Comparison) -> list[str]:
         ways.append(f"≈ {most} rounds at this noise (--rounds {most}{impractical})")
     if any(r.rounds is None for r in rows):
         ways.append("paired rounds of both sides (serbench gate) instead of single runs")
-    ways.append("a quieter machine, or CPUs of its own (isolcpus=: the gate pins its workers there)")
+    ways.append("a quieter machine, or CPUs of its own (isolcpus=: the gate pins its measurers there)")
     return ways

@@ -37,9 +37,9 @@ def plan(args: argparse.Namespace) -> Plan:
     SpecError for any unknown name."""
     # Here, not at the top: the runner loads torch for the cases it forks, which every other
     # command's parser (this module's included) must not pay for.
-    from serbench.runner import measurer as worker
+    from serbench.runner import measurer
 
-    return worker.checked(options.plan(args))
+    return measurer.checked(options.plan(args))
 
 
 def _point_latest(folder: Path) -> None:
@@ -114,13 +114,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Here, not at the top: the runner loads torch for the cases it forks, which every other
     # command's parser (this module's included) must not pay for.
     from serbench.runner import matrix as runner
-    from serbench.runner import measurer as worker
+    from serbench.runner import measurer
 
     chosen, settings = plan(args), profile(args)
     args.baseline = baseline(args, (case.row for case in chosen.cases()))  # before any case runs
     for name in chosen.scenarios:
         get_scenario(name).check(settings)  # UsageError before any case runs
-    if worker.counts(settings):
+    if measurer.counts(settings):
         problem = instructions.cannot_launch()
         if problem is None:
             return _counted(args, chosen, settings)
@@ -140,18 +140,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _counted(args: argparse.Namespace, chosen: Plan, settings: Profile) -> int:
-    """The run in one worker under valgrind (docs/instructions.md), which only measures: the
+    """The run in one measurer under valgrind (docs/instructions.md), which only measures: the
     backends are checked, and the summary and report made, here, at full speed; the
-    worker gets those checks, the output folder and where callgrind dumps in its messages
-    (``worker.count``)."""
+    measurer gets those checks, the output folder and where callgrind dumps in its messages
+    (``measurer.count``)."""
     from serbench.runner import matrix as runner  # here, not at the top: see ``cmd_run``
-    from serbench.runner import measurer as worker
+    from serbench.runner import measurer
 
     folder = results.output_folder(args.out, must_be_empty=not args.force)
     backends = runner.check_backends(sorted({case.backend for case in chosen.cases()}))
     progress = _progress(len(chosen.cases()))
     try:
-        code = worker.count(chosen, settings, args.argv, folder, backends, progress)
+        code = measurer.count(chosen, settings, args.argv, folder, backends, progress)
     finally:
         progress.close()
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):

@@ -42,7 +42,7 @@ class ResultsError(SerbenchError):
 
 
 class GateError(SerbenchError):
-    """A step of the gate that could not run: a bad ref, git failing, a worker that stopped."""
+    """A step of the gate that could not run: a bad ref, git failing, a measurer that stopped."""
 
 
 class VerificationError(SerbenchError):
