@@ -248,9 +248,9 @@ def compared(tmp_path_factory, built) -> tuple[Path, verdicts.Comparison]:
 
 def test_run_leaves_a_report_beside_its_results_and_prints_its_path(micro_run):
     out, stdout = micro_run.out, micro_run.stdout
-    printed = re.search(r"^report:\s+(\S+)$", stdout, re.MULTILINE)
+    printed = re.search(r"^results: (\S+)/ \(results\.json, (index\.html)\)$", stdout, re.MULTILINE)
     assert printed, stdout[-1000:]
-    assert Path(printed.group(1)) == out / "index.html"
+    assert Path(printed.group(1)) / printed.group(2) == out / "index.html"
     assert (out / "index.html").stat().st_size > 10_000
 
 
