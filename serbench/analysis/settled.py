@@ -5,7 +5,8 @@ practical tie of 1 (``ranking.tie_margin``: the rows tie, and will) or wholly be
 differ, and will); an interval that reaches across the margin's edge could still fall either
 way. The runner asks ``group_settled`` after each round of an interleaved group, past the
 profile's own rounds, and visits a settled group no more (``serbench.runner.visits.Stopping``),
-as a sequential test stops.
+as a sequential test stops; ``serbench.analysis.decision`` says of each decision whether its
+ratios were settled.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ class Choice:
     """What to use for one workload shape in one scenario (``decision.Decision``) in words:
     ``use`` the safe rows to use (tied when more than one), or ``missing`` why none;
     ``measured`` the metric and the best row's values, ``reasons`` the other parts of one line
-    of why (ratios to it, rules); ``unsafe`` the faster unsafe rows, each with its ratio."""
+    of why (ratios to it, rules); ``unsafe`` the faster unsafe rows, each with its ratio;
+    ``settled`` whether its ratios were settled (``decision.Decision.settled``)."""
 
     shape: str
     where: str
@@ -87,6 +88,7 @@ class Choice:
     reasons: list[str]
     unsafe: list[str]
     missing: str = ""
+    settled: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ def _choice(found: decision.Decision, data: Results) -> Choice:
         reasons,
         decision.unsafe_items(found, data),
         found.missing,
+        found.settled,
     )
 
 

@@ -17,6 +17,8 @@ from serbench.present.cells import HEADERS, verdict_cells
 
 DECISION_WIDTH = 100
 _INDENT = " " * 10
+# What a decision's line says of its ratios (``Choice.settled``): none where they have no interval.
+SETTLED_WORDS = {True: "settled", False: "not settled within the budget: tied at this noise", None: ""}
 # One line of legend; the full one (what a ratio is of, when rows tie) is docs/guides/choosing.md's.
 DECISION_LEGEND = (
     "DECISION: the safe backends to use per workload shape (×r [low, high]: ratio to the first, 95% CI)"
@@ -94,9 +96,9 @@ def _packed(parts: Sequence[str], first: str = _INDENT, separator: str = "; ") -
 
 def decision_block(summary: RunSummary, verbose: bool = False) -> str:
     """The decision of a run in lines of at most ``DECISION_WIDTH`` columns: per shape, per
-    scenario, the safe backends to use and why: the ratios to the best (``verbose``: the best's
-    own values first, which the headline table shows by default); "" when the run has nothing
-    to decide."""
+    scenario, the safe backends to use, whether that was settled, and why: the ratios to the best
+    (``verbose``: the best's own values first, which the headline table shows by default); ""
+    when the run has nothing to decide."""
     choices = summary.choices
     if not choices:
         return ""
@@ -107,7 +109,8 @@ def decision_block(summary: RunSummary, verbose: bool = False) -> str:
             shape = c.shape
             workloads = ", ".join(dict.fromkeys(w for x in choices if x.shape == shape for w in x.workloads))
             lines.append(f"{shape} ({workloads})")
-        lines += _packed([c.use_text], f"  {c.where:<7} ")
+        status = SETTLED_WORDS[c.settled]
+        lines += _packed([c.use_text, status] if status else [c.use_text], f"  {c.where:<7} ")
         reasons = [c.measured, *c.reasons] if verbose and c.measured else c.reasons
         unsafe = [f"faster but unsafe: {c.unsafe[0]}", *c.unsafe[1:]] if c.unsafe else []
         lines += _packed([*reasons, *unsafe])

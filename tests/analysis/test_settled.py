@@ -1,16 +1,21 @@
 """The stopping rule: a comparison is settled once its interval lies wholly inside the practical
-tie or wholly outside it; a group once every comparison between its rows is."""
+tie or wholly outside it; a group once every comparison between its rows is; a decision says
+which it was."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from builders import rec
+from builders import doc, rec
 
+from serbench.analysis import decision
 from serbench.analysis.estimates import Estimate
 from serbench.analysis.settled import group_settled, settled
-from serbench.model.results import Record
+from serbench.analysis.summary import summarize_run
+from serbench.model.results import Backend, Record, Results
 from serbench.model.stats import summarize
+from serbench.present import terminal
+from serbench.present.html import run_page
 
 TTFT_TIE = 0.10  # ``ttft_s``'s practical tie
 
@@ -69,3 +74,37 @@ def test_failed_records_compare_nothing_and_one_row_has_nothing_left_to_compare(
     assert group_settled([one, failed])
     assert not group_settled([failed])
     assert not group_settled([])
+
+
+def _decision_doc(factors: dict[str, float]) -> Results:
+    data = doc(_group(factors, noise=0.01))
+    data.backends = {name: Backend(safe=True) for name in factors}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("factors", "expected", "words"),
+    [
+        ({"a": 1.0, "b": 1.0, "c": 6.5}, True, "; settled"),
+        ({"a": 1.0, "b": 1.1}, False, "; not settled within the budget: tied at this noise"),
+    ],
+)
+def test_a_decision_says_whether_its_ratios_were_settled_and_the_terminal_says_so(
+    factors: dict[str, float], expected: bool, words: str
+) -> None:
+    data = _decision_doc(factors)
+    (found,) = decision.decisions(data)
+    assert found.settled is expected
+    summary = summarize_run(data)
+    assert [c.settled for c in summary.choices] == [expected]
+    assert words in terminal.decision_block(summary).replace("\n          ", " ")
+    assert f"<small>{words.removeprefix('; ')}</small>" in run_page.render(summary)  # the page too
+
+
+def test_a_decision_whose_ratios_have_no_interval_says_neither() -> None:
+    data = _decision_doc({"a": 1.0, "b": 1.0})
+    for r in data.records:
+        r.metrics["ttft_s"] = summarize([r.metrics["ttft_s"].median], "s")
+    (found,) = decision.decisions(data)
+    assert found.settled is None
+    assert "settled" not in terminal.decision_block(summarize_run(data))

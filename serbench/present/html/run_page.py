@@ -56,6 +56,7 @@ from serbench.present.html.page import (
     unique,
     write_page,
 )
+from serbench.present.terminal import SETTLED_WORDS
 from serbench.probes import system
 from serbench.scenarios import SCENARIOS
 
@@ -465,6 +466,8 @@ def decision_section(summary: RunSummary, look: Look) -> str:
             if c.missing
             else " = ".join(look.backend(row) for row in c.use) + (" <i>(tied)</i>" if c.tie else "")
         )
+        if SETTLED_WORDS[c.settled]:
+            use += f"<br><small>{e(SETTLED_WORDS[c.settled])}</small>"
         rows.append(
             f"<tr><th>{e(c.shape)}</th><td>{e(c.where)}</td><td>{use}</td>"
             f"<td><small>{e('; '.join([c.measured, *c.reasons]))}</small></td>"
