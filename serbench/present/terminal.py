@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-from serbench.analysis.summary import ComparisonSummary, Ranking, RunSummary
+from serbench.analysis.summary import ComparisonSummary, Ranking, RunSummary, ScenarioTime
 from serbench.model.views import Table
 from serbench.present.cells import HEADERS, verdict_cells
 
@@ -117,14 +117,21 @@ def decision_block(summary: RunSummary, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def time_line(time: Sequence[ScenarioTime]) -> str:
+    """Where the run's time went, in one line: per scenario its visits and seconds."""
+    spent = ", ".join(f"{t.scenario} {t.visits} visits in {t.seconds:.0f} s" for t in time)
+    return f"time: {spent}" if spent else ""
+
+
 def render(summary: RunSummary, verbose: bool = False) -> str:
-    """A run's output: its tables (``tables``), the failed cases, then the decision."""
+    """A run's output: its tables (``tables``), the failed cases, where the time went, then the
+    decision."""
     out = [titled(t) for t in tables(summary, verbose)]
     if summary.failed:
         out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in summary.failed))
-    block = decision_block(summary, verbose)
-    if block:
-        out.append(block)
+    last = "\n".join(part for part in (time_line(summary.time), decision_block(summary, verbose)) if part)
+    if last:
+        out.append(last)
     return "\n\n".join(out)
 
 

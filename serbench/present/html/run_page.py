@@ -483,6 +483,21 @@ def decision_section(summary: RunSummary, look: Look) -> str:
     return section("decision", "Decision: what to use", intro + table(headers, rows))
 
 
+def time_section(summary: RunSummary) -> str:
+    """Where the run's time went: per scenario, the visits its cases took and their seconds."""
+    if not summary.time:
+        return ""
+    rows = [
+        f"<tr><td>{e(t.scenario)}</td><td>{t.visits}</td><td>{t.seconds:.0f}</td></tr>" for t in summary.time
+    ]
+    intro = (
+        "<p>Per scenario, the visits its cases took (a process each; a case measured whole, one) "
+        "and the seconds they spent. A default run stops visiting a case's backends once their "
+        "comparisons are settled.</p>"
+    )
+    return section("time", "Where the time went", intro + table(["scenario", "visits", "seconds"], rows))
+
+
 def render(summary: RunSummary, source: str = "") -> str:
     """The report page of one run's summary (its results are ``summary.results``)."""
     data = summary.results
@@ -495,6 +510,7 @@ def render(summary: RunSummary, source: str = "") -> str:
         decision_section(summary, look),
         environment_section(runs),
         noise_section(runs),
+        time_section(summary),
         backends_section(data, look),
         ranking_section(summary, look),
         *(scenario_section(t, data, look) for t in tables),
