@@ -17,8 +17,9 @@ from serbench.present.cells import HEADERS, verdict_cells
 
 DECISION_WIDTH = 100
 _INDENT = " " * 10
-# What a decision's line says of its ratios (``Choice.settled``): none where they have no interval.
-SETTLED_WORDS = {True: "settled", False: "not settled within the budget: tied at this noise", None: ""}
+# What a decision's line says of its ratios (``Choice.settled``), short enough that a tie of three
+# default backends keeps to one line: "not settled" is within the run's budget of visits.
+SETTLED_WORDS = {True: "settled", False: "not settled: tied at this noise", None: ""}
 # One line of legend; the full one (what a ratio is of, when rows tie) is docs/guides/choosing.md's.
 DECISION_LEGEND = (
     "DECISION: the safe backends to use per workload shape (×r [low, high]: ratio to the first, 95% CI)"
