@@ -35,6 +35,7 @@ from serbench.analysis.ranking import (
     tied,
     yardsticks,
 )
+from serbench.analysis.settled import settled
 from serbench.model.metrics import COPY_TIE, LOWER_QUARTILE, MEDIAN, PRACTICAL_TIE, TRIMMED_MEAN, metric
 from serbench.model.results import Case, Results
 from serbench.model.specs import SpecError, parse_spec
@@ -103,6 +104,7 @@ class Decision:
     best: dict[str, Measurement] = field(default_factory=dict)
     margin: float = PRACTICAL_TIE
     missing: str = ""
+    settled: bool | None = None
 
     @property
     def where(self) -> str:
@@ -154,6 +156,7 @@ def decide(
     level = [s for s in ratios if _safe(data, s.row) and tied(name, s.estimate, margin)]
     apart = [s for s in ratios if _safe(data, s.row) and s not in level]
     unsafe = [s for s in ratios if not _safe(data, s.row) and better(name, s.estimate, margin)]
+    intervals = all(s.estimate.low is not None for s in ratios)
     return Decision(
         group,
         scenario,
@@ -165,6 +168,7 @@ def decide(
         unsafe=unsafe,
         best={w: rows[best][w] for w in workloads},
         margin=margin,
+        settled=all(settled(s.estimate, margin) for s in ratios) if intervals else None,
     )
 
 

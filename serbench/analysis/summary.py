@@ -75,7 +75,8 @@ class Choice:
     """What to use for one workload shape in one scenario (``decision.Decision``) in words:
     ``use`` the safe rows to use (tied when more than one), or ``missing`` why none;
     ``measured`` the metric and the best row's values, ``reasons`` the other parts of one line
-    of why (ratios to it, rules); ``unsafe`` the faster unsafe rows, each with its ratio."""
+    of why (ratios to it, rules); ``unsafe`` the faster unsafe rows, each with its ratio;
+    ``settled`` whether its ratios were settled (``decision.Decision.settled``)."""
 
     shape: str
     where: str
@@ -87,6 +88,7 @@ class Choice:
     reasons: list[str]
     unsafe: list[str]
     missing: str = ""
+    settled: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,16 @@ class ScenarioNoise:
 
 
 @dataclass(frozen=True)
+class ScenarioTime:
+    """Where a run's time went in one scenario: the visits its cases took (a case measured
+    whole, one) and the seconds they spent (``Record.duration_s``)."""
+
+    scenario: str
+    visits: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """Everything a run's presenters show, computed once (``summarize_run``)."""
 
@@ -115,6 +127,7 @@ class RunSummary:
     tie_rule: str  # when two rows tie (``decision.tie_rule``)
     noise: list[ScenarioNoise]
     failed: list[Record]
+    time: list[ScenarioTime] = field(default_factory=list)
 
 
 def _column(records: Sequence[Record], name: str) -> tuple[float, str]:
@@ -226,6 +239,7 @@ def _choice(found: decision.Decision, data: Results) -> Choice:
         reasons,
         decision.unsafe_items(found, data),
         found.missing,
+        found.settled,
     )
 
 
@@ -239,9 +253,21 @@ def _noise(data: Results) -> list[ScenarioNoise]:
     return out
 
 
+def _time(data: Results) -> list[ScenarioTime]:
+    """Per scenario, in the run's order, the visits made and the seconds spent."""
+    return [
+        ScenarioTime(
+            scenario,
+            sum(rec.rounds or 1 for rec in data.of(scenario)),
+            sum(rec.duration_s for rec in data.of(scenario)),
+        )
+        for scenario in data.scenarios()
+    ]
+
+
 def summarize_run(data: Results, baseline: str = ranking.DEFAULT_BASELINE) -> RunSummary:
-    """The summary of a run: its tables, rankings against ``baseline``, decisions, noise and
-    failed cases."""
+    """The summary of a run: its tables, rankings against ``baseline``, decisions, noise, failed
+    cases and where its time went."""
     found = decision.decisions(data)
     decided = [d.metric for d in found if not d.missing]
     rankings = [_ranking(data, scenario, baseline) for scenario in data.scenarios()]
@@ -255,6 +281,7 @@ def summarize_run(data: Results, baseline: str = ranking.DEFAULT_BASELINE) -> Ru
         tie_rule=decision.tie_rule(decided),
         noise=_noise(data),
         failed=[r for r in data.records if not r.ok],
+        time=_time(data),
     )
 
 

@@ -19,7 +19,9 @@ class Profile:
     backend of a group in turn, see ``serbench.runner.matrix``). ``split``: set by the
     runner for one such visit, the number of visits the case's samples are
     spread over; a scenario takes ``share`` of each count it would measure in
-    one process. 1 everywhere else (the gate, asv, a direct ``run_case``).
+    one process. 1 everywhere else (the gate, asv, a direct ``run_case``). ``sequential``: the
+    runner stops visiting a group once its comparisons are settled (``serbench.runner.visits``);
+    ``full`` visits every round planned.
     """
 
     name: str
@@ -30,6 +32,7 @@ class Profile:
     options: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
     split: int = 1
+    sequential: bool = True
 
     def with_options(self, **options: Any) -> Profile:
         return replace(self, options={**self.options, **options})
@@ -45,5 +48,13 @@ class Profile:
 # (docs/measurements/2026-12-06-ipc-in-turns.md). full's 5 give its paired ratios five pairs.
 PROFILES = {
     "quick": Profile("quick", samples=15, min_sample_s=0.002, max_metric_s=0.4, case_timeout_s=120, rounds=3),
-    "full": Profile("full", samples=60, min_sample_s=0.02, max_metric_s=5.0, case_timeout_s=900, rounds=5),
+    "full": Profile(
+        "full",
+        samples=60,
+        min_sample_s=0.02,
+        max_metric_s=5.0,
+        case_timeout_s=900,
+        rounds=5,
+        sequential=False,
+    ),
 }

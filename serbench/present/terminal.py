@@ -11,12 +11,15 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-from serbench.analysis.summary import ComparisonSummary, Ranking, RunSummary
+from serbench.analysis.summary import ComparisonSummary, Ranking, RunSummary, ScenarioTime
 from serbench.model.views import Table
 from serbench.present.cells import HEADERS, verdict_cells
 
 DECISION_WIDTH = 100
 _INDENT = " " * 10
+# What a decision's line says of its ratios (``Choice.settled``), short enough that a tie of three
+# default backends keeps to one line: "not settled" is within the run's budget of visits.
+SETTLED_WORDS = {True: "settled", False: "not settled: tied at this noise", None: ""}
 # One line of legend; the full one (what a ratio is of, when rows tie) is docs/guides/choosing.md's.
 DECISION_LEGEND = (
     "DECISION: the safe backends to use per workload shape (×r [low, high]: ratio to the first, 95% CI)"
@@ -94,9 +97,9 @@ def _packed(parts: Sequence[str], first: str = _INDENT, separator: str = "; ") -
 
 def decision_block(summary: RunSummary, verbose: bool = False) -> str:
     """The decision of a run in lines of at most ``DECISION_WIDTH`` columns: per shape, per
-    scenario, the safe backends to use and why: the ratios to the best (``verbose``: the best's
-    own values first, which the headline table shows by default); "" when the run has nothing
-    to decide."""
+    scenario, the safe backends to use, whether that was settled, and why: the ratios to the best
+    (``verbose``: the best's own values first, which the headline table shows by default); ""
+    when the run has nothing to decide."""
     choices = summary.choices
     if not choices:
         return ""
@@ -107,21 +110,29 @@ def decision_block(summary: RunSummary, verbose: bool = False) -> str:
             shape = c.shape
             workloads = ", ".join(dict.fromkeys(w for x in choices if x.shape == shape for w in x.workloads))
             lines.append(f"{shape} ({workloads})")
-        lines += _packed([c.use_text], f"  {c.where:<7} ")
+        status = SETTLED_WORDS[c.settled]
+        lines += _packed([c.use_text, status] if status else [c.use_text], f"  {c.where:<7} ")
         reasons = [c.measured, *c.reasons] if verbose and c.measured else c.reasons
         unsafe = [f"faster but unsafe: {c.unsafe[0]}", *c.unsafe[1:]] if c.unsafe else []
         lines += _packed([*reasons, *unsafe])
     return "\n".join(lines)
 
 
+def time_line(time: Sequence[ScenarioTime]) -> str:
+    """Where the run's time went, in one line: per scenario its visits and seconds."""
+    spent = ", ".join(f"{t.scenario} {t.visits} visits in {t.seconds:.0f} s" for t in time)
+    return f"time: {spent}" if spent else ""
+
+
 def render(summary: RunSummary, verbose: bool = False) -> str:
-    """A run's output: its tables (``tables``), the failed cases, then the decision."""
+    """A run's output: its tables (``tables``), the failed cases, where the time went, then the
+    decision."""
     out = [titled(t) for t in tables(summary, verbose)]
     if summary.failed:
         out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in summary.failed))
-    block = decision_block(summary, verbose)
-    if block:
-        out.append(block)
+    last = "\n".join(part for part in (time_line(summary.time), decision_block(summary, verbose)) if part)
+    if last:
+        out.append(last)
     return "\n\n".join(out)
 
 

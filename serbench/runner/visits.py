@@ -10,12 +10,13 @@ on whichever case was running, and round ``i`` of two backends is a pair
 (``serbench.analysis.estimates.ratio_estimate``). A scenario that measures a group
 ``together`` (micro) has each round of it in one child (``batches``). A case's
 visits are merged into one record (``merged``); a scenario may end them early
-(``Scenario.revisit``).
+(``Scenario.revisit``), and a run may stop visiting a group whose comparisons are settled
+(``Stopping``: a stopping rule the command line hands down, as a sequential test stops).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -24,6 +25,10 @@ from serbench.model import metrics
 from serbench.model.profiles import Profile
 from serbench.model.results import Case, Record, Results, merge
 from serbench.scenarios import get_scenario
+
+# Whether a group's comparisons are settled, given its records so far (each case's visits merged):
+# the analysis layer's rule (``serbench.analysis.settled.group_settled``), handed down by the command.
+Settled = Callable[[Sequence[Record]], bool]
 
 
 @dataclass(frozen=True)
@@ -104,3 +109,33 @@ def merged(recs: list[Record]) -> Record:
     kept = {name: m for name, m in rec.metrics.items() if name not in pooled}
     kept.update((name, m) for name, m in pooled.items() if m is not None)
     return msgspec.structs.replace(rec, metrics=kept)
+
+
+class Stopping:
+    """Which groups a run visits no more because their comparisons are settled: at the start of
+    each round from the profile's ``rounds`` on (those always taken), ``rule`` is asked once of
+    the group's records so far; a settled group's later rounds are left out. Without a rule, or
+    for a profile that is not ``sequential``, every round planned is taken."""
+
+    def __init__(self, rule: Settled | None, profile: Profile) -> None:
+        self.rule = rule if profile.sequential else None
+        self.minimum = profile.rounds
+        self.records: dict[Case, dict[Case, Record]] = {}  # group → case → its record so far
+        self.asked: dict[Case, int] = {}  # group → the round the rule was last asked at
+        self.stopped: set[Case] = set()
+
+    def keep(self, case: Case, rec: Record) -> None:
+        """``rec``: the record of ``case`` so far, its visits merged."""
+        self.records.setdefault(group_of(case), {})[case] = rec
+
+    def takes(self, visit: Visit) -> bool:
+        """Whether the run takes ``visit``: not once its group was found settled."""
+        if visit.rounds == 1:
+            return True
+        group = group_of(visit.case)
+        fresh = visit.round >= self.minimum and self.asked.get(group) != visit.round
+        if self.rule is not None and fresh and group not in self.stopped:
+            self.asked[group] = visit.round
+            if self.rule(list(self.records.get(group, {}).values())):
+                self.stopped.add(group)
+        return group not in self.stopped

@@ -3,6 +3,7 @@ decision, last; --verbose and ``serbench report --format text`` print every tabl
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from builders import memory_info
@@ -13,6 +14,7 @@ from serbench.model import results
 from serbench.model.results import Backend, Case, Record, Results
 from serbench.model.stats import Measurement, summarize
 from serbench.present import terminal
+from serbench.present.html import run_page
 from serbench.serializers import BUILTINS
 
 WORKLOADS = {"text-sonnet": 0, "images-4": 38_000_000, "images-32": 300_000_000}
@@ -113,3 +115,34 @@ def test_the_legend_is_one_line(summary: RunSummary) -> None:
     block = terminal.decision_block(summary).splitlines()
     assert block[0] == terminal.DECISION_LEGEND and len(block[0]) <= terminal.DECISION_WIDTH
     assert not block[1].startswith(" ")  # the first shape follows at once
+
+
+def test_the_run_says_where_its_time_went_in_one_line_and_on_its_page() -> None:
+    """Per scenario, the visits its cases took (a case measured whole: one) and their seconds,
+    in one line above the decision and in the page's time section."""
+    records = [
+        msgspec.structs.replace(
+            results.record(Case(scenario, backend, "images-4")), rounds=rounds, duration_s=seconds
+        )
+        for scenario, backend, rounds, seconds in (
+            ("micro", "pickle", 3, 1.5),
+            ("micro", "flat-mmk", None, 0.5),
+            ("memory", "pickle", None, 4.0),
+        )
+    ]
+    summary = summarize_run(Results(complete=True, records=records))
+    assert [(t.scenario, t.visits, t.seconds) for t in summary.time] == [
+        ("micro", 4, 2.0),
+        ("memory", 1, 4.0),
+    ]
+    line = "time: micro 4 visits in 2 s, memory 1 visits in 4 s"
+    assert terminal.time_line(summary.time) == line
+    shown = terminal.render(summary).splitlines()
+    assert sum(row.startswith("time: ") for row in shown) == 1 and line in shown
+    page = run_page.render(summary)
+    assert "Where the time went" in page and "<td>micro</td><td>4</td><td>2</td>" in page
+
+
+def test_the_default_output_shows_the_time_line_right_above_the_decision(summary: RunSummary) -> None:
+    shown = terminal.render(summary)
+    assert f"{terminal.time_line(summary.time)}\n{terminal.decision_block(summary)}" in shown

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -418,3 +419,56 @@ def test_a_round_whose_backends_are_all_unsupported_measures_nothing_together(
     monkeypatch.setattr(Together, "run_together", refuse)
     cases = [Case("together", backend, "images-1") for backend in BACKENDS]
     assert runner.run_together(cases, QUICK3) == [runner.Unsupported("not here")] * len(cases)
+
+
+class Planned(Counting):
+    """``Counting`` planning six rounds where the profile asks three: room to stop early."""
+
+    name = "planned"
+    min_rounds = 6
+    failing = ""
+
+
+@pytest.fixture
+def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Planned:
+    return _registered(Planned(), tmp_path, monkeypatch)
+
+
+def _stopped_at(tmp_path: Path, settled_from: int, profile: Profile = QUICK3) -> tuple[dict[str, int], list]:
+    """Each backend's visits under a rule that finds the group settled once every record has
+    ``settled_from`` visits, and the rounds of the records each call was asked with."""
+    asked: list[list[int | None]] = []
+
+    def settled(records: Sequence[results.Record]) -> bool:
+        asked.append([rec.rounds for rec in records])
+        return all((rec.rounds or 1) >= settled_from for rec in records)
+
+    plan = Plan(BACKENDS, ["images-1"], ["planned"])
+    run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, settled=settled)
+    return {r.backend: r.rounds for r in run.results.records}, asked
+
+
+def test_a_settled_group_is_visited_no_more_but_never_before_the_profiles_rounds(
+    tmp_path: Path, planned: Planned
+) -> None:
+    """The rule is asked once a round from the profile's rounds on, of every case's visits so
+    far; a group it finds settled stops there, and one it never does takes every round planned."""
+    assert QUICK3.rounds < Planned.min_rounds
+    visits, asked = _stopped_at(tmp_path / "four", settled_from=4)
+    assert visits == dict.fromkeys(BACKENDS, 4)
+    assert asked == [[3, 3, 3], [4, 4, 4]]
+    tallies = {p.name: len(p.read_text()) for p in planned.folder.iterdir()}
+    assert tallies == dict.fromkeys(BACKENDS, 4)
+    visits, asked = _stopped_at(tmp_path / "at-once", settled_from=0)  # settled from the first
+    assert visits == dict.fromkeys(BACKENDS, QUICK3.rounds) and asked == [[3, 3, 3]]
+    visits, asked = _stopped_at(tmp_path / "never", settled_from=99)
+    assert visits == dict.fromkeys(BACKENDS, Planned.min_rounds) and len(asked) == 3
+
+
+def test_the_full_profile_takes_every_round_planned_whatever_the_rule(
+    tmp_path: Path, planned: Planned
+) -> None:
+    full = dataclasses.replace(QUICK3, sequential=False)
+    assert PROFILES["quick"].sequential and not PROFILES["full"].sequential
+    visits, asked = _stopped_at(tmp_path, settled_from=0, profile=full)
+    assert visits == dict.fromkeys(BACKENDS, Planned.min_rounds) and asked == []

@@ -56,6 +56,7 @@ from serbench.present.html.page import (
     unique,
     write_page,
 )
+from serbench.present.terminal import SETTLED_WORDS
 from serbench.probes import system
 from serbench.scenarios import SCENARIOS
 
@@ -465,6 +466,8 @@ def decision_section(summary: RunSummary, look: Look) -> str:
             if c.missing
             else " = ".join(look.backend(row) for row in c.use) + (" <i>(tied)</i>" if c.tie else "")
         )
+        if SETTLED_WORDS[c.settled]:
+            use += f"<br><small>{e(SETTLED_WORDS[c.settled])}</small>"
         rows.append(
             f"<tr><th>{e(c.shape)}</th><td>{e(c.where)}</td><td>{use}</td>"
             f"<td><small>{e('; '.join([c.measured, *c.reasons]))}</small></td>"
@@ -480,6 +483,21 @@ def decision_section(summary: RunSummary, look: Look) -> str:
     return section("decision", "Decision: what to use", intro + table(headers, rows))
 
 
+def time_section(summary: RunSummary) -> str:
+    """Where the run's time went: per scenario, the visits its cases took and their seconds."""
+    if not summary.time:
+        return ""
+    rows = [
+        f"<tr><td>{e(t.scenario)}</td><td>{t.visits}</td><td>{t.seconds:.0f}</td></tr>" for t in summary.time
+    ]
+    intro = (
+        "<p>Per scenario, the visits its cases took (a process each; a case measured whole, one) "
+        "and the seconds they spent. A default run stops visiting a case's backends once their "
+        "comparisons are settled.</p>"
+    )
+    return section("time", "Where the time went", intro + table(["scenario", "visits", "seconds"], rows))
+
+
 def render(summary: RunSummary, source: str = "") -> str:
     """The report page of one run's summary (its results are ``summary.results``)."""
     data = summary.results
@@ -492,6 +510,7 @@ def render(summary: RunSummary, source: str = "") -> str:
         decision_section(summary, look),
         environment_section(runs),
         noise_section(runs),
+        time_section(summary),
         backends_section(data, look),
         ranking_section(summary, look),
         *(scenario_section(t, data, look) for t in tables),

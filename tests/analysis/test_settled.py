@@ -1,0 +1,120 @@
+"""The stopping rule: a comparison is settled once its interval lies wholly inside the practical
+tie or wholly outside it; a group once every comparison between its rows is; a decision says
+which it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from builders import doc, rec
+
+from serbench.analysis import decision
+from serbench.analysis.estimates import Estimate
+from serbench.analysis.settled import group_settled, settled
+from serbench.analysis.summary import summarize_run
+from serbench.model.results import Backend, Record, Results
+from serbench.model.stats import summarize
+from serbench.present import terminal
+from serbench.present.html import run_page
+
+TTFT_TIE = 0.10  # ``ttft_s``'s practical tie
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (0.95, 1.05, True),  # wholly inside: a tie that more samples keep
+        (1 / 1.1, 1.1, True),  # the edges belong inside
+        (1.11, 1.30, True),  # wholly beyond: apart
+        (0.70, 0.90, True),  # wholly below: apart, faster
+        (1.05, 1.15, False),  # across the upper edge: could fall either way
+        (0.85, 0.95, False),  # across the lower edge
+        (0.80, 1.20, False),  # across both
+    ],
+)
+def test_a_comparison_is_settled_only_wholly_inside_or_wholly_outside_the_tie(
+    low: float, high: float, expected: bool
+) -> None:
+    assert settled(Estimate((low * high) ** 0.5, low, high, 1), TTFT_TIE) is expected
+
+
+def test_a_comparison_without_an_interval_is_never_settled() -> None:
+    assert not settled(Estimate(1.0, None, None, 1), TTFT_TIE)
+    assert not settled(Estimate(3.0, None, None, 1), TTFT_TIE)
+
+
+def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: int = 10) -> list[Record]:
+    """One ipc group: per backend, TTFT samples around ``factor`` ms over ``visits`` visits."""
+    rng = np.random.default_rng(11)
+    out = []
+    for backend, factor in factors.items():
+        values = list(1e-3 * factor * rng.lognormal(0.0, noise, visits * per_visit))
+        ttft = summarize(values, "s", [per_visit] * visits)
+        out.append(rec({"ttft_s": ttft}, backend, "images-32", scenario="ipc", transport="ipc"))
+    return out
+
+
+def test_a_group_whose_rows_tie_tightly_or_differ_plainly_is_settled() -> None:
+    assert group_settled(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
+
+
+def test_a_group_with_a_difference_near_the_tie_is_not_settled() -> None:
+    """b 10 % slower than a sits on the tie's edge: its interval reaches across it."""
+    assert not group_settled(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01))
+
+
+def test_noise_keeps_a_group_open_that_quiet_would_settle() -> None:
+    assert group_settled(_group({"a": 1.0, "b": 1.02}, noise=0.01))
+    assert not group_settled(_group({"a": 1.0, "b": 1.02}, noise=0.5, visits=3, per_visit=2))
+
+
+def test_failed_records_compare_nothing_and_one_row_has_nothing_left_to_compare() -> None:
+    (one,) = _group({"a": 1.0}, noise=0.01)
+    failed = rec({}, "b", "images-32", error="boom", scenario="ipc", transport="ipc")
+    assert group_settled([one, failed])
+    assert not group_settled([failed])
+    assert not group_settled([])
+
+
+def _decision_doc(factors: dict[str, float]) -> Results:
+    data = doc(_group(factors, noise=0.01))
+    data.backends = {name: Backend(safe=True) for name in factors}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("factors", "expected", "words"),
+    [
+        ({"a": 1.0, "b": 1.0, "c": 6.5}, True, "; settled"),
+        ({"a": 1.0, "b": 1.1}, False, "; not settled: tied at this noise"),
+    ],
+)
+def test_a_decision_says_whether_its_ratios_were_settled_and_the_terminal_says_so(
+    factors: dict[str, float], expected: bool, words: str
+) -> None:
+    data = _decision_doc(factors)
+    (found,) = decision.decisions(data)
+    assert found.settled is expected
+    summary = summarize_run(data)
+    assert [c.settled for c in summary.choices] == [expected]
+    assert words in terminal.decision_block(summary).replace("\n          ", " ")
+    assert f"<small>{words.removeprefix('; ')}</small>" in run_page.render(summary)  # the page too
+
+
+def test_a_decision_whose_ratios_have_no_interval_says_neither() -> None:
+    data = _decision_doc({"a": 1.0, "b": 1.0})
+    for r in data.records:
+        r.metrics["ttft_s"] = summarize([r.metrics["ttft_s"].median], "s")
+    (found,) = decision.decisions(data)
+    assert found.settled is None
+    assert "settled" not in terminal.decision_block(summarize_run(data))
+
+
+def test_an_unsettled_tie_of_three_default_backends_keeps_its_line() -> None:
+    """The default output fits a screen (tests/present/test_terminal.py) only if the words stay on
+    the decision's line: three of the longest default names, tied and not settled."""
+    data = _decision_doc({"numpy-intermediate": 1.0, "flat-mmk": 1.0, "msgspec-frombuffer": 1.1})
+    summary = summarize_run(data)
+    assert [c.settled for c in summary.choices] == [False] and summary.choices[0].tie
+    _, _, use, *_ = terminal.decision_block(summary).splitlines()
+    assert use.endswith("(tied); not settled: tied at this noise"), use
