@@ -90,10 +90,15 @@ class SglangSerializer:
         return [self._encode(obj)]
 
     def decode(self, frames: Sequence[Buffer], type_: Any = Any) -> Any:
+        """The message of ``frames[0]``, decoded through SGLang's one Union of its types; a frame of
+        another of them than ``type_`` is refused, as SGLang's dispatch by type refuses it."""
         try:
-            return self._decode(frames[0])
+            message = self._decode(frames[0])
         except Exception as exc:
             raise DecodeError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        if type_ is not Any and not isinstance(message, type_):
+            raise DecodeError(f"{self.name}: decoded a {type(message).__name__}, expected {type_.__name__}")
+        return message
 
 
 class SglangPickleSerializer:
