@@ -7,6 +7,9 @@ imports it once per test process, when the first of them runs.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from array import array
 
 import pytest
@@ -156,3 +159,19 @@ def test_micro_run_verifies_every_message(tmp_path, capsys):
         assert record["error"] is None and record["unsupported"] is None, record
         assert record["info"]["verification"]["messages"] == record["info"]["verification"]["of"] >= 1
     assert results["backends"]["sglang-pickle"]["safe"] is False
+
+
+def test_without_sglang_one_line_and_exit_2(tmp_path):
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["sglang"] = None  # as if not installed
+        from serbench.cli import main
+        sys.exit(main(["run", "--backends", "sglang", "--workloads", "{TEXT}", "--scenarios", "micro",
+                       "--out", "{tmp_path / "out"}"]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "pip install" in lines[0] and "sglang" in lines[0], done.stderr

@@ -11,16 +11,14 @@ so a process that needs SGLang imports it here first. Tested releases: ``TESTED`
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import warnings
 from array import array
 from functools import cache
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from serbench.runtime import lazy, provenance
+from serbench.runtime import lazy, provenance, torchvision_ops
 
 TESTED = ("0.5.23",)  # the pin in constraints.txt
 SWITCH = "SGLANG_USE_PICKLE_IPC"
@@ -28,9 +26,6 @@ INSTALL = (
     "the sglang backends and layout=sglang-native need SGLang: pip install 'serbench[sglang]' && "
     "pip install --no-deps -c constraints.txt sglang torchvision"
 )
-# torchvision's operators its Python modules register fakes for at import (torchvision._meta_registrations)
-_TORCHVISION_FAKED_OPS = ("nms", "qnms")
-_libraries: list[Any] = []  # a torch.library.Library lives only as long as it is referenced
 
 
 class Missing(ImportError):
@@ -47,7 +42,7 @@ def load() -> SimpleNamespace:
     """SGLang's codec and message types; ``Missing`` (one line: what to install) without SGLang."""
     os.environ.setdefault(SWITCH, "false")
     try:
-        _torchvision_importable()
+        torchvision_ops.declare_missing()  # SGLang's configs import torchvision's transforms
         with lazy.lasting(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its import warns of every CUDA-only kernel it cannot use
             from sglang.srt.managers import io_struct, schedule_batch
@@ -93,22 +88,3 @@ def image_item(pixels: Any, offsets: list[tuple[int, int]], identity: bytes, ext
     )
     item.set_identity(identity)
     return item
-
-
-def _torchvision_importable() -> None:
-    """SGLang's configs import torchvision's Python modules (never its operators). A torchvision
-    whose compiled operators cannot load on this torch (the registry's CUDA build beside a CPU
-    torch) fails its own import where it registers fakes for two of them: those two are declared
-    here first, so that its Python modules import; its operators stay unavailable, as before."""
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or not spec.submodule_search_locations:
-        return
-    import torch
-
-    try:
-        torch.ops.load_library(str(Path(spec.submodule_search_locations[0]) / "_C.so"))
-    except OSError:
-        library = torch.library.Library("torchvision", "FRAGMENT")
-        for op in _TORCHVISION_FAKED_OPS:
-            library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _libraries.append(library)
