@@ -7,11 +7,14 @@ imports it once per test process, when the first of them runs.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import subprocess
 import sys
 import textwrap
 from array import array
 
+import msgspec
 import pytest
 import torch
 from conftest import NEEDS_SGLANG
@@ -120,8 +123,22 @@ def test_malformed_frames_are_a_clean_decode_error(sglang):
     assert verdicts == dict.fromkeys(corpus, "DecodeError")
 
 
+class _RunsGetpid:
+    def __reduce__(self):
+        return (os.getpid, ())
+
+
+def test_sglangs_msgspec_decoder_runs_code_named_by_its_input(sglang):
+    """Why ``sglang`` is marked unsafe: its Union holds ``PickleWrapper``, which ``msgpack_decode``
+    unpickles when it is the message; the frame names a callable, and the decode calls it."""
+    from sglang.srt.managers.io_struct import PickleWrapper
+
+    frame = msgspec.msgpack.encode(PickleWrapper(pickle.dumps(_RunsGetpid())))
+    assert get_serializer("sglang").decode([frame]) == os.getpid()
+
+
 def test_declarations_are_honest():
-    assert is_safe(get_serializer("sglang")) and not is_safe(get_serializer("sglang-pickle"))
+    assert not is_safe(get_serializer("sglang")) and not is_safe(get_serializer("sglang-pickle"))
     msgspec_backend = get_serializer("sglang")
     for spec in NATIVE:
         assert conformance.case_unsupported(msgspec_backend, spec) is None, spec

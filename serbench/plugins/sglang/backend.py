@@ -4,8 +4,9 @@
 every tensor inside it as SGLang's own ext type, decoded through the one tagged Union of its
 request types. ``sglang-pickle`` is its default path, what ``sock_send`` does while
 ``SGLANG_USE_PICKLE_IPC`` is on (``send_pyobj``): the whole message pickled at the highest protocol,
-in one frame; unpickling runs code named by its input, so it is marked unsafe. SGLang's own
-messages (``layout=sglang-native``) both carry; what the msgspec path cannot is declared below.
+in one frame. Both are marked unsafe: unpickling runs code named by its input, and SGLang's
+msgspec decoder unpickles a ``PickleWrapper`` sent as the message. SGLang's own messages
+(``layout=sglang-native``) both carry; what the msgspec path cannot is declared below.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class SglangSerializer:
 
     name = "sglang"
     description = "SGLang's msgspec IPC path, io_struct.msgpack_encode / msgpack_decode (tensors in-band)"
-    safe = True  # its decoder rebuilds only its typed Union; PickleWrapper fields are never sent here
+    # Its Union holds PickleWrapper, and msgpack_decode unpickles one sent at the top: code named by
+    # its input runs (tests/plugins/test_sglang.py shows it), so it is not safe for untrusted input.
+    safe = False
     unsupported = UNSUPPORTED
 
     def __init__(self) -> None:
