@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # that must time out), and a third fills it (docs/measurements/2026-12-03-test-time-and-stability.md).
 PYTEST := $(BIN)/python -m pytest -q --benchmark-disable -n 3 --dist worksteal
 
-.PHONY: install install-vllm run test check system-deps
+.PHONY: install install-vllm install-sglang run test check system-deps
 
 # The install steps say what they do in one line rather than echo their long commands, so that
 # `make run` on a fresh clone still fits its answer on one screen.
@@ -65,7 +65,17 @@ $(VENV)/installed-vllm: pyproject.toml constraints.txt | $(UV)
 
 install-vllm: $(VENV)/installed-vllm
 
-test: install-vllm system-deps
+# The SGLang plugin's tests run against the real SGLang (docs/sglang.md), installed as vLLM is:
+# what its messages' import needs (the `sglang` extra), then the pinned sglang and the torchvision
+# built for the pinned torch, both without their dependencies; on top of install-vllm.
+$(VENV)/installed-sglang: pyproject.toml constraints.txt $(VENV)/installed-vllm
+	$(INSTALL) -e '.[test,vllm,sglang]'
+	$(INSTALL) --no-deps sglang torchvision
+	touch $@
+
+install-sglang: $(VENV)/installed-sglang
+
+test: install-sglang system-deps
 	$(BIN)/lint-imports
 	$(PYTEST)
 

@@ -82,6 +82,7 @@ SLOW_MODULES = {
     "test_runner",
     "test_shm",
     "test_shm_lifetime",
+    "test_sglang",
     "test_staging",
     "test_verified",
     "test_vllm",
@@ -223,6 +224,21 @@ def vllm():
     only a process that runs a vLLM test pays, once. Module-scoped so that the cases a test forks
     inherit it instead of importing it again."""
     from serbench.plugins.vllm import adapter
+
+    return adapter.load()
+
+
+NEEDS_SGLANG = pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is None,
+    reason="SGLang not installed: make test installs the pinned one",
+)
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    """SGLang's modules (``adapter.load``), imported when a test first needs them, as ``vllm``'s:
+    its import is costlier still, and sets its IPC switch first (docs/sglang.md)."""
+    from serbench.plugins.sglang import adapter
 
     return adapter.load()
 

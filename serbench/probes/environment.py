@@ -23,7 +23,7 @@ from serbench.runtime.isolation import run_isolated
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 
-LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench", "vllm")
+LIBRARIES = ("torch", "numpy", "msgspec", "pyzmq", "cloudpickle", "psutil", "serbench", "vllm", "sglang")
 MODULES = {"pyzmq": "zmq"}  # a distribution whose module has another name
 SERBENCH = (
     Path(serbench.__file__).resolve().parent

@@ -67,12 +67,14 @@ def sonnet(rng: random.Random) -> list[str]:
     return lines
 
 
+def words(text: str) -> list[str]:
+    """The text's words and punctuation marks, one token each."""
+    return text.replace(",", " ,").replace(".", " .").replace(";", " ;").replace("!", " !").split()
+
+
 def tokenize(text: str, vocab: dict[str, int]) -> list[int]:
     """One id per word or punctuation mark; ids are stable for a given text."""
-    ids = []
-    for word in text.replace(",", " ,").replace(".", " .").replace(";", " ;").replace("!", " !").split():
-        ids.append(vocab.setdefault(word, 1000 + zlib.crc32(word.encode()) % 30000))
-    return ids
+    return [vocab.setdefault(word, 1000 + zlib.crc32(word.encode()) % 30000) for word in words(text)]
 
 
 class TextSonnet(Workload):
@@ -97,20 +99,23 @@ class TextSonnet(Workload):
         self._vocab: dict[str, int] = {}
 
     @cached_property
-    def _prefix(self) -> list[int]:
+    def _prefix(self) -> list[str]:
         rng = random.Random(self.seed)
         intro = "Pick as many lines as you can from these poem lines and continue them in kind:"
-        tokens = tokenize(intro + " " + " ".join(sonnet(rng) * 3), self._vocab)
-        return tokens[:PREFIX_TOKENS]
+        return words(intro + " " + " ".join(sonnet(rng) * 3))[:PREFIX_TOKENS]
+
+    def prompt_words(self, index: int) -> list[str]:
+        """Request ``index``'s prompt as its words and marks, one per token (a frontend's text)."""
+        rng = random.Random(f"{self.seed}:{index}")
+        prompt = list(self._prefix)
+        while len(prompt) < self.prompt_len:
+            prompt += words(" ".join(sonnet(rng)))
+        return prompt[: self.prompt_len]
 
     def request(self, index: int) -> EngineCoreRequest:
-        rng = random.Random(f"{self.seed}:{index}")
-        tokens = list(self._prefix)
-        while len(tokens) < self.prompt_len:
-            tokens += tokenize(" ".join(sonnet(rng)), self._vocab)
         return EngineCoreRequest(
             request_id=self.request_id(index),
-            prompt_token_ids=tokens[: self.prompt_len],
+            prompt_token_ids=tokenize(" ".join(self.prompt_words(index)), self._vocab),
             sampling_params=SamplingParams(temperature=0.0, max_tokens=self.output_len, ignore_eos=True),
             arrival_time=0.0,
             eos_token_id=2,

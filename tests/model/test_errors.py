@@ -20,6 +20,8 @@ OUTSIDE = {
     "serbench.model.errors.Terminated": KeyboardInterrupt,
     # vLLM not importable: a missing optional dependency, an ImportError as loaders expect
     "serbench.plugins.vllm.adapter.Missing": ImportError,
+    # SGLang not importable: the same, for the SGLang plugin
+    "serbench.plugins.sglang.adapter.Missing": ImportError,
 }
 
 

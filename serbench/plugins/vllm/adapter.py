@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench.runtime import lazy, provenance
+from serbench.runtime import lazy, provenance, torchvision_ops
 
 TESTED = ("0.33.0", "0.32.0", "0.34.0")  # the pin in constraints.txt first
 INSTALL = (
@@ -45,6 +45,7 @@ def load() -> SimpleNamespace:
     """vLLM's codec and message types; ``Missing`` (one line: what to install) without vLLM."""
     # vLLM logs at INFO on import; a benchmark's output is its tables (set before the import).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    torchvision_ops.declare_missing()  # transformers' image utilities import torchvision where installed
     try:
         with lazy.lasting():  # its import makes a great many objects that last
             from vllm.multimodal import inputs
