@@ -192,4 +192,4 @@ def test_list_shows_backends_workloads_scenarios(tmp_path: Path) -> None:
     assert proc.returncode == 0
     for name in ("pickle-oob", "flat-mmk", "images-32", "text-sonnet", "micro"):
         assert name in proc.stdout
-    assert proc.stdout.count("NO (runs code from input)") == 4  # the pickles and sglang-pickle
+    assert proc.stdout.count("NO (runs code from input)") == 5  # the pickles and both SGLang paths
