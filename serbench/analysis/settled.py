@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from serbench.analysis.estimates import Estimate, center_of, geometric_ratio
 from serbench.analysis.ranking import headline_metric, measurements, tie_margin, yardsticks
 from serbench.model.results import Record, Results
-from serbench.model.stats import Measurement
+from serbench.model.stats import MIN_DISTRIBUTION, Measurement
 
 
 def settled(estimate: Estimate, margin: float) -> bool:
@@ -33,7 +33,9 @@ def group_settled(records: Sequence[Record]) -> bool:
     """Whether every comparison between the rows of one group's ``records`` (the cases that differ
     only in backend, each its visits so far merged) is settled in the scenario's headline metric,
     each row against each other with that row's ``tie_margin`` (``_pair_settled``). A failed
-    record compares nothing; a group with one measured row has nothing left to compare."""
+    record compares nothing; a group with one measured row has nothing left to compare. A row
+    with fewer than ``MIN_DISTRIBUTION`` samples in a workload settles nothing yet: its interval
+    would rest on a value, not a distribution."""
     data = Results(records=[rec for rec in records if rec.ok])
     if not data.records:
         return False
@@ -42,6 +44,8 @@ def group_settled(records: Sequence[Record]) -> bool:
     if name is None:
         return False
     measured = measurements(data, scenario, name)
+    if any(m.n < MIN_DISTRIBUTION for row in measured.values() for m in row.values()):
+        return False
     yardstick = yardsticks(data, scenario, name)
     rows = list(measured)
     return all(

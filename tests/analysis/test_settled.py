@@ -58,6 +58,12 @@ def test_a_group_whose_rows_tie_tightly_or_differ_plainly_is_settled() -> None:
     assert group_settled(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
 
 
+def test_a_group_settles_nothing_while_a_row_has_fewer_samples_than_a_distribution() -> None:
+    """Rows plainly apart, one sample a visit: not settled at 3 or 4 samples, settled from 5 on."""
+    few = [_group({"a": 1.0, "c": 6.5}, noise=0.01, visits=v, per_visit=1) for v in (3, 4, 5)]
+    assert [group_settled(g) for g in few] == [False, False, True]
+
+
 def test_a_group_with_a_difference_near_the_tie_is_not_settled() -> None:
     """b 10 % slower than a sits on the tie's edge: its interval reaches across it."""
     assert not group_settled(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01))
