@@ -7,8 +7,6 @@ from types import ModuleType
 
 from suite_paths import ROOT
 
-ROOT = ROOT
-
 
 def load(relative: str, name: str) -> ModuleType:
     """``ROOT / relative`` as the module ``name``: by path, since scripts/ is no package and

@@ -11,8 +11,6 @@ from suite_paths import ROOT
 
 from serbench import cli as commands
 
-REPO = ROOT
-
 
 def git(repo: Path, *args: str) -> str:
     command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
@@ -23,10 +21,10 @@ def clone_working_tree(clone: Path) -> None:
     """A clone of this repository whose last commit is this working tree as it is (tracked and
     untracked files, ignored ones left out): the code under test, committed or not, on both
     sides of a gate run there."""
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    listed = git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    listed = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for name in filter(None, listed.split("\0")):
-        source, target = REPO / name, clone / name
+        source, target = ROOT / name, clone / name
         if source.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)

@@ -14,7 +14,6 @@ import by_path
 import pytest
 from suite_paths import ROOT, manual_files
 
-ROOT = ROOT
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MEASUREMENTS = DOCS / "measurements"

@@ -20,8 +20,6 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from suite_paths import ROOT
 
-ROOT = ROOT
-
 
 def _requirements() -> dict[str, Requirement]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -27,7 +27,6 @@ from serbench.model.stats import summarize
 from serbench.runner import matrix as runner
 from serbench.scenarios import SCENARIOS, Outcome
 
-ROOT = ROOT
 ASV = [sys.executable, "-m", "asv"]
 MACHINE = "serbench-test"
 

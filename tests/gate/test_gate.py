@@ -32,7 +32,6 @@ from serbench.runner.matrix import Plan
 from serbench.runtime.isolation import kill_tree
 from serbench.serializers import BUILTINS, get_serializer
 
-REPO = ROOT
 QUICK = PROFILES["quick"]
 
 
@@ -140,7 +139,7 @@ def test_every_round_is_measured_by_measurers_started_for_it(monkeypatch, tmp_pa
         yield started[-1]
 
     monkeypatch.setattr(rounds, "measurers", fake_measurers)
-    revisions = [Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    revisions = [Revision(label, ROOT, MICRO_TEXT, QUICK) for label in ("base", "head")]
     runs = rounds.fresh_rounds(revisions, 3, tmp_path, log=notes.append)
     assert len(started) == 3 and len({id(m) for side in started for m in side}) == 6
     assert [label for label, _ in calls] == ["base", "head", "head", "base", "base", "head"]
@@ -165,7 +164,7 @@ def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp
         yield [FakeMeasurer(r.label, [], None) for r in revisions]
 
     monkeypatch.setattr(rounds, "measurers", fake_measurers)
-    revisions = [Revision(label, REPO, MICRO_TEXT, QUICK) for label in ("base", "head")]
+    revisions = [Revision(label, ROOT, MICRO_TEXT, QUICK) for label in ("base", "head")]
     with pytest.raises(KeyboardInterrupt):
         rounds.fresh_rounds(
             revisions,
@@ -178,7 +177,7 @@ def test_the_rounds_done_are_handed_on_before_a_later_one_fails(monkeypatch, tmp
 
 
 def test_a_measurer_measures_one_round_per_request(tmp_path: Path) -> None:
-    side = Revision("head", REPO, MICRO_TEXT, QUICK)
+    side = Revision("head", ROOT, MICRO_TEXT, QUICK)
     measurer = ProtocolMeasurer(side, tmp_path / "head.log")
     try:
         assert measurer.greet()  # its hello, instead of its --help, says what it can do
@@ -203,7 +202,7 @@ def test_a_measurer_measures_one_round_per_request(tmp_path: Path) -> None:
 def test_a_measurer_handed_its_checked_backends_records_them_instead_of_checking(tmp_path: Path) -> None:
     """A later round's measurer runs the code the first round's checked: it is handed those backends
     (``rounds.checked_backends``), which its results then hold as given, not checked again."""
-    side = Revision("head", REPO, MICRO_TEXT, QUICK)
+    side = Revision("head", ROOT, MICRO_TEXT, QUICK)
     handed = {"msgspec-frombuffer": Backend(name="handed on", description="round 1's check", safe=True)}
     measurer = ProtocolMeasurer(side, tmp_path / "head.log", backends=handed)
     try:
@@ -228,7 +227,7 @@ def test_checked_backends_are_handed_on_only_where_they_cover_every_backend_meas
 
 
 def test_a_measurer_that_stops_is_a_gate_error_with_its_last_words(tmp_path: Path) -> None:
-    side = Revision("base", REPO, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
+    side = Revision("base", ROOT, Plan(["no-such-backend"], ["text-sonnet"], ["micro"]), QUICK)
     measurer = ProtocolMeasurer(side, tmp_path / "base.log")
     assert measurer.greet()
     with pytest.raises(GateError, match=r"base: serbench's measuring process stopped: .*no-such-backend"):
@@ -284,7 +283,7 @@ def test_a_revision_without_a_measurer_falls_back_to_its_run_worker(tmp_path: Pa
     ``Case``s, keyed like head's."""
     plan = Plan(["pickle"], ["text-sonnet"], ["micro", "ipc"], {"transport": ("shm",)})
     base = Revision("base", old_revision(tmp_path / "old", worker=True), plan, QUICK)
-    head = Revision("head", REPO, Plan(["pickle"], ["text-sonnet"], ["micro"]), QUICK)
+    head = Revision("head", ROOT, Plan(["pickle"], ["text-sonnet"], ["micro"]), QUICK)
     notes: list[str] = []
     with measurers.measurers([base, head], tmp_path, notes.append) as (old, new):
         assert [type(old), type(new)] == [RunWorkerMeasurer, ProtocolMeasurer]
@@ -306,7 +305,7 @@ def test_if_one_side_has_no_worker_both_run_a_process_per_round(tmp_path: Path) 
     """Measured alike: a base from before ``--worker`` makes head run per round too."""
     sides = [
         Revision("base", old_revision(tmp_path / "old", worker=False), MICRO_TEXT, QUICK),
-        Revision("head", REPO, MICRO_TEXT, QUICK),
+        Revision("head", ROOT, MICRO_TEXT, QUICK),
     ]
     notes: list[str] = []
     with measurers.measurers(sides, tmp_path, notes.append) as started:
@@ -316,7 +315,7 @@ def test_if_one_side_has_no_worker_both_run_a_process_per_round(tmp_path: Path) 
 
 def test_a_one_shot_round_that_fails_is_a_gate_error(tmp_path: Path) -> None:
     plan = Plan(["no-such-backend"], ["text-sonnet"], ["micro"])
-    one_shot = OneShotMeasurer(Revision("base", REPO, plan, QUICK), tmp_path / "base.log")
+    one_shot = OneShotMeasurer(Revision("base", ROOT, plan, QUICK), tmp_path / "base.log")
     with pytest.raises(GateError, match=r"base: serbench run failed: .*no-such-backend"):
         one_shot.measure(tmp_path / "round-1")
 
@@ -327,7 +326,7 @@ def test_a_one_shot_round_past_its_time_is_ended_and_leaves_nothing(monkeypatch,
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
     monkeypatch.setattr(measurers, "RUN_TIMEOUT_S", 10)
-    revision = Revision("base", REPO, Plan(list(BUILTINS), ["images-32"], ["micro"]), QUICK)
+    revision = Revision("base", ROOT, Plan(list(BUILTINS), ["images-32"], ["micro"]), QUICK)
     with pytest.raises(GateError, match="took over 10 s"):
         OneShotMeasurer(revision, tmp_path / "base.log").measure(tmp_path / "round-1")
     assert sorted(p.name for p in temporary.iterdir()) == []
@@ -440,7 +439,7 @@ def test_a_terminated_gate_leaves_no_process_no_worktree_and_no_file_behind(tmp_
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     # this tree's gate, in the clone, with a temporary folder of its own
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1", "TMPDIR": str(temporary)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONSAFEPATH": "1", "TMPDIR": str(temporary)}
     gate_proc = subprocess.Popen(
         command, cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )

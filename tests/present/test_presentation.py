@@ -18,7 +18,6 @@ from serbench.present import html as report
 from serbench.present import terminal
 from serbench.scenarios import SCENARIOS, Scenario
 
-ROOT = ROOT
 PRESENTATION = [*sorted((ROOT / "serbench" / "present").rglob("*.py")), ROOT / "serbench/analysis/summary.py"]
 
 
@@ -61,3 +60,12 @@ def test_presentation_knows_no_scenario_by_name(path: Path) -> None:
         used = re.search(rf"""["']{name}["']""", source)
         assert not used, f"{path.name} names scenario {name!r}: {used.group(0)}"
     assert not re.search(r"from serbench\.scenarios\.\w+ import", source), path.name
+
+
+def test_the_presenters_contract_forbids_every_analysis_module_but_the_summary() -> None:
+    """A module added to serbench/analysis is forbidden to the presenters until it is the summary."""
+    config = (ROOT / "pyproject.toml").read_text()
+    block = config[config.index('source_modules = ["serbench.present"]') :].split("]", 2)[1]
+    forbidden = set(re.findall(r'"(serbench\.analysis\.\w+)"', block))
+    modules = {f"serbench.analysis.{p.stem}" for p in (ROOT / "serbench" / "analysis").glob("*.py")}
+    assert forbidden == modules - {"serbench.analysis.__init__", "serbench.analysis.summary"}

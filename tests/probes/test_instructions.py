@@ -37,7 +37,6 @@ from serbench.runner import measurer as worker
 from serbench.runner import protocol
 from serbench.runner.matrix import Plan
 
-REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 QUICK = PROFILES["quick"]
 MICRO = Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
@@ -255,7 +254,7 @@ def test_cpu_lists_and_pinning_only_where_cpus_are_to_spare(monkeypatch, tmp_pat
 
 def test_a_pinned_run_runs_on_its_cpu(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    side = Revision("head", REPO, MICRO, QUICK)
+    side = Revision("head", ROOT, MICRO, QUICK)
     proc = side.run("--help", cpus=frozenset({cpu}), stdout=subprocess.PIPE)
     try:
         assert psutil.Process(proc.pid).cpu_affinity() == [cpu]
@@ -305,12 +304,12 @@ def test_gate_counts_only_micro_ipc_and_fanout_and_says_why_not(monkeypatch, cap
 def _run(
     out: Path, backends: str, path: str | None = None, tmp: Path | None = None
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), **({"PATH": path} if path is not None else {})}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"PATH": path} if path is not None else {})}
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
     command = [sys.executable, "-m", "serbench", "run", "--scenarios", "micro", "--measure", "instructions"]
     command += ["--backends", backends, "--workloads", "text-sonnet", "--out", str(out)]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_without_valgrind_the_run_times_and_says_counts_are_absent(tmp_path: Path) -> None:
@@ -331,7 +330,7 @@ def test_a_gate_worker_does_not_count_case_by_case(tmp_path: Path) -> None:
     set up to count does so for every case at once, one valgrind process per side, and
     refuses a single case."""
     profile = QUICK.with_options(measure="instructions")
-    counting = ProtocolMeasurer(Revision("head", REPO, MICRO, profile), tmp_path / "head.log")
+    counting = ProtocolMeasurer(Revision("head", ROOT, MICRO, profile), tmp_path / "head.log")
     try:
         assert counting.greet() and protocol.INSTRUCTIONS in counting.hello.capabilities
         (case,) = counting.ready().cases
@@ -353,7 +352,7 @@ def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path:
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
     profile = QUICK.with_options(measure="instructions")
-    sides = [Revision(label, REPO, MICRO, profile) for label in ("base", "head")]
+    sides = [Revision(label, ROOT, MICRO, profile) for label in ("base", "head")]
     notes: list[str] = []
     counted = gate_counting.count(sides, tmp_path, notes.append)
     assert counted is not None and len(counted) == 2

@@ -30,12 +30,11 @@ from serbench.runner.matrix import Plan
 from serbench.runner.protocol import Failed, Measure, Measured, Progress, Ready, Setup
 from serbench.scenarios import dimensions
 
-REPO = ROOT
 MICRO = protocol.Plan(["msgspec-frombuffer"], ["text-sonnet"], ["micro"])
 
 
 def start(
-    cwd: Path = REPO, pythonpath: Path | None = None, stderr: Any = subprocess.PIPE
+    cwd: Path = ROOT, pythonpath: Path | None = None, stderr: Any = subprocess.PIPE
 ) -> subprocess.Popen:
     env = dict(os.environ)
     if pythonpath is not None:
@@ -58,7 +57,7 @@ def test_the_measurer_says_hello_first_with_its_protocol_and_capabilities() -> N
     assert {protocol.MEASURE_CASE, protocol.INSTRUCTIONS, protocol.PROGRESS} <= set(first["capabilities"])
     assert first["dimensions"] == sorted(dimensions()) and "transport" in first["dimensions"]
     assert "measure" in first["options"]
-    assert Path(first["code"]) == REPO / "serbench"
+    assert Path(first["code"]) == ROOT / "serbench"
     assert proc.stdout.read() == b""
 
 
@@ -249,7 +248,7 @@ def test_the_gate_hands_its_measurers_the_values_not_the_text(monkeypatch, tmp_p
     assert commands.main([*argv, "--out", str(tmp_path / "out")]) == EXIT_USAGE
     plan = asked["plan"]
     assert isinstance(plan, Plan) and plan.dimensions == {"transport": ("ipc", "shm")}
-    revision = Revision("base", REPO, plan, PROFILES["quick"])
+    revision = Revision("base", ROOT, plan, PROFILES["quick"])
     sent = json.loads(protocol._ENCODER.encode(revision.setup()))
     assert sent["plan"]["dimensions"] == {"transport": ["ipc", "shm"]}
     assert sent["plan"]["workloads"] == ["text-sonnet", "images-4"]

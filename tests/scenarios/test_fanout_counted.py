@@ -20,7 +20,6 @@ from serbench.scenarios.fanout import counted as fanout_counted
 from serbench.scenarios.fanout import steps as fanout_steps
 from serbench.serializers import get_serializer
 
-REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 
 
@@ -103,8 +102,8 @@ def counted(made_once) -> tuple[dict, Path]:
             "text-sonnet",
         ]
         command += ["--transport", "shm-ring", "--workers", "2", "--fanout-batch", "4", "--out", str(out)]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
 
     out = made_once("fanout-counted", make)

@@ -20,7 +20,6 @@ from serbench.probes import instructions
 from serbench.scenarios.engine.staging import Staging
 from serbench.scenarios.ipc import counted as ipc_counted
 
-REPO = ROOT
 SLOWED = "serbench.testing:slowed:base=msgspec-frombuffer,factor={},slot={}"
 
 
@@ -78,8 +77,8 @@ def counted(made_once) -> tuple[dict, Path]:
         backends = ",".join([SLOWED.format(1.0, 0), SLOWED.format(1.0, 1), SLOWED.format(1.10, 2)])
         command = [sys.executable, "-m", "serbench", "run", "--scenarios", "ipc", "--measure", "instructions"]
         command += ["--backends", backends, "--workloads", "text-sonnet", "--out", str(out)]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
 
     out = made_once("ipc-counted", make)

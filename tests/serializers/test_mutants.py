@@ -17,8 +17,6 @@ from suite_paths import ROOT
 
 from serbench.serializers import conformance
 
-ROOT = ROOT
-
 
 def test_there_are_at_least_twelve_mutants() -> None:
     assert len(MUTANTS) >= 12
