@@ -80,5 +80,43 @@ class Workload:
         """ValueError if a step's contents beyond its tokens are not what this workload sends (none here)."""
 
 
+class Relaid(Workload):
+    """The workload ``model`` with its requests as another library's own message type (a layout
+    plugin's, e.g. ``layout=vllm-native``): its name, seed, steps, checks and extras are the
+    model's; the plugin builds ``request`` and says what the engine decodes (``request_type``)."""
+
+    def __init__(self, model: Workload, description: str, request_type: type) -> None:
+        self.model = model
+        self.description = description
+        self.output_len = model.output_len
+        self.seed = model.seed
+        self.kind = model.kind
+        self.message_type = model.message_type
+        self.request_type = request_type
+
+    @property
+    def name(self) -> str:  # one name for both: the model's request ids are this workload's
+        return self.model.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.model.name = value
+
+    def __getattr__(self, name: str) -> Any:  # the model's extras (image keys, repeats, batch) pass through
+        return getattr(self.__dict__["model"], name)
+
+    def request_id(self, index: int) -> str:
+        return self.model.request_id(index)
+
+    def payload_bytes(self) -> int:
+        return self.model.payload_bytes()
+
+    def step(self, running: Sequence[Running]) -> Any:
+        return self.model.step(running)
+
+    def check(self, message: Any) -> None:
+        self.model.check(message)
+
+
 def _reason(last: bool) -> str | None:
     return "length" if last else None

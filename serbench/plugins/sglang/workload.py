@@ -13,12 +13,13 @@ none. The engine's steps stay serbench's. Registered under the entry-point group
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.sglang import adapter
-from serbench.workloads import Running, Workload
+from serbench.workloads import Workload
+from serbench.workloads.base import Relaid
 from serbench.workloads.messages import EngineCoreRequest, MultiModalFeatureSpec
 
 NAME = "sglang-native"
@@ -40,45 +41,15 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
     return native(build(Spec(spec.name, options)))
 
 
-class Native(Workload):
+class Native(Relaid):
     """serbench's workload ``model`` with its requests as SGLang's own ``TokenizedGenerateReqInput``;
     everything else is the model's. ``model_layout`` is the model's layout whose content it carries."""
 
     model_layout: str | None
 
     def __init__(self, model: Workload) -> None:
-        self.model = model
-        self.description = f"{model.description.split(', vllm layout')[0]}, SGLang's own message types"
-        self.output_len = model.output_len
-        self.seed = model.seed
-        self.message_type = model.message_type
-        self.request_type = adapter.load().TokenizedGenerateReqInput  # what the scheduler decodes
-
-    @property
-    def name(self) -> str:  # one name for both: the model's request ids are this workload's
-        return self.model.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.model.name = value
-
-    def __getattr__(self, name: str) -> Any:  # the model's extras (image keys, repeats) pass through
-        return getattr(self.__dict__["model"], name)
-
-    def request_id(self, index: int) -> str:
-        return self.model.request_id(index)
-
-    def payload_bytes(self) -> int:
-        return self.model.payload_bytes()
-
-    def request(self, index: int) -> Any:
-        raise NotImplementedError
-
-    def step(self, running: Sequence[Running]) -> Any:
-        return self.model.step(running)
-
-    def check(self, message: Any) -> None:
-        self.model.check(message)
+        description = f"{model.description.split(', vllm layout')[0]}, SGLang's own message types"
+        super().__init__(model, description, adapter.load().TokenizedGenerateReqInput)  # the scheduler's
 
 
 class NativeText(Native):

@@ -31,6 +31,7 @@ import numpy as np
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.vllm import adapter
 from serbench.workloads import Running, Workload
+from serbench.workloads.base import Relaid
 from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -91,7 +92,7 @@ def _through(feature: Any, fn: Callable[[str, Any], Any]) -> Any:
     return dataclasses.replace(feature, data=value, mm_hash=None)
 
 
-class Native(Workload):
+class Native(Relaid):
     """serbench's workload ``model`` with its requests as vLLM's own ``EngineCoreRequest``s; everything
     else is the model's. ``model_layout`` is the model's layout whose content it carries."""
 
@@ -100,39 +101,11 @@ class Native(Workload):
     model_words: str  # what the model's description says of its layout, left out of this one's
 
     def __init__(self, model: Workload) -> None:
-        self.model = model
-        self.description = f"{model.description.replace(self.model_words, '')}, vLLM's own message types"
-        self.output_len = model.output_len
-        self.seed = model.seed
-        self.kind = model.kind
-        self.message_type = model.message_type
-        self.request_type = adapter.load().EngineCoreRequest  # what the engine decodes
-
-    @property
-    def name(self) -> str:  # one name for both: the model's request ids are this workload's
-        return self.model.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.model.name = value
-
-    def __getattr__(self, name: str) -> Any:  # the model's extras (image keys, repeats, batch) pass through
-        return getattr(self.__dict__["model"], name)
-
-    def request_id(self, index: int) -> str:
-        return self.model.request_id(index)
-
-    def payload_bytes(self) -> int:
-        return self.model.payload_bytes()
+        description = f"{model.description.replace(self.model_words, '')}, vLLM's own message types"
+        super().__init__(model, description, adapter.load().EngineCoreRequest)  # what the engine decodes
 
     def request(self, index: int) -> Any:
         return native_request(self.model.request(index))
-
-    def step(self, running: Sequence[Running]) -> Any:
-        return self.model.step(running)
-
-    def check(self, message: Any) -> None:
-        self.model.check(message)
 
 
 class NativeImages(Native):
