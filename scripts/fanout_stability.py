@@ -5,7 +5,7 @@ reads two results files given with ``--results``) and prints, for every case
 with at most ``--max-workers`` workers, the disagreement of the two medians —
 larger / smaller - 1 — of the sampled fanout metrics, worst first, with the
 load average around each run; then, for information, the within-run ratios
-between every two backends of a case, run against run (``ipc_stability``'s:
+between every two backends of a case, run against run (``run_stability``'s:
 what a ranking and a decision read). Exit 1 when the worst median disagreement
 exceeds ``--tolerance`` (15 % by default, issue 30's bound).
 
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ipc_stability import disagreements, run_once, within_run_ratios  # scripts/ is on the path
+from run_stability import disagreements, run_once, within_run_ratios  # scripts/ is on the path
 
 from serbench.model.results import Record, load
 from serbench.present.terminal import table
@@ -51,7 +51,7 @@ def medians(path: Path, max_workers: int) -> dict[tuple[str, str, str], float]:
 def _ratios_table(first: Path, second: Path, max_workers: int, tolerance: float) -> None:
     """Within-run ratios between every two backends of a case, run against run."""
     runs = [within_run_ratios(records(path, max_workers), METRICS) for path in (first, second)]
-    rows = disagreements(*({key: ratio for key, (ratio, _) in run.items()} for run in runs))
+    rows = disagreements(*({key: ratio.value for key, ratio in run.items()} for run in runs))
     body = [
         [f"{label} × {w}", name, f"{x:.3f}", f"{y:.3f}", f"{d:.1%}"] for (label, w, name), x, y, d in rows
     ]
@@ -72,7 +72,7 @@ def main() -> int:
         a, b = args.results
     else:
         folder = Path(tempfile.mkdtemp(prefix="serbench-fanout-stability-"))
-        a, b = run_once(folder / "a", args.extra, "fanout"), run_once(folder / "b", args.extra, "fanout")
+        a, b = (run_once(folder / name, ["--scenarios", "fanout", *args.extra]) for name in ("a", "b"))
     rows = disagreements(medians(a, args.max_workers), medians(b, args.max_workers))
     body = [
         [row, workload, name, f"{x * 1e3:.3f}", f"{y * 1e3:.3f}", f"{d:.1%}"]

@@ -42,7 +42,7 @@ from serbench.model.results import (
 )
 from serbench.probes import environment, instructions
 from serbench.runner import protocol
-from serbench.runner.visits import Settled, Stopping, Visit, batches, merged, revisited, visit_order
+from serbench.runner.visits import Stopping, StopRule, Visit, batches, merged, revisited, visit_order
 from serbench.runtime.isolation import Zygote, error_text, run_isolated
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import conformance, declared_safety, describe, get_serializer, tensors
@@ -253,14 +253,14 @@ def _measure(
     results: ResultsFile,
     forks: _Forks,
     on_case: Callable[[int, int, Case], None] | None = None,
-    settled: Settled | None = None,
+    stop_rule: StopRule | None = None,
 ) -> None:
     """Every visit in its own child, its case's record in ``results`` (saved) after each; then
     finished. A case measured in rounds is one record, its visits so far merged
     (``results.merge``); once a visit fails (or finds the case unsupported, or its backend
     failed conformance), or its scenario takes no more of them (``Scenario.revisit``), the case
-    is visited no more; nor is a group found ``settled`` (``visits.Stopping``)."""
-    stopping = Stopping(settled, profile)
+    is visited no more; nor is a group ``stop_rule`` finds done (``visits.Stopping``)."""
+    stopping = Stopping(stop_rule, profile)
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
     ended: set[Case] = set()
@@ -331,13 +331,13 @@ def execute(
     argv: list[str],
     on_case: Callable[[int, int, Case], None] | None = None,
     check: Callable[[list[str]], dict[str, Backend]] = check_backends,
-    settled: Settled | None = None,
+    stop_rule: StopRule | None = None,
 ) -> ResultsFile:
     """Run every case of ``plan`` and write ``out``; returns the finished results.
 
     ``check`` gives the backends as checked (``check_backends``), called once
     the zygote is taken; a counting run's parent checks them outside valgrind.
-    ``settled``: the rule that stops visiting a group (``visits.Stopping``).
+    ``stop_rule``: the rule that stops visiting a group (``visits.Stopping``).
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """
@@ -348,7 +348,7 @@ def execute(
         results.results.backends = check(sorted({c.backend for c in cases}))
         results.save()
         planned = visit_order(cases, profile)
-        _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case, settled)
+        _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case, stop_rule)
     return results
 
 

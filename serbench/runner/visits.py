@@ -10,8 +10,9 @@ on whichever case was running, and round ``i`` of two backends is a pair
 (``serbench.analysis.estimates.ratio_estimate``). A scenario that measures a group
 ``together`` (micro) has each round of it in one child (``batches``). A case's
 visits are merged into one record (``merged``); a scenario may end them early
-(``Scenario.revisit``), and a run may stop visiting a group whose comparisons are settled
-(``Stopping``: a stopping rule the command line hands down, as a sequential test stops).
+(``Scenario.revisit``), and a run may stop visiting a group whose comparisons more visits
+would not change (``Stopping``: a stopping rule the command line hands down, as a sequential
+test stops).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from serbench.model.profiles import Profile
 from serbench.model.results import Case, Record, Results, merge
 from serbench.scenarios import get_scenario
 
-# Whether a group's comparisons are settled, given its records so far (each case's visits merged):
-# the analysis layer's rule (``serbench.analysis.settled.group_settled``), handed down by the command.
-Settled = Callable[[Sequence[Record]], bool]
+# Whether visiting a group more could change none of its comparisons, given its records so far (each
+# case's visits merged) and how many-fold its samples could still grow (the rounds planned over those
+# made): the analysis layer's rule (``serbench.analysis.settled.group_done``), handed down by the command.
+StopRule = Callable[[Sequence[Record], float], bool]
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,13 @@ def merged(recs: list[Record]) -> Record:
 
 
 class Stopping:
-    """Which groups a run visits no more because their comparisons are settled: at the start of
-    each round from the profile's ``rounds`` on (those always taken), ``rule`` is asked once of
-    the group's records so far; a settled group's later rounds are left out. Without a rule, or
-    for a profile that is not ``sequential``, every round planned is taken."""
+    """Which groups a run visits no more because more visits would not change their comparisons:
+    at the start of each round from the profile's ``rounds`` on (those always taken), ``rule`` is
+    asked once of the group's records so far and of the rounds planned over those made; a group
+    it finds done has its later rounds left out. Without a rule, or for a profile that is not
+    ``sequential``, every round planned is taken."""
 
-    def __init__(self, rule: Settled | None, profile: Profile) -> None:
+    def __init__(self, rule: StopRule | None, profile: Profile) -> None:
         self.rule = rule if profile.sequential else None
         self.minimum = profile.rounds
         self.records: dict[Case, dict[Case, Record]] = {}  # group → case → its record so far
@@ -129,13 +132,13 @@ class Stopping:
         self.records.setdefault(group_of(case), {})[case] = rec
 
     def takes(self, visit: Visit) -> bool:
-        """Whether the run takes ``visit``: not once its group was found settled."""
+        """Whether the run takes ``visit``: not once its group was found done."""
         if visit.rounds == 1:
             return True
         group = group_of(visit.case)
         fresh = visit.round >= self.minimum and self.asked.get(group) != visit.round
         if self.rule is not None and fresh and group not in self.stopped:
             self.asked[group] = visit.round
-            if self.rule(list(self.records.get(group, {}).values())):
+            if self.rule(list(self.records.get(group, {}).values()), visit.rounds / visit.round):
                 self.stopped.add(group)
         return group not in self.stopped

@@ -1,6 +1,6 @@
 """The stopping rule: a comparison is settled once its interval lies wholly inside the practical
-tie or wholly outside it; a group once every comparison between its rows is; a decision says
-which it was."""
+tie or wholly outside it, out of reach once the rest of the budget could not settle it; a group
+is done once every comparison between its rows is one or the other; a decision says which it was."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from builders import doc, rec
 
 from serbench.analysis import decision
 from serbench.analysis.estimates import Estimate
-from serbench.analysis.settled import group_settled, settled
+from serbench.analysis.settled import group_done, settled, within_reach
 from serbench.analysis.summary import summarize_run
 from serbench.model.results import Backend, Record, Results
 from serbench.model.stats import summarize
@@ -43,6 +43,26 @@ def test_a_comparison_without_an_interval_is_never_settled() -> None:
     assert not settled(Estimate(3.0, None, None, 1), TTFT_TIE)
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "growth", "expected"),
+    [
+        (0.92, 1.13, 4.0, True),  # a quarter of the budget spent: halved, it fits inside
+        (0.92, 1.13, 1.5, False),  # most of it spent: still across the edge
+        (1.05, 1.45, 4.0, True),  # halved, wholly beyond
+        (0.80, 1.50, 4.0, False),  # too wide for any of it
+        (0.95, 1.05, 1.0, True),  # settled already
+    ],
+)
+def test_a_comparison_is_within_reach_when_its_interval_narrowed_by_the_budget_left_would_settle(
+    low: float, high: float, growth: float, expected: bool
+) -> None:
+    assert within_reach(Estimate((low * high) ** 0.5, low, high, 1), TTFT_TIE, growth) is expected
+
+
+def test_no_interval_is_within_reach() -> None:
+    assert not within_reach(Estimate(1.0, None, None, 1), TTFT_TIE, 100.0)
+
+
 def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: int = 10) -> list[Record]:
     """One ipc group: per backend, TTFT samples around ``factor`` ms over ``visits`` visits."""
     rng = np.random.default_rng(11)
@@ -55,31 +75,42 @@ def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: 
 
 
 def test_a_group_whose_rows_tie_tightly_or_differ_plainly_is_settled() -> None:
-    assert group_settled(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
+    assert group_done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
 
 
 def test_a_group_settles_nothing_while_a_row_has_fewer_samples_than_a_distribution() -> None:
     """Rows plainly apart, one sample a visit: not settled at 3 or 4 samples, settled from 5 on."""
     few = [_group({"a": 1.0, "c": 6.5}, noise=0.01, visits=v, per_visit=1) for v in (3, 4, 5)]
-    assert [group_settled(g) for g in few] == [False, False, True]
+    assert [group_done(g) for g in few] == [False, False, True]
 
 
 def test_a_group_with_a_difference_near_the_tie_is_not_settled() -> None:
-    """b 10 % slower than a sits on the tie's edge: its interval reaches across it."""
-    assert not group_settled(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01))
+    """b 10 % slower than a sits on the tie's edge: its interval reaches across it, and a budget
+    large enough to settle it is left."""
+    assert not group_done(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01), growth=400.0)
 
 
 def test_noise_keeps_a_group_open_that_quiet_would_settle() -> None:
-    assert group_settled(_group({"a": 1.0, "b": 1.02}, noise=0.01))
-    assert not group_settled(_group({"a": 1.0, "b": 1.02}, noise=0.5, visits=3, per_visit=2))
+    assert group_done(_group({"a": 1.0, "b": 1.02}, noise=0.01))
+    assert not group_done(_group({"a": 1.0, "b": 1.02}, noise=0.5, visits=3, per_visit=2), growth=1e6)
+
+
+def test_a_group_is_done_once_its_open_comparisons_are_beyond_the_budget_left() -> None:
+    """Near the tie's edge, b's interval still reaches across it: with the budget about to
+    double, it would not settle (done); with a budget hundreds of times what was spent, it
+    could (visit on). Settled comparisons are done whatever the budget."""
+    near = _group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01)
+    assert group_done(near, growth=2.0) and group_done(near)
+    assert not group_done(near, growth=400.0)
+    assert group_done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01), growth=400.0)
 
 
 def test_failed_records_compare_nothing_and_one_row_has_nothing_left_to_compare() -> None:
     (one,) = _group({"a": 1.0}, noise=0.01)
     failed = rec({}, "b", "images-32", error="boom", scenario="ipc", transport="ipc")
-    assert group_settled([one, failed])
-    assert not group_settled([failed])
-    assert not group_settled([])
+    assert group_done([one, failed])
+    assert not group_done([failed])
+    assert not group_done([])
 
 
 def _decision_doc(factors: dict[str, float]) -> Results:

@@ -435,16 +435,17 @@ def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Planned:
 
 
 def _stopped_at(tmp_path: Path, settled_from: int, profile: Profile = QUICK3) -> tuple[dict[str, int], list]:
-    """Each backend's visits under a rule that finds the group settled once every record has
-    ``settled_from`` visits, and the rounds of the records each call was asked with."""
-    asked: list[list[int | None]] = []
+    """Each backend's visits under a rule that finds the group done once every record has
+    ``settled_from`` visits, and the rounds of the records each call was asked with, beside the
+    growth it was handed (the rounds planned over those made)."""
+    asked: list[tuple[list[int | None], float]] = []
 
-    def settled(records: Sequence[results.Record]) -> bool:
-        asked.append([rec.rounds for rec in records])
+    def done(records: Sequence[results.Record], growth: float) -> bool:
+        asked.append(([rec.rounds for rec in records], growth))
         return all((rec.rounds or 1) >= settled_from for rec in records)
 
     plan = Plan(BACKENDS, ["images-1"], ["planned"])
-    run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, settled=settled)
+    run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, stop_rule=done)
     return {r.backend: r.rounds for r in run.results.records}, asked
 
 
@@ -456,11 +457,12 @@ def test_a_settled_group_is_visited_no_more_but_never_before_the_profiles_rounds
     assert QUICK3.rounds < Planned.min_rounds
     visits, asked = _stopped_at(tmp_path / "four", settled_from=4)
     assert visits == dict.fromkeys(BACKENDS, 4)
-    assert asked == [[3, 3, 3], [4, 4, 4]]
+    planned_rounds = Planned.min_rounds
+    assert asked == [([3, 3, 3], planned_rounds / 3), ([4, 4, 4], planned_rounds / 4)]
     tallies = {p.name: len(p.read_text()) for p in planned.folder.iterdir()}
     assert tallies == dict.fromkeys(BACKENDS, 4)
     visits, asked = _stopped_at(tmp_path / "at-once", settled_from=0)  # settled from the first
-    assert visits == dict.fromkeys(BACKENDS, QUICK3.rounds) and asked == [[3, 3, 3]]
+    assert visits == dict.fromkeys(BACKENDS, QUICK3.rounds) and [a for a, _ in asked] == [[3, 3, 3]]
     visits, asked = _stopped_at(tmp_path / "never", settled_from=99)
     assert visits == dict.fromkeys(BACKENDS, Planned.min_rounds) and len(asked) == 3
 
