@@ -16,18 +16,19 @@ every presenter prints alike.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from serbench.analysis.estimates import TRIM, Estimate, center_of, geometric_ratio, location
+from serbench.analysis.estimates import TRIM, Estimate, center_of, geometric_ratio
 from serbench.analysis.ranking import (
     Ranked,
+    best_row,
     better,
     has_payload,
     headline_metric,
     is_memory,
+    is_safe,
     is_variant,
     measurements,
     tie_margin,
@@ -117,11 +118,6 @@ class Decision:
         return len(self.chosen) > 1
 
 
-def _safe(data: Results, row: Case) -> bool:
-    """Declared safe; undeclared counts as unsafe (``results.Backend.safe``)."""
-    return data.backend(row).safe is True
-
-
 def decide(
     data: Results, scenario: str, name: str, group: str, workloads: list[str], workers: int | None = None
 ) -> Decision:
@@ -133,7 +129,7 @@ def decide(
         for row, per_workload in measurements(data, scenario, name).items()
         if row.workers == workers and not is_variant(row) and all(w in per_workload for w in workloads)
     }
-    safe = [row for row in rows if _safe(data, row)]
+    safe = [row for row in rows if is_safe(data, row)]
     if not safe:
         unsafe = ", ".join(sorted(data.row_label(row) for row in rows))
         reason = f"no safe backend measured (unsafe only: {unsafe})" if unsafe else "no backend measured"
@@ -145,17 +141,15 @@ def decide(
         return estimate
 
     sign = -1 if metric(name).higher_is_better else 1
-    # the best: the lowest (a rate: highest) geometric mean over the workloads of where each row
-    # stands (``estimates.location``: the metric's center of its samples)
-    best = min(safe, key=lambda row: sign * sum(math.log(location(name, rows[row][w])) for w in workloads))
+    best = best_row(data, name, rows, workloads)
     ratios = sorted(
         (RatioToBest(row, against(best, row)) for row in rows if row != best),
         key=lambda s: sign * s.estimate.ratio,
     )
     margin = tie_margin(name, rows[best], yardsticks(data, scenario, name).get(best, {}), workloads)
-    level = [s for s in ratios if _safe(data, s.row) and tied(name, s.estimate, margin)]
-    apart = [s for s in ratios if _safe(data, s.row) and s not in level]
-    unsafe = [s for s in ratios if not _safe(data, s.row) and better(name, s.estimate, margin)]
+    level = [s for s in ratios if is_safe(data, s.row) and tied(name, s.estimate, margin)]
+    apart = [s for s in ratios if is_safe(data, s.row) and s not in level]
+    unsafe = [s for s in ratios if not is_safe(data, s.row) and better(name, s.estimate, margin)]
     intervals = all(s.estimate.low is not None for s in ratios)
     return Decision(
         group,

@@ -130,6 +130,26 @@ def measurements(data: Results, scenario: str, name: str) -> dict[Case, dict[str
     return out
 
 
+def is_safe(data: Results, row: Case) -> bool:
+    """Declared safe; undeclared counts as unsafe (``results.Backend.safe``)."""
+    return data.backend(row).safe is True
+
+
+def best_row(
+    data: Results, name: str, rows: Mapping[Case, Mapping[str, Measurement]], workloads: Sequence[str]
+) -> Case:
+    """The row a decision measures the others against: of the safe ``rows`` (every row where none
+    is safe), the one of the lowest (a rate: highest) geometric mean over ``workloads`` of where
+    each stands (``estimates.location``: the metric's center of its samples)."""
+    candidates = [row for row in rows if is_safe(data, row)] or list(rows)
+    sign = -1 if metric(name).higher_is_better else 1
+
+    def standing(row: Case) -> float:
+        return sign * sum(math.log(location(name, rows[row][w])) for w in workloads)
+
+    return min(candidates, key=standing)
+
+
 def better(name: str, estimate: Estimate, margin: float | None = None) -> bool:
     """Whether head is better than base by ``estimate`` (head/base) and told apart from it
     (``tied`` with ``margin``)."""

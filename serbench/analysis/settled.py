@@ -6,20 +6,27 @@ differ, and will); an interval that reaches across the margin's edge could still
 way. It is *out of reach* when even the rest of the budget could not settle it: its interval,
 narrowed as the square root of the samples still to come, would still reach across the edge
 (a sequential test's stop for futility). The runner asks ``group_done`` after each round of an
-interleaved group, past the profile's own rounds, and visits a group no more once each of its
-comparisons is settled or out of reach (``serbench.runner.visits.Stopping``);
-``serbench.analysis.decision`` says of each decision whether its ratios were settled.
+interleaved group, past the profile's own rounds, and visits a group no more once each
+comparison its decision reads (every row against the best) is settled or out of reach
+(``serbench.runner.visits.Stopping``); ``serbench.analysis.decision`` says of each decision
+whether its ratios were settled.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
 
 from serbench.analysis.estimates import Estimate, center_of, geometric_ratio
-from serbench.analysis.ranking import headline_metric, measurements, tie_margin, yardsticks
-from serbench.model.results import Record, Results
-from serbench.model.stats import MIN_DISTRIBUTION, Measurement
+from serbench.analysis.ranking import (
+    best_row,
+    headline_metric,
+    is_variant,
+    measurements,
+    tie_margin,
+    yardsticks,
+)
+from serbench.model.results import Results
+from serbench.model.stats import MIN_DISTRIBUTION
 
 
 def settled(estimate: Estimate, margin: float) -> bool:
@@ -43,58 +50,38 @@ def within_reach(estimate: Estimate, margin: float, growth: float) -> bool:
     return settled(Estimate(estimate.ratio, low, high, estimate.n), margin)
 
 
-def group_done(records: Sequence[Record], growth: float = 1.0) -> bool:
-    """Whether visiting one group more could change none of its comparisons: every comparison
-    between the rows of its ``records`` (the cases that differ only in backend, each its visits
-    so far merged), in the scenario's headline metric, each row against each other with that
-    row's ``tie_margin``, is settled, or beyond settling once the samples grow ``growth``-fold
-    (the visits planned over those made; 1: none left). A failed record compares nothing; a
-    group with one measured row has nothing left to compare. A row with fewer than
-    ``MIN_DISTRIBUTION`` samples in a workload settles nothing yet: its interval would rest on a
-    value, not a distribution; nor does a comparison without an interval."""
-    data = Results(records=[rec for rec in records if rec.ok])
+def group_done(group: Results, growth: float = 1.0) -> bool:
+    """Whether visiting one group more could change none of the comparisons its decision reads:
+    ``group`` holds its records (the cases that differ only in backend, each its visits so far
+    merged) and the run's backends. Each row but a variant (``ranking.is_variant``) against the
+    group's best (``ranking.best_row``), in the scenario's headline metric with the best's
+    ``tie_margin``, is settled, or beyond settling once the samples grow ``growth``-fold (the
+    visits planned over those made; 1: none left). A failed record compares nothing; a group
+    with one measured row has nothing left to compare. A row with fewer than
+    ``MIN_DISTRIBUTION`` samples settles nothing yet: its interval would rest on a value, not a
+    distribution; nor does a comparison without an interval."""
+    data = Results(records=[rec for rec in group.records if rec.ok], backends=group.backends)
     if not data.records:
         return False
     scenario = data.records[0].scenario
     name = headline_metric(data, scenario)
     if name is None:
         return False
-    measured = measurements(data, scenario, name)
+    measured = {row: m for row, m in measurements(data, scenario, name).items() if not is_variant(row)}
     if any(m.n < MIN_DISTRIBUTION for row in measured.values() for m in row.values()):
         return False
-    yardstick = yardsticks(data, scenario, name)
-    rows = list(measured)
-    comparisons = [
-        list(_comparisons(name, measured[a], measured[b], yardstick.get(a, {}), yardstick.get(b, {})))
-        for i, a in enumerate(rows)
-        for b in rows[i + 1 :]
-    ]
-    return all(
-        estimate is not None and (settled(estimate, margin) or not within_reach(estimate, margin, growth))
-        for pair in comparisons
-        for estimate, margin in pair
-    )
-
-
-def _comparisons(
-    name: str,
-    first: Mapping[str, Measurement],
-    second: Mapping[str, Measurement],
-    first_yardstick: Mapping[str, Measurement],
-    second_yardstick: Mapping[str, Measurement],
-) -> Iterator[tuple[Estimate | None, float]]:
-    """Row ``second`` against ``first`` over the workloads both measured, with ``first``'s
-    ``tie_margin``, and the reciprocal with ``second``'s; None for a ratio without an interval;
-    nothing in common: nothing to compare."""
-    common = [w for w in first if w in second]
-    if not common:
-        return
-    margin, back_margin = (
-        tie_margin(name, m, y, common) for m, y in ((first, first_yardstick), (second, second_yardstick))
-    )
-    estimate = geometric_ratio([(first[w], second[w]) for w in common], center_of(name))
-    if estimate is None or estimate.low is None or estimate.high is None or estimate.low <= 0:
-        yield None, margin
-        return
-    yield estimate, margin
-    yield Estimate(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low, estimate.n), back_margin
+    workloads = sorted({w for row in measured.values() for w in row})
+    rows = {row: m for row, m in measured.items() if all(w in m for w in workloads)}
+    if len(rows) < 2:
+        return True
+    best = best_row(data, name, rows, workloads)
+    margin = tie_margin(name, rows[best], yardsticks(data, scenario, name).get(best, {}), workloads)
+    for row in rows:
+        if row == best:
+            continue
+        estimate = geometric_ratio([(rows[best][w], rows[row][w]) for w in workloads], center_of(name))
+        if estimate is None or estimate.low is None:
+            return False
+        if not settled(estimate, margin) and within_reach(estimate, margin, growth):
+            return False
+    return True

@@ -260,7 +260,7 @@ def _measure(
     (``results.merge``); once a visit fails (or finds the case unsupported, or its backend
     failed conformance), or its scenario takes no more of them (``Scenario.revisit``), the case
     is visited no more; nor is a group ``stop_rule`` finds done (``visits.Stopping``)."""
-    stopping = Stopping(stop_rule, profile)
+    stopping = Stopping(stop_rule, profile, backends)
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
     ended: set[Case] = set()

@@ -17,20 +17,21 @@ test stops).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import msgspec
 
 from serbench.model import metrics
 from serbench.model.profiles import Profile
-from serbench.model.results import Case, Record, Results, merge
+from serbench.model.results import Backend, Case, Record, Results, merge
 from serbench.scenarios import get_scenario
 
 # Whether visiting a group more could change none of its comparisons, given its records so far (each
-# case's visits merged) and how many-fold its samples could still grow (the rounds planned over those
-# made): the analysis layer's rule (``serbench.analysis.settled.group_done``), handed down by the command.
-StopRule = Callable[[Sequence[Record], float], bool]
+# case's visits merged, with the run's backends) and how many-fold its samples could still grow (the
+# rounds planned over those made): the analysis layer's rule (``serbench.analysis.settled.group_done``),
+# handed down by the command.
+StopRule = Callable[[Results, float], bool]
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,9 @@ class Stopping:
     it finds done has its later rounds left out. Without a rule, or for a profile that is not
     ``sequential``, every round planned is taken."""
 
-    def __init__(self, rule: StopRule | None, profile: Profile) -> None:
+    def __init__(self, rule: StopRule | None, profile: Profile, backends: dict[str, Backend]) -> None:
         self.rule = rule if profile.sequential else None
+        self.backends = backends
         self.minimum = profile.rounds
         self.records: dict[Case, dict[Case, Record]] = {}  # group → case → its record so far
         self.asked: dict[Case, int] = {}  # group → the round the rule was last asked at
@@ -139,6 +141,7 @@ class Stopping:
         fresh = visit.round >= self.minimum and self.asked.get(group) != visit.round
         if self.rule is not None and fresh and group not in self.stopped:
             self.asked[group] = visit.round
-            if self.rule(list(self.records.get(group, {}).values()), visit.rounds / visit.round):
+            so_far = Results(records=list(self.records.get(group, {}).values()), backends=self.backends)
+            if self.rule(so_far, visit.rounds / visit.round):
                 self.stopped.add(group)
         return group not in self.stopped

@@ -63,6 +63,11 @@ def test_no_interval_is_within_reach() -> None:
     assert not within_reach(Estimate(1.0, None, None, 1), TTFT_TIE, 100.0)
 
 
+def done(records: list[Record], growth: float = 1.0, safe: tuple[str, ...] = ()) -> bool:
+    """``group_done`` of one group's ``records``, the backends in ``safe`` declared safe."""
+    return group_done(Results(records=records, backends={b: Backend(safe=True) for b in safe}), growth)
+
+
 def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: int = 10) -> list[Record]:
     """One ipc group: per backend, TTFT samples around ``factor`` ms over ``visits`` visits."""
     rng = np.random.default_rng(11)
@@ -75,24 +80,24 @@ def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: 
 
 
 def test_a_group_whose_rows_tie_tightly_or_differ_plainly_is_settled() -> None:
-    assert group_done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
+    assert done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01))
 
 
 def test_a_group_settles_nothing_while_a_row_has_fewer_samples_than_a_distribution() -> None:
     """Rows plainly apart, one sample a visit: not settled at 3 or 4 samples, settled from 5 on."""
     few = [_group({"a": 1.0, "c": 6.5}, noise=0.01, visits=v, per_visit=1) for v in (3, 4, 5)]
-    assert [group_done(g) for g in few] == [False, False, True]
+    assert [done(g) for g in few] == [False, False, True]
 
 
 def test_a_group_with_a_difference_near_the_tie_is_not_settled() -> None:
     """b 10 % slower than a sits on the tie's edge: its interval reaches across it, and a budget
     large enough to settle it is left."""
-    assert not group_done(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01), growth=400.0)
+    assert not done(_group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01), growth=400.0)
 
 
 def test_noise_keeps_a_group_open_that_quiet_would_settle() -> None:
-    assert group_done(_group({"a": 1.0, "b": 1.02}, noise=0.01))
-    assert not group_done(_group({"a": 1.0, "b": 1.02}, noise=0.5, visits=3, per_visit=2), growth=1e6)
+    assert done(_group({"a": 1.0, "b": 1.02}, noise=0.01))
+    assert not done(_group({"a": 1.0, "b": 1.02}, noise=0.5, visits=3, per_visit=2), growth=1e6)
 
 
 def test_a_group_is_done_once_its_open_comparisons_are_beyond_the_budget_left() -> None:
@@ -100,17 +105,26 @@ def test_a_group_is_done_once_its_open_comparisons_are_beyond_the_budget_left() 
     double, it would not settle (done); with a budget hundreds of times what was spent, it
     could (visit on). Settled comparisons are done whatever the budget."""
     near = _group({"a": 1.0, "b": 1.1, "c": 6.5}, noise=0.01)
-    assert group_done(near, growth=2.0) and group_done(near)
-    assert not group_done(near, growth=400.0)
-    assert group_done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01), growth=400.0)
+    assert done(near, growth=2.0) and done(near)
+    assert not done(near, growth=400.0)
+    assert done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01), growth=400.0)
+
+
+def test_a_group_is_done_by_the_comparisons_its_decision_reads_each_row_against_the_best() -> None:
+    """Two rows near the tie's edge of each other but both far behind the best (a, safe) leave
+    nothing open that the decision reads; with b the best safe row, c against it is open. A
+    variant (an option of a backend) is never compared."""
+    far = _group({"a": 1.0, "b": 6.0, "c": 6.6, "a:threshold=inf": 1.1}, noise=0.01)
+    assert done(far, growth=400.0, safe=("a",))
+    assert not done(far, growth=400.0, safe=("b", "c"))
 
 
 def test_failed_records_compare_nothing_and_one_row_has_nothing_left_to_compare() -> None:
     (one,) = _group({"a": 1.0}, noise=0.01)
     failed = rec({}, "b", "images-32", error="boom", scenario="ipc", transport="ipc")
-    assert group_done([one, failed])
-    assert not group_done([failed])
-    assert not group_done([])
+    assert done([one, failed])
+    assert not done([failed])
+    assert not done([])
 
 
 def _decision_doc(factors: dict[str, float]) -> Results:

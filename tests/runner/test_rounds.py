@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -440,9 +439,10 @@ def _stopped_at(tmp_path: Path, settled_from: int, profile: Profile = QUICK3) ->
     growth it was handed (the rounds planned over those made)."""
     asked: list[tuple[list[int | None], float]] = []
 
-    def done(records: Sequence[results.Record], growth: float) -> bool:
-        asked.append(([rec.rounds for rec in records], growth))
-        return all((rec.rounds or 1) >= settled_from for rec in records)
+    def done(group: results.Results, growth: float) -> bool:
+        asked.append(([rec.rounds for rec in group.records], growth))
+        assert set(group.backends) == set(BACKENDS)  # the run's backends, for which are safe
+        return all((rec.rounds or 1) >= settled_from for rec in group.records)
 
     plan = Plan(BACKENDS, ["images-1"], ["planned"])
     run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, stop_rule=done)
