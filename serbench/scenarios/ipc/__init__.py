@@ -71,12 +71,13 @@ from serbench.workloads.tree import array_bytes, arrays
 
 # Per profile and workload kind, what a run measures unless options say otherwise: enough requests
 # and floor round trips that between-backend TTFT ratios hold run to run, within a payload case's
-# time budget (docs/measurements/2026-12-02-ipc.md, 2026-12-06-ipc-in-turns.md).
+# time budget (docs/measurements/2026-12-02-ipc.md, 2026-12-06-ipc-in-turns.md). Quick's payload:
+# two a visit of ``MORE_VISITS``, so the profile's rounds reach ``stats.MIN_DISTRIBUTION`` samples.
 DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("quick", "text"): {"num_prompts": 50, "rates": (40.0,), "max_concurrency": None, "floor": 10},
     ("full", "text"): {"num_prompts": 1000, "rates": (40.0,), "max_concurrency": None, "floor": 100},
     ("quick", "payload"): {
-        "num_prompts": 12,
+        "num_prompts": 24,
         "rates": (math.inf,),
         "max_concurrency": 1,
         "floor": 10,
