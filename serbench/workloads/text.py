@@ -58,7 +58,8 @@ def _word(rng: random.Random, rhyme: str | None = None) -> str:
 
 def sonnet(rng: random.Random) -> list[str]:
     """Fourteen lines of about ten words whose last words rhyme as a sonnet's do."""
-    endings = {letter: rng.choice(_NUCLEI) + rng.choice(_CODAS[1:]) for letter in set(_RHYMES)}
+    # the rhymes in their first order, not a set's: a set's order follows PYTHONHASHSEED
+    endings = {letter: rng.choice(_NUCLEI) + rng.choice(_CODAS[1:]) for letter in dict.fromkeys(_RHYMES)}
     lines = []
     for letter in _RHYMES:
         words = [_word(rng) for _ in range(rng.randint(7, 9))]

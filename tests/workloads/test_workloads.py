@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -126,3 +130,23 @@ def test_arrays_are_the_array_leaves_in_order(spec: str) -> None:
     found = list(arrays(message))
     assert [id(a) for a in found] == [id(a) for a in every]
     assert len(found) > 0 or spec == "text-sonnet"
+
+
+def test_text_content_is_the_same_under_any_hash_seed() -> None:
+    """Counting perturbs PYTHONHASHSEED to move the interpreter's layout; the workload's content
+    must not move with it."""
+    script = (
+        "from serbench.workloads import get_workload; "
+        "print(get_workload('text-sonnet').request(3).prompt_token_ids)"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "2")
+    }
+    assert len(runs) == 1 and runs.pop().startswith("[")
