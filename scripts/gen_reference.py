@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import inspect
 import re
 from collections.abc import Iterable, Iterator
@@ -182,20 +183,28 @@ def recorded_names(path: Path, own: bool) -> set[str]:
 
 def scenario_modules() -> dict[str, tuple[Path, list[Path]]]:
     """Per scenario: the file of its class and the helper modules of ``serbench.scenarios`` it
-    imports (load, stream, caching, ...), not the modules of other scenarios it borrows from."""
-    folder = Path(scenarios.__file__).parent
-    owned = {Path(inspect.getfile(type(s))).stem for s in scenarios.SCENARIOS.values()}
-    found: dict[str, list[Path]] = {}
+    imports (its own folder's load, stream, ...; shared ones such as caching), not the modules of
+    other scenarios it borrows from."""
+    packages = {name: type(s).__module__ for name, s in scenarios.SCENARIOS.items()}
+    found: dict[str, tuple[Path, list[Path]]] = {}
     for name, scenario in scenarios.SCENARIOS.items():
         path = Path(inspect.getfile(type(scenario)))
-        helpers: set[str] = set()
+        imported: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "serbench.scenarios":
-                helpers.update(alias.name for alias in node.names)
+                imported.update(f"serbench.scenarios.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serbench.scenarios."):
-                helpers.add(node.module.rsplit(".", 1)[1])
-        helpers -= owned | {"base"}
-        found[name] = (path, [folder / f"{h}.py" for h in sorted(helpers) if (folder / f"{h}.py").exists()])
+                imported.add(node.module)
+        others = [package for other, package in packages.items() if other != name]
+        helpers = [
+            module
+            for module in sorted(imported)
+            if module != "serbench.scenarios.base"
+            and module != packages[name]
+            and not any(module == p or module.startswith(f"{p}.") for p in others)
+        ]
+        files = [importlib.util.find_spec(module) for module in helpers]
+        found[name] = (path, [Path(spec.origin) for spec in files if spec is not None and spec.origin])
     return found
 
 
