@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -181,38 +182,45 @@ def recorded_names(path: Path, own: bool) -> set[str]:
     return set().union(*(names_in(n.args[0]) for n in ast.walk(tree) if called(n, "measured") and n.args))
 
 
-def scenario_modules() -> dict[str, tuple[Path, list[Path]]]:
-    """Per scenario: the file of its class and the helper modules of ``serbench.scenarios`` it
-    imports (its own folder's load, stream, ...; shared ones such as caching), not the modules of
-    other scenarios it borrows from."""
+def scenario_modules() -> dict[str, tuple[list[Path], list[Path]]]:
+    """Per scenario: its own files (its class's module and, for a scenario that is a folder,
+    every module in it) and the shared modules of ``serbench.scenarios`` they import (caching,
+    device, engine, ...), not the modules of other scenarios they borrow from."""
     packages = {name: type(s).__module__ for name, s in scenarios.SCENARIOS.items()}
-    found: dict[str, tuple[Path, list[Path]]] = {}
+    found: dict[str, tuple[list[Path], list[Path]]] = {}
     for name, scenario in scenarios.SCENARIOS.items():
         path = Path(inspect.getfile(type(scenario)))
+        own = sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
         imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "serbench.scenarios":
-                imported.update(f"serbench.scenarios.{alias.name}" for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serbench.scenarios."):
+        for node in (n for file in own for n in ast.walk(ast.parse(file.read_text()))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serbench.scenarios"):
                 imported.add(node.module)
-        others = [package for other, package in packages.items() if other != name]
-        helpers = [
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+        shared = [
             module
             for module in sorted(imported)
             if module != "serbench.scenarios.base"
-            and module != packages[name]
-            and not any(module == p or module.startswith(f"{p}.") for p in others)
+            and not any(module == p or module.startswith(f"{p}.") for p in packages.values())
         ]
-        files = [importlib.util.find_spec(module) for module in helpers]
-        found[name] = (path, [Path(spec.origin) for spec in files if spec is not None and spec.origin])
+        specs = [_module_spec(module) for module in shared]
+        found[name] = (own, [Path(spec.origin) for spec in specs if spec is not None and spec.origin])
     return found
+
+
+def _module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """Where module ``name`` lives; None for a name that is no module (a class imported by name)."""
+    try:
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
 
 
 def measured_by() -> dict[str, list[str]]:
     """Metric name → the scenarios whose code records it."""
     by: dict[str, list[str]] = {}
-    for scenario, (own, helpers) in scenario_modules().items():
-        names = recorded_names(own, own=True).union(*(recorded_names(h, own=False) for h in helpers))
+    for scenario, (own, shared) in scenario_modules().items():
+        names = set().union(*(recorded_names(f, own=True) for f in own))
+        names |= set().union(*(recorded_names(f, own=False) for f in shared))
         for name in names:
             by.setdefault(name, []).append(scenario)
     return by
