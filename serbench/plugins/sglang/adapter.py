@@ -47,6 +47,7 @@ def load() -> SimpleNamespace:
             warnings.simplefilter("ignore")  # its import warns of every CUDA-only kernel it cannot use
             from sglang.srt.managers import io_struct, schedule_batch
             from sglang.srt.sampling import sampling_params
+            from sglang.srt.utils import msgpack_utils
     except ImportError as exc:
         raise Missing(f"{INSTALL} (import failed: {exc})") from None
     return SimpleNamespace(
@@ -59,6 +60,13 @@ def load() -> SimpleNamespace:
         MultimodalProcessorOutput=schedule_batch.MultimodalProcessorOutput,
         MultimodalDataItem=schedule_batch.MultimodalDataItem,
         Modality=schedule_batch.Modality,
+        # what backend sglang-oob builds its codec of: SGLang's hooks, the Union its decoder knows
+        enc_hook=msgpack_utils.enc_hook,
+        dec_hook=msgpack_utils.dec_hook,
+        ext_hook=msgpack_utils.ext_hook,
+        message_types=io_struct._all_types,
+        PickleWrapper=io_struct.PickleWrapper,
+        buffer_ext_codes=(msgpack_utils._MSGPACK_EXT_ARRAY, msgpack_utils._MSGPACK_EXT_NP_ARRAY),
     )
 
 

@@ -1,0 +1,139 @@
+"""SGLang's backends beyond its two own paths (docs/sglang.md): ``sglang-oob``, SGLang's messages
+with tensors as out-of-band frames, against the real SGLang that `make test` installs.
+
+Marked slow: SGLang's import costs seconds, paid once per test process (the ``sglang`` fixture).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import msgspec
+import pytest
+import torch
+from conftest import NEEDS_SGLANG
+from malformed import Fuzzer, assert_backed, judge
+
+from serbench.plugins.sglang.backend import OOB_EXT
+from serbench.serializers import conformance, get_serializer, is_safe
+from serbench.serializers.msgpack_backend import TENSOR_EXT
+from serbench.workloads import get_workload
+from serbench.workloads.tree import arrays
+
+pytestmark = [NEEDS_SGLANG, pytest.mark.slow, pytest.mark.usefixtures("sglang")]
+
+TEXT = "text-sonnet:layout=sglang-native"
+IMAGES = "images-2:layout=sglang-native"
+NATIVE = [
+    TEXT,
+    IMAGES,
+    "images-2:layout=sglang-native,profile=qwen2-vl",
+    "images-1:dtype=bfloat16,layout=sglang-native",
+]
+OOB = "sglang-oob"
+
+
+def received(frames) -> list[bytearray]:
+    """Frames as a socket hands them over: copies, writable so a test can tell a view from a copy."""
+    return [bytearray(memoryview(f).cast("B")) for f in frames]
+
+
+@pytest.mark.parametrize("spec", NATIVE)
+def test_native_messages_round_trip_bit_exact_with_large_tensors_out_of_band(spec):
+    backend = get_serializer(OOB)
+    message = get_workload(spec).request(1)
+    frames = received(backend.encode(message))
+    conformance.assert_same(message, backend.decode(frames, type(message)))
+    large = [a for a in arrays(message) if a.nbytes >= backend.threshold]
+    assert len(frames) == 1 + len(large)
+    assert [len(f) for f in frames[1:]] == [a.nbytes for a in large]
+
+
+def test_decoded_tensors_view_the_received_frames():
+    backend = get_serializer(OOB)
+    message = get_workload(IMAGES).request(0)
+    frames = received(backend.encode(message))
+    decoded = backend.decode(frames, type(message))
+    features = [item.feature for item in decoded.mm_inputs.mm_items]
+    for feature, frame in zip(features, frames[1:], strict=True):
+        assert_backed(feature, [frame])
+        assert feature.data_ptr() == torch.frombuffer(frame, dtype=torch.uint8).data_ptr()
+    frames[2][:4] = b"\xff\xff\xff\xff"
+    assert torch.isnan(features[1].view(-1)[0])  # the tensor is the frame, not a copy
+
+
+def test_conformance_suite_passes_with_sglangs_declarations():
+    backend = get_serializer(OOB)
+    verdicts = list(conformance.check(backend))
+    assert not {v.id: v.detail for v in verdicts if v.status == "fail"}
+    assert {v.status for v in verdicts} == {"unsupported"}  # its Union holds SGLang's types only
+    assert is_safe(backend)
+    for spec in NATIVE:
+        assert conformance.case_unsupported(backend, spec) is None, spec
+
+
+def _pickled(sglang, payload: object):
+    return sglang.PickleWrapper(pickle.dumps(payload))
+
+
+def _ext(code: int, header: object) -> msgspec.msgpack.Ext:
+    return msgspec.msgpack.Ext(code, msgspec.msgpack.encode(header))
+
+
+def _encoded_with(sglang, message, **changes) -> bytes:
+    """``message`` with its ``mm_inputs`` changed, encoded by SGLang's own hooks (tensors in-band)."""
+    mm_inputs = msgspec.structs.replace(message.mm_inputs, **changes)
+    encoder = msgspec.msgpack.Encoder(enc_hook=sglang.enc_hook)
+    return encoder.encode(msgspec.structs.replace(message, mm_inputs=mm_inputs))
+
+
+def test_malformed_and_hostile_frames_are_a_clean_decode_error(sglang):
+    backend = get_serializer(OOB)
+    message = get_workload("images-1:layout=sglang-native").request(0)
+    kind = type(message)
+    head, pixels = (bytes(memoryview(f).cast("B")) for f in backend.encode(message))
+    tensor = OOB_EXT + TENSOR_EXT
+    huge = msgspec.msgpack.encode(([2**40], "uint8", "cpu"))  # SGLang's tensor ext: no bytes, a huge shape
+
+    def feature(ext, *payload):  # the first image's feature is ``ext``
+        first = msgspec.structs.replace(message.mm_inputs.mm_items[0], feature=ext)
+        return [_encoded_with(sglang, message, mm_items=[first]), *payload]
+
+    corpus = {
+        "garbage": [b"\xc1garbage"],
+        "empty": [b""],
+        "no-frames": [],
+        "truncated-header": [head[: len(head) // 2], pixels],
+        "truncated-frame": [head, pixels[:-1]],
+        "missing-frame": [head],
+        "extra-frame": [head, pixels, bytes(16)],
+        "swapped": [pixels, head],
+        "deep-nesting": [b"\x91" * 100_000 + b"\xc0"],
+        "ext-len-4G": [b"\xc9\xff\xff\xff\xff\x02"],
+        "pickle-at-the-top": [msgspec.msgpack.encode(_pickled(sglang, "code"))],
+        "pickle-in-a-field": backend.encode(
+            msgspec.structs.replace(message, time_stats=_pickled(sglang, "x"))
+        ),
+        "sglang-inband-tensor-of-a-huge-shape": feature(
+            msgspec.msgpack.Ext(2, len(huge).to_bytes(4, "big") + huge)
+        ),
+        "sglang-shm-pointer": feature(_ext(4, {"shm_name": "psm_x", "shape": [1], "dtype": "uint8"})),
+        "frame-index-past-list": feature(_ext(tensor, ("float32", [4], 5)), bytes(16)),
+        "frame-index-zero": feature(_ext(tensor, ("uint8", [1], 0))),
+        "frame-too-short": feature(_ext(tensor, ("float32", [3, 336, 336], 1)), bytes(16)),
+        "absurd-size": feature(_ext(tensor, ("uint8", [2**62], 1)), bytes(8)),
+        "unknown-dtype": feature(_ext(tensor, ("object", [1], bytes(8)))),
+        "negative-dim": feature(_ext(tensor, ("float32", [-1, 4], 1)), bytes(16)),
+        "unknown-ext": feature(_ext(99, ("float32", [1], bytes(4)))),
+        # a field typed torch.Tensor holding what SGLang's own dec_hook would allocate a tensor of
+        "tensor-field-as-a-list": [_encoded_with(sglang, message, mrope_positions=[[2**40], "uint8", b""])],
+    }
+    verdicts = {name: judge(backend, frames, kind) for name, frames in corpus.items()}
+    assert verdicts == dict.fromkeys(corpus, "DecodeError")
+
+
+def test_generated_inputs_end_in_decode_error_or_a_valid_object():
+    fuzzer = Fuzzer([OOB], 200)
+    fuzzer.crafted()
+    fuzzer.random()
+    assert fuzzer.tally.tried(OOB) == 400
