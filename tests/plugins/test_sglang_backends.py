@@ -6,6 +6,8 @@ Marked slow: SGLang's import costs seconds, paid once per test process (the ``sg
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 
 import msgspec
@@ -14,11 +16,13 @@ import torch
 from conftest import NEEDS_SGLANG
 from malformed import Fuzzer, assert_backed, judge
 
+from serbench import cli as commands
+from serbench.model.specs import SpecError
 from serbench.plugins.sglang.backend import OOB_EXT
-from serbench.serializers import conformance, get_serializer, is_safe
+from serbench.serializers import DecodeError, conformance, get_serializer, is_safe
 from serbench.serializers.msgpack_backend import TENSOR_EXT
 from serbench.workloads import get_workload
-from serbench.workloads.tree import arrays
+from serbench.workloads.tree import arrays, payload_bytes
 
 pytestmark = [NEEDS_SGLANG, pytest.mark.slow, pytest.mark.usefixtures("sglang")]
 
@@ -137,3 +141,85 @@ def test_generated_inputs_end_in_decode_error_or_a_valid_object():
     fuzzer.crafted()
     fuzzer.random()
     assert fuzzer.tally.tried(OOB) == 400
+
+
+# -- features=: SGLang's feature transports ---------------------------------------------------
+
+
+def own_segments() -> set[str]:
+    """The shm segments SGLang made for this process (its names carry the maker's pid): other
+    processes on the machine may make their own meanwhile."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(f"sgl_shm_mm_{os.getpid()}_")}
+
+
+def test_features_inline_is_the_default_in_band_path():
+    message = get_workload(IMAGES).request(0)
+    assert get_serializer("sglang").features == "inline"
+    (frame,) = get_serializer("sglang:features=inline").encode(message)
+    assert len(frame) > payload_bytes(message)  # every feature inside the one frame
+
+
+def test_features_shm_sends_a_segment_per_tensor_and_decode_unlinks_them():
+    backend = get_serializer("sglang:features=shm")
+    message = get_workload(IMAGES).request(1)
+    before = own_segments()
+    frames = received(backend.encode(message))
+    made = own_segments() - before
+    assert len(made) == len(message.mm_inputs.mm_items) == 2  # one per feature tensor
+    assert len(frames) == 1 and len(frames[0]) < payload_bytes(message) // 100  # names, not pixels
+    decoded = backend.decode(frames, type(message))
+    conformance.assert_same(message, decoded)
+    assert own_segments() == before  # taken and unlinked on receipt
+    assert all(isinstance(item.feature, torch.Tensor) for item in message.mm_inputs.mm_items)  # not moved
+    with pytest.raises(DecodeError, match="first decode unlinks"):
+        backend.decode(frames, type(message))
+
+
+def test_features_shm_a_decode_that_fails_midway_unlinks_the_rest(sglang):
+    backend = get_serializer("sglang:features=shm")
+    message = get_workload(IMAGES).request(0)
+    before = own_segments()
+    frames = received(backend.encode(message))
+    first, _ = (item.feature for item in sglang.msgpack_decode(frames[0]).mm_inputs.mm_items)
+    first.close_and_unlink()  # gone before the frame arrives: the receiver cannot map the first
+    with pytest.raises(DecodeError, match="features=shm"):
+        backend.decode(frames, type(message))
+    assert own_segments() == before
+
+
+def test_features_shm_leaves_a_text_message_as_it_is():
+    backend = get_serializer("sglang:features=shm")
+    message = get_workload(TEXT).request(0)
+    before = own_segments()
+    conformance.assert_same(message, backend.decode(received(backend.encode(message)), type(message)))
+    assert own_segments() == before
+
+
+def test_features_cuda_ipc_without_cuda_is_every_case_unsupported_with_why(tmp_path):
+    backend = get_serializer("sglang:features=cuda_ipc")
+    reason = conformance.case_unsupported(backend, IMAGES)
+    assert "cuda_ipc" in reason and ("CPU-only" in reason or "no CUDA device" in reason)
+    assert not [v for v in conformance.check(backend) if v.status == "fail"]
+    with pytest.raises(RuntimeError, match="cuda_ipc"):
+        backend.encode(get_workload(IMAGES).request(0))
+    backends = "sglang:features=cuda_ipc,sglang:features=inline"
+    args = [
+        "run",
+        "--backends",
+        backends,
+        "--workloads",
+        IMAGES,
+        "--scenarios",
+        "micro",
+        "--out",
+        str(tmp_path),
+    ]
+    assert commands.main(args) == 0  # the run goes on past the unsupported case
+    records = {r["backend"]: r for r in json.loads((tmp_path / "results.json").read_text())["records"]}
+    assert records["sglang:features=cuda_ipc"]["unsupported"] == reason
+    assert records["sglang:features=inline"]["error"] is None
+
+
+def test_an_unknown_transport_is_one_line_naming_the_three():
+    with pytest.raises(SpecError, match="one of inline, shm, cuda_ipc, not 'nvlink'"):
+        get_serializer("sglang:features=nvlink")

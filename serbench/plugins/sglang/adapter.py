@@ -96,3 +96,20 @@ def image_item(pixels: Any, offsets: list[tuple[int, int]], identity: bytes, ext
     )
     item.set_identity(identity)
     return item
+
+
+@cache
+def shm_features() -> SimpleNamespace:
+    """SGLang's shm pointer transport of multimodal features (``managers.mm_utils``), per feature:
+    ``wrap`` copies each tensor into a POSIX shm segment of its own (``ShmPointerMMData``, falling
+    back to inline where /dev/shm is full, as SGLang does), ``unwrap`` maps it privately on receipt
+    and unlinks the segment; ``discard`` unlinks a received request's segments not yet unwrapped."""
+    load()  # the switch, and the one-line Missing, before mm_utils is imported
+    from sglang.srt.managers import mm_utils
+
+    return SimpleNamespace(
+        wrap=mm_utils._wrap_tensor_or_list,
+        unwrap=mm_utils._unwrap_tensor_or_list,
+        discard=mm_utils.discard_shm_features,
+        ShmPointerMMData=mm_utils.ShmPointerMMData,
+    )

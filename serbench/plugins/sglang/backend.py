@@ -20,7 +20,7 @@ from typing import Any, Union
 import msgspec
 
 from serbench.model.specs import SpecError
-from serbench.plugins.sglang import adapter
+from serbench.plugins.sglang import adapter, transports
 from serbench.runtime import lazy
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError
 from serbench.serializers.msgpack_backend import GRAD_TENSOR_EXT, TENSOR_EXT
@@ -91,7 +91,8 @@ def _load() -> Any:
 
 
 class SglangSerializer:
-    """SGLang's own msgpack_encode / msgpack_decode (io_struct), one frame per message."""
+    """SGLang's own msgpack_encode / msgpack_decode (io_struct), one frame per message; its
+    multimodal features inline, in shm segments or by CUDA IPC (``features=``, ``transports.py``)."""
 
     name = "sglang"
     description = "SGLang's msgspec IPC path, io_struct.msgpack_encode / msgpack_decode (tensors in-band)"
@@ -100,20 +101,30 @@ class SglangSerializer:
     safe = False
     unsupported = UNSUPPORTED
 
-    def __init__(self) -> None:
+    def __init__(self, features: str = "inline") -> None:
+        self.features = transports.checked(features)
         sglang = _load()
         self.sglang_version = sglang.version
         self._encode = sglang.msgpack_encode
         self._decode = sglang.msgpack_decode
+        if features == "cuda_ipc":  # every case recorded unsupported, with why; the run goes on
+            self.unsupported = {"workload-*": transports.cuda_ipc_unsupported(), **UNSUPPORTED}
 
     def encode(self, obj: Any) -> list[Buffer]:
+        if self.features == "shm":
+            obj = transports.in_shm(obj)
+        elif self.features == "cuda_ipc":
+            raise RuntimeError(self.unsupported["workload-*"])
         return [self._encode(obj)]
 
     def decode(self, frames: Sequence[Buffer], type_: Any = Any) -> Any:
-        """The message of ``frames[0]``, decoded through SGLang's one Union of its types; a frame of
-        another of them than ``type_`` is refused, as SGLang's dispatch by type refuses it."""
+        """The message of ``frames[0]``, decoded through SGLang's one Union of its types, its features
+        taken out of their shm segments (``features=shm``); a frame of another of its types than
+        ``type_`` is refused, as SGLang's dispatch by type refuses it."""
         try:
             message = self._decode(frames[0])
+            if self.features == "shm":
+                transports.out_of_shm(message)
         except Exception as exc:
             raise DecodeError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         return as_asked(self.name, message, type_)
