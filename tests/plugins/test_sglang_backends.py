@@ -22,7 +22,7 @@ from malformed import Fuzzer, assert_backed, hypothesis_profile, judge, mutation
 from serbench import cli as commands
 from serbench.model.specs import SpecError
 from serbench.plugins.sglang.backend import OOB_EXT
-from serbench.serializers import DecodeError, conformance, get_serializer, is_safe
+from serbench.serializers import DecodeError, conformance, describe, get_serializer, is_safe
 from serbench.serializers.msgpack_backend import TENSOR_EXT
 from serbench.workloads import get_workload
 from serbench.workloads.tree import arrays, payload_bytes
@@ -179,6 +179,9 @@ def own_segments() -> set[str]:
 def test_features_inline_is_the_default_in_band_path():
     message = get_workload(IMAGES).request(0)
     assert get_serializer("sglang").features == "inline"
+    assert "in-band" in describe(get_serializer("sglang")) and "shm" in describe(
+        get_serializer("sglang:features=shm")
+    )
     (frame,) = get_serializer("sglang:features=inline").encode(message)
     assert len(frame) > payload_bytes(message)  # every feature inside the one frame
 

@@ -1,12 +1,15 @@
-"""Backends ``sglang`` and ``sglang-pickle``: the two paths SGLang's frontend and scheduler talk by.
+"""Backends ``sglang`` and ``sglang-pickle``, the two paths SGLang's frontend and scheduler talk by,
+and ``sglang-oob``, a what-if of the first with tensors out of band.
 
 ``sglang`` is SGLang's msgspec path, ``io_struct.msgpack_encode`` / ``msgpack_decode``: one frame,
-every tensor inside it as SGLang's own ext type, decoded through the one tagged Union of its
-request types. ``sglang-pickle`` is its default path, what ``sock_send`` does while
-``SGLANG_USE_PICKLE_IPC`` is on (``send_pyobj``): the whole message pickled at the highest protocol,
-in one frame. Both are marked unsafe: unpickling runs code named by its input, and SGLang's
-msgspec decoder unpickles a ``PickleWrapper`` sent as the message. SGLang's own messages
-(``layout=sglang-native``) both carry; what the msgspec path cannot is declared below.
+every tensor inside it as SGLang's own ext type (or its features in shm segments: ``features=``,
+``transports.py``), decoded through the one tagged Union of its request types. ``sglang-pickle``
+is its default path, what ``sock_send`` does while ``SGLANG_USE_PICKLE_IPC`` is on
+(``send_pyobj``): the whole message pickled at the highest protocol, in one frame. Both are marked
+unsafe: unpickling runs code named by its input, and SGLang's msgspec decoder unpickles a
+``PickleWrapper`` sent as the message. ``sglang-oob`` keeps SGLang's Union and hooks but sends
+tensors as msgspec-frombuffer does, and is safe: it never unpickles. SGLang's own messages
+(``layout=sglang-native``) all three carry; what the msgspec paths cannot is declared below.
 """
 
 from __future__ import annotations
@@ -90,12 +93,15 @@ def _load() -> Any:
         raise SpecError(str(exc)) from None
 
 
+MSGSPEC_PATH = "SGLang's msgspec IPC path, io_struct.msgpack_encode / msgpack_decode"
+
+
 class SglangSerializer:
     """SGLang's own msgpack_encode / msgpack_decode (io_struct), one frame per message; its
     multimodal features inline, in shm segments or by CUDA IPC (``features=``, ``transports.py``)."""
 
     name = "sglang"
-    description = "SGLang's msgspec IPC path, io_struct.msgpack_encode / msgpack_decode (tensors in-band)"
+    description = f"{MSGSPEC_PATH} ({transports.FEATURES['inline']})"
     # Its Union holds PickleWrapper, and msgpack_decode unpickles one sent at the top: code named by
     # its input runs (tests/plugins/test_sglang.py shows it), so it is not safe for untrusted input.
     safe = False
@@ -103,6 +109,7 @@ class SglangSerializer:
 
     def __init__(self, features: str = "inline") -> None:
         self.features = transports.checked(features)
+        self.description = f"{MSGSPEC_PATH} ({transports.FEATURES[features]})"
         sglang = _load()
         self.sglang_version = sglang.version
         self._encode = sglang.msgpack_encode

@@ -25,7 +25,12 @@ from serbench.runtime import lazy
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 
-FEATURES = ("inline", "shm", "cuda_ipc")
+# Each transport, and how backend ``sglang`` describes its features' way with it.
+FEATURES = {
+    "inline": "tensors in-band",
+    "shm": "features in a shm segment per tensor, ShmPointerMMData",
+    "cuda_ipc": "features by CUDA IPC",
+}
 
 
 def checked(features: str) -> str:
