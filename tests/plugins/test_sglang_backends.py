@@ -87,6 +87,12 @@ def _ext(code: int, header: object) -> msgspec.msgpack.Ext:
     return msgspec.msgpack.Ext(code, msgspec.msgpack.encode(header))
 
 
+def sglang_buffer_ext(code: int, metadata: object, data: bytes) -> msgspec.msgpack.Ext:
+    """One of SGLang's buffer exts, written as its ``_pack_buffer_ext`` writes them, however wrong."""
+    packed = msgspec.msgpack.encode(metadata)
+    return msgspec.msgpack.Ext(code, len(packed).to_bytes(4, "big") + packed + data)
+
+
 def _encoded_with(sglang, message, **changes) -> bytes:
     """``message`` with its ``mm_inputs`` changed, encoded by SGLang's own hooks (tensors in-band)."""
     mm_inputs = msgspec.structs.replace(message.mm_inputs, **changes)
@@ -100,7 +106,6 @@ def test_malformed_and_hostile_frames_are_a_clean_decode_error(sglang):
     kind = type(message)
     head, pixels = (bytes(memoryview(f).cast("B")) for f in backend.encode(message))
     tensor = OOB_EXT + TENSOR_EXT
-    huge = msgspec.msgpack.encode(([2**40], "uint8", "cpu"))  # SGLang's tensor ext: no bytes, a huge shape
 
     def feature(ext, *payload):  # the first image's feature is ``ext``
         first = msgspec.structs.replace(message.mm_inputs.mm_items[0], feature=ext)
@@ -121,9 +126,7 @@ def test_malformed_and_hostile_frames_are_a_clean_decode_error(sglang):
         "pickle-in-a-field": backend.encode(
             msgspec.structs.replace(message, time_stats=_pickled(sglang, "x"))
         ),
-        "sglang-inband-tensor-of-a-huge-shape": feature(
-            msgspec.msgpack.Ext(2, len(huge).to_bytes(4, "big") + huge)
-        ),
+        "sglang-inband-tensor-of-a-huge-shape": feature(sglang_buffer_ext(2, ([2**40], "uint8", "cpu"), b"")),
         "sglang-shm-pointer": feature(_ext(4, {"shm_name": "psm_x", "shape": [1], "dtype": "uint8"})),
         "frame-index-past-list": feature(_ext(tensor, ("float32", [4], 5)), bytes(16)),
         "frame-index-zero": feature(_ext(tensor, ("uint8", [1], 0))),
@@ -132,6 +135,11 @@ def test_malformed_and_hostile_frames_are_a_clean_decode_error(sglang):
         "unknown-dtype": feature(_ext(tensor, ("object", [1], bytes(8)))),
         "negative-dim": feature(_ext(tensor, ("float32", [-1, 4], 1)), bytes(16)),
         "unknown-ext": feature(_ext(99, ("float32", [1], bytes(4)))),
+        # SGLang's own ndarray (3) and array.array (1) exts, which this backend decodes with SGLang's hook
+        "ndarray-of-objects": feature(sglang_buffer_ext(3, ([1], "O"), bytes(8))),
+        "ndarray-of-a-huge-shape": feature(sglang_buffer_ext(3, ([2**40], "<f4"), b"")),
+        "array-bytes-short": feature(sglang_buffer_ext(1, "q", bytes(7))),
+        "buffer-ext-metadata-past-its-end": feature(msgspec.msgpack.Ext(3, b"\xff\xff\xff\xff")),
         # a field typed torch.Tensor holding what SGLang's own dec_hook would allocate a tensor of
         "tensor-field-as-a-list": [_encoded_with(sglang, message, mrope_positions=[[2**40], "uint8", b""])],
     }
