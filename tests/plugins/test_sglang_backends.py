@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import pickle
+from typing import Any
 
 import msgspec
 import pytest
@@ -145,6 +146,18 @@ def test_malformed_and_hostile_frames_are_a_clean_decode_error(sglang):
     }
     verdicts = {name: judge(backend, frames, kind) for name, frames in corpus.items()}
     assert verdicts == dict.fromkeys(corpus, "DecodeError")
+
+
+def test_a_pickle_nested_in_a_batch_is_refused_whatever_type_is_asked(sglang):
+    from sglang.srt.managers.io_struct import BatchTokenizedGenerateReqInput
+
+    backend = get_serializer(OOB)
+    request = get_workload(TEXT).request(0)
+    clean = BatchTokenizedGenerateReqInput(batch=[request, request])
+    assert judge(backend, backend.encode(clean), Any) == "decoded"
+    pickled = msgspec.structs.replace(request, time_stats=_pickled(sglang, "x"))
+    with pytest.raises(DecodeError, match="PickleWrapper"):
+        backend.decode(backend.encode(BatchTokenizedGenerateReqInput(batch=[request, pickled])), Any)
 
 
 def test_generated_inputs_end_in_decode_error_or_a_valid_object():

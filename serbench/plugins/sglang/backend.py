@@ -222,6 +222,8 @@ def holds_pickle(message: Any, pickled: type) -> bool:
         )
     if isinstance(message, (list, tuple)):
         return any(holds_pickle(item, pickled) for item in message)
+    if isinstance(message, dict):
+        return any(holds_pickle(value, pickled) for value in message.values())
     return False
 
 
