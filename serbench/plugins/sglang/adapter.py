@@ -111,5 +111,4 @@ def shm_features() -> SimpleNamespace:
         wrap=mm_utils._wrap_tensor_or_list,
         unwrap=mm_utils._unwrap_tensor_or_list,
         discard=mm_utils.discard_shm_features,
-        ShmPointerMMData=mm_utils.ShmPointerMMData,
     )
