@@ -47,6 +47,7 @@ def load() -> SimpleNamespace:
             warnings.simplefilter("ignore")  # its import warns of every CUDA-only kernel it cannot use
             from sglang.srt.managers import io_struct, schedule_batch
             from sglang.srt.sampling import sampling_params
+            from sglang.srt.utils import msgpack_utils
     except ImportError as exc:
         raise Missing(f"{INSTALL} (import failed: {exc})") from None
     return SimpleNamespace(
@@ -59,6 +60,13 @@ def load() -> SimpleNamespace:
         MultimodalProcessorOutput=schedule_batch.MultimodalProcessorOutput,
         MultimodalDataItem=schedule_batch.MultimodalDataItem,
         Modality=schedule_batch.Modality,
+        # what backend sglang-oob builds its codec of: SGLang's hooks, the Union its decoder knows
+        enc_hook=msgpack_utils.enc_hook,
+        dec_hook=msgpack_utils.dec_hook,
+        ext_hook=msgpack_utils.ext_hook,
+        message_types=io_struct._all_types,
+        PickleWrapper=io_struct.PickleWrapper,
+        buffer_ext_codes=(msgpack_utils._MSGPACK_EXT_ARRAY, msgpack_utils._MSGPACK_EXT_NP_ARRAY),
     )
 
 
@@ -88,3 +96,19 @@ def image_item(pixels: Any, offsets: list[tuple[int, int]], identity: bytes, ext
     )
     item.set_identity(identity)
     return item
+
+
+@cache
+def shm_features() -> SimpleNamespace:
+    """SGLang's shm pointer transport of multimodal features (``managers.mm_utils``), per feature:
+    ``wrap`` copies each tensor into a POSIX shm segment of its own (``ShmPointerMMData``, falling
+    back to inline where /dev/shm is full, as SGLang does), ``unwrap`` maps it privately on receipt
+    and unlinks the segment; ``discard`` unlinks a received request's segments not yet unwrapped."""
+    load()  # the switch, and the one-line Missing, before mm_utils is imported
+    from sglang.srt.managers import mm_utils
+
+    return SimpleNamespace(
+        wrap=mm_utils._wrap_tensor_or_list,
+        unwrap=mm_utils._unwrap_tensor_or_list,
+        discard=mm_utils.discard_shm_features,
+    )
