@@ -59,6 +59,7 @@ def load() -> SimpleNamespace:
         MultimodalProcessorOutput=schedule_batch.MultimodalProcessorOutput,
         MultimodalDataItem=schedule_batch.MultimodalDataItem,
         Modality=schedule_batch.Modality,
+        BatchTokenIDOutput=io_struct.BatchTokenIDOutput,
     )
 
 
