@@ -26,7 +26,7 @@ from serbench.model.specs import SpecError
 from serbench.plugins.sglang import adapter
 from serbench.probes import environment
 from serbench.serializers import DecodeError, conformance, get_serializer, is_safe
-from serbench.workloads import get_workload
+from serbench.workloads import Running, get_workload
 from serbench.workloads.tree import payload_bytes
 
 pytestmark = [NEEDS_SGLANG, pytest.mark.usefixtures("sglang")]
@@ -175,6 +175,11 @@ def test_native_outputs_are_sglangs_own_step_with_the_models_tokens(sglang, top)
     assert all(type(ids) is array for ids in step.output_ids)
     assert [r and r["type"] for r in step.finished_reasons] == [out.finish_reason for out in mine.outputs]
     assert step.completion_tokens == [32] * 256
+    running = [Running(native.request_id(0), 4, True), Running(native.request_id(1), 7, False)]
+    streamed = native.step(running)  # what the ipc engine sends: each request at its own position
+    assert streamed.completion_tokens == [5, 8]
+    assert streamed.finished_reasons == [{"type": "length", "length": 5}, None]
+    native.check(streamed)
     if top:
         assert [len(rows[0]) for rows in step.output_top_logprobs_idx] == [top] * 256
         assert step.output_token_logprobs_idx == [list(ids) for ids in step.output_ids]
