@@ -58,9 +58,6 @@ def test_gate_of_two_sglang_copies(monkeypatch, tmp_path: Path, capsys, slowed: 
     base = _sglang_copy(tmp_path / "base", slowed=False)
     head = _sglang_copy(tmp_path / "head", slowed=slowed)
     monkeypatch.chdir(tmp_path)
-    # text-sonnet's words follow the order of a set of strings (workloads/text.py, sonnet): the
-    # hash seed, one per process, changes a prompt's bytes; fixed, both sides build the same one.
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
     out = tmp_path / "out"
     args = ["gate", "--base-path", str(base), "--head-path", str(head), "--backends", "sglang"]
     args += ["--workloads", WORKLOAD, "--scenarios", "micro", "--rounds", "2", "--measure", "time"]
