@@ -26,7 +26,7 @@ from serbench.model.specs import SpecError
 from serbench.plugins.sglang import adapter
 from serbench.probes import environment
 from serbench.serializers import DecodeError, conformance, get_serializer, is_safe
-from serbench.workloads import get_workload
+from serbench.workloads import Running, get_workload
 from serbench.workloads.tree import payload_bytes
 
 pytestmark = [NEEDS_SGLANG, pytest.mark.usefixtures("sglang")]
@@ -157,9 +157,64 @@ def test_conformance_suite_passes_with_its_declarations():
     assert {v.status for v in verdicts} == {"unsupported"}  # its Union holds SGLang's types only
 
 
-def test_layout_is_for_text_and_images_only():
-    with pytest.raises(SpecError, match="text-sonnet and images-N only"):
-        get_workload("outputs-8:layout=sglang-native")
+def test_layout_is_for_text_images_and_outputs_only():
+    with pytest.raises(SpecError, match="text-sonnet, images-N and outputs-B only"):
+        get_workload("tensor-8:layout=sglang-native")
+
+
+@pytest.mark.parametrize("top", [0, 5])
+def test_native_outputs_are_sglangs_own_step_with_the_models_tokens(sglang, top):
+    native = get_workload(f"outputs-256:logprobs={top},layout=sglang-native")
+    model = get_workload(f"outputs-256:logprobs={top}")
+    step, mine = native.message(31), model.message(31)
+    assert native.message_type is type(step) is sglang.BatchTokenIDOutput
+    assert native.request_type is type(native.request(0)) is sglang.TokenizedGenerateReqInput
+    assert native.request(0).return_logprob is bool(top) and native.request(0).top_logprobs_num == top
+    assert step.rids == [out.request_id for out in mine.outputs]
+    assert [list(ids) for ids in step.output_ids] == [out.new_token_ids for out in mine.outputs]
+    assert all(type(ids) is array for ids in step.output_ids)
+    assert [r and r["type"] for r in step.finished_reasons] == [out.finish_reason for out in mine.outputs]
+    assert step.completion_tokens == [32] * 256
+    running = [Running(native.request_id(0), 4, True), Running(native.request_id(1), 7, False)]
+    streamed = native.step(running)  # what the ipc engine sends: each request at its own position
+    assert streamed.completion_tokens == [5, 8]
+    assert streamed.finished_reasons == [{"type": "length", "length": 5}, None]
+    native.check(streamed)
+    if top:
+        assert [len(rows[0]) for rows in step.output_top_logprobs_idx] == [top] * 256
+        assert step.output_token_logprobs_idx == [list(ids) for ids in step.output_ids]
+    else:
+        assert step.output_token_logprobs_val is None and step.output_top_logprobs_idx is None
+
+
+@pytest.mark.parametrize(
+    "spec", ["outputs-256:layout=sglang-native", "outputs-1024:logprobs=5,layout=sglang-native"]
+)
+def test_native_outputs_round_trip_bit_exact_and_pass_the_check(sglang, spec):
+    """Through SGLang's own msgpack_encode / msgpack_decode (bare: the ``sglang`` backend declares
+    every ``outputs-*`` case unsupported) and through ``sglang-pickle``; the step still checks."""
+    workload = get_workload(spec)
+    step = workload.message(3)
+    workload.check(step)
+    decoded = [sglang.msgpack_decode(sglang.msgpack_encode(step)), roundtrip("sglang-pickle", step)[1]]
+    for message in decoded:
+        conformance.assert_same(step, message)
+        workload.check(message)
+
+
+def test_native_outputs_check_catches_a_corrupted_step(sglang):
+    workload = get_workload("outputs-256:logprobs=3,layout=sglang-native")
+    step = sglang.msgpack_decode(sglang.msgpack_encode(workload.message(0)))
+    step.output_top_logprobs_val[7][0][2] += 0.5
+    with pytest.raises(ValueError, match="logprob logprobs differ"):
+        workload.check(step)
+    step = sglang.msgpack_decode(sglang.msgpack_encode(workload.message(0)))
+    step.output_token_logprobs_idx[9][0] += 1
+    with pytest.raises(ValueError, match="logprob ids differ"):
+        workload.check(step)
+    step.output_top_logprobs_idx = None
+    with pytest.raises(ValueError, match="no logprobs"):
+        workload.check(step)
 
 
 def test_micro_run_verifies_every_message(tmp_path, capsys):

@@ -67,6 +67,7 @@ def load() -> SimpleNamespace:
         message_types=io_struct._all_types,
         PickleWrapper=io_struct.PickleWrapper,
         buffer_ext_codes=(msgpack_utils._MSGPACK_EXT_ARRAY, msgpack_utils._MSGPACK_EXT_NP_ARRAY),
+        BatchTokenIDOutput=io_struct.BatchTokenIDOutput,
     )
 
 

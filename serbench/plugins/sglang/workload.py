@@ -7,22 +7,38 @@ SGLang's ``SamplingParams``. ``images-N:layout=sglang-native`` is ``images-N:lay
 pixels, hashes, placeholders and prompt, every other option too) with each request's ``mm_inputs``
 a ``MultimodalProcessorOutput`` holding one ``MultimodalDataItem`` per image, as SGLang's processor
 hands them over (``adapter.image_item``); those requests carry no prompt text, the model's having
-none. The engine's steps stay serbench's. Registered under the entry-point group
+none; their engine's steps stay serbench's. ``outputs-B:layout=sglang-native`` is ``outputs-B``
+(the same tokens, logprob rows and finish pattern; ``logprobs=``, ``seed=``, ``steps=`` pass
+through) with each step as SGLang's scheduler streams it to its detokenizer, a
+``BatchTokenIDOutput`` (``native_outputs``). Registered under the entry-point group
 ``serbench.layouts`` (``serbench.workloads.get_workload``); version differences live in ``adapter``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.sglang import adapter
-from serbench.workloads import Workload
+from serbench.workloads import Running, Workload
 from serbench.workloads.base import Relaid
-from serbench.workloads.messages import EngineCoreRequest, MultiModalFeatureSpec
+from serbench.workloads.messages import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    Logprobs,
+    MultiModalFeatureSpec,
+)
+from serbench.workloads.outputs import PROMPT_TOKENS, _logprob_rows
 
 NAME = "sglang-native"
+# A decode step's read_offset: SGLang's scheduler starts incremental detokenization this many
+# prompt tokens back (schedule_batch.INIT_INCREMENTAL_DETOKENIZATION_OFFSET) and keeps the offset.
+READ_OFFSET = 5
 
 
 def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
@@ -34,7 +50,9 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
         raise SpecError(str(exc)) from None
     native = NATIVE.get(spec.name.partition("-")[0])
     if native is None:
-        raise SpecError(f"layout={NAME} is built for text-sonnet and images-N only, not {spec.name!r}")
+        raise SpecError(
+            f"layout={NAME} is built for text-sonnet, images-N and outputs-B only, not {spec.name!r}"
+        )
     options = {k: v for k, v in spec.options.items() if k != "layout"}
     if native.model_layout is not None:
         options["layout"] = native.model_layout
@@ -46,9 +64,10 @@ class Native(Relaid):
     everything else is the model's. ``model_layout`` is the model's layout whose content it carries."""
 
     model_layout: str | None
+    model_words = ""  # what the model's description says of its layout, left out of this one's
 
     def __init__(self, model: Workload) -> None:
-        description = f"{model.description.split(', vllm layout')[0]}, SGLang's own message types"
+        description = f"{model.description.replace(self.model_words, '')}, SGLang's own message types"
         super().__init__(model, description, adapter.load().TokenizedGenerateReqInput)  # the scheduler's
 
 
@@ -65,6 +84,7 @@ class NativeImages(Native):
     """``images-N`` as SGLang's ``TokenizedGenerateReqInput``s with their ``mm_inputs``."""
 
     model_layout = "vllm"  # serbench's model with one feature per image
+    model_words = ", vllm layout"
 
     def request(self, index: int) -> Any:
         request = self.model.request(index)
@@ -74,7 +94,119 @@ class NativeImages(Native):
         return native_request(request, None, mm_inputs)
 
 
-NATIVE: dict[str, type[Native]] = {"text": NativeText, "images": NativeImages}
+class NativeOutputs(Native):
+    """``outputs-B``'s steps as SGLang's own ``BatchTokenIDOutput``, its requests as
+    ``TokenizedGenerateReqInput``s asking for the model's logprobs."""
+
+    model_layout = "nested"  # per-request lists, as SGLang's scheduler holds them
+    model_words = ", nested"
+
+    def __init__(self, model: Workload) -> None:
+        super().__init__(model)
+        self.message_type = adapter.load().BatchTokenIDOutput  # what the detokenizer decodes
+
+    def request(self, index: int) -> Any:
+        return native_request(self.model.request(index), None, None)
+
+    def message(self, index: int = 0) -> Any:
+        return native_outputs(self.model.message(index), [index] * self.model.batch)
+
+    def step(self, running: Sequence[Running]) -> Any:
+        return native_outputs(self.model.step(running), [r.position for r in running])
+
+    def check(self, message: Any) -> None:
+        """ValueError unless every logprob row is the one its sampled token implies (the model's check)."""
+        self.model.check(model_outputs(message))
+
+
+NATIVE: dict[str, type[Native]] = {"text": NativeText, "images": NativeImages, "outputs": NativeOutputs}
+
+
+def native_outputs(step: EngineCoreOutputs, positions: Sequence[int]) -> Any:
+    """serbench's nested step (each request at its token's ``positions``) as SGLang's scheduler
+    sends a decode step (``output_streamer``): per request its new ids as ``array("q")`` slices, its
+    counts and detokenization settings, and with logprobs the sampled token's value and id and the
+    top-K rows as nested lists. The opaque ``time_stats`` (a pickle of the scheduler's objects) is
+    left out: serbench's steps have none."""
+    outputs = step.outputs
+    count = len(outputs)
+    logprobs = bool(outputs) and outputs[0].new_logprobs is not None
+    ids = [array("q", out.new_token_ids) for out in outputs]
+    rows = [out.new_logprobs for out in outputs] if logprobs else []
+    empty = [[] for _ in range(count)] if logprobs else None
+    return adapter.load().BatchTokenIDOutput(
+        rids=[out.request_id for out in outputs],
+        http_worker_ipcs=[None] * count,
+        finished_reasons=[
+            _finish(out.finish_reason, p + 1) for out, p in zip(outputs, positions, strict=True)
+        ],
+        decoded_texts=[""] * count,
+        decode_ids=ids,
+        read_offsets=[READ_OFFSET] * count,
+        output_ids=[array("q", i) for i in ids],
+        skip_special_tokens=[True] * count,
+        spaces_between_special_tokens=[True] * count,
+        no_stop_trim=[False] * count,
+        prompt_tokens=[PROMPT_TOKENS] * count,
+        reasoning_tokens=[0] * count,
+        completion_tokens=[p + 1 for p in positions],
+        cached_tokens=[0] * count,
+        input_token_logprobs_val=empty,
+        input_token_logprobs_idx=empty,
+        output_token_logprobs_val=[[row[0] for row in lp.logprobs] for lp in rows] if logprobs else None,
+        output_token_logprobs_idx=[[row[0] for row in lp.token_ids] for lp in rows] if logprobs else None,
+        input_top_logprobs_val=empty,
+        input_top_logprobs_idx=empty,
+        output_top_logprobs_val=[[row[1:] for row in lp.logprobs] for lp in rows] if logprobs else None,
+        output_top_logprobs_idx=[[row[1:] for row in lp.token_ids] for lp in rows] if logprobs else None,
+        input_token_ids_logprobs_val=empty,
+        input_token_ids_logprobs_idx=empty,
+        output_token_ids_logprobs_val=empty,
+        output_token_ids_logprobs_idx=empty,
+        output_token_entropy_val=None,
+        output_token_sampling_mask=None,
+        output_hidden_states=None,
+        routed_experts=None,
+        indexer_topk=None,
+        placeholder_tokens_idx=None,
+        placeholder_tokens_val=None,
+        retraction_counts=[0] * count,
+        cached_tokens_details=[None] * count,
+        image_tokens=[0] * count,
+        audio_tokens=[0] * count,
+        video_tokens=[0] * count,
+        dp_ranks=[0] * count,
+    )
+
+
+def model_outputs(message: Any) -> EngineCoreOutputs:
+    """SGLang's ``BatchTokenIDOutput`` as serbench's nested model of it, for the checks after a
+    decode. SGLang sends no rank of the sampled token: the rank the model implies is filled in, so
+    the check covers what SGLang carries, the ids and logprobs."""
+    top = message.output_top_logprobs_idx
+    outputs = []
+    for i, (rid, tokens) in enumerate(zip(message.rids, message.output_ids, strict=True)):
+        new = None
+        if top is not None:
+            ranks = _logprob_rows(np.asarray(tokens, np.int32), 0)[2].tolist()
+            new = Logprobs(
+                [[t, *alts] for t, alts in zip(message.output_token_logprobs_idx[i], top[i], strict=True)],
+                [
+                    [v, *alts]
+                    for v, alts in zip(
+                        message.output_token_logprobs_val[i], message.output_top_logprobs_val[i], strict=True
+                    )
+                ],
+                ranks,
+            )
+        reason = message.finished_reasons[i]
+        outputs.append(EngineCoreOutput(rid, list(tokens), None if reason is None else reason["type"], new))
+    return EngineCoreOutputs(outputs=outputs)
+
+
+def _finish(reason: str | None, length: int) -> dict[str, Any] | None:
+    """A finish reason as SGLang's ``BaseFinishReason.to_json()`` sends it."""
+    return None if reason is None else {"type": reason, "length": length}
 
 
 def native_request(request: EngineCoreRequest, text: str | None, mm_inputs: Any) -> Any:
