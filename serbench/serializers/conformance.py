@@ -424,8 +424,10 @@ def check(serializer: Serializer) -> Iterator[Verdict]:
 
 def case_unsupported(serializer: Serializer, workload: str) -> str | None:
     """The reason the backend gives for not carrying ``workload`` (declared for the specimen id
-    ``workload-<spec>``, e.g. ``workload-images-32:layout=vllm``, or by a glob such as ``*``)."""
-    return declared_reason(serializer, f"workload-{workload}")
+    ``workload-<spec>``, e.g. ``workload-images-32:layout=vllm``, or by a glob such as ``*``), or
+    the workload gives (``Workload.unsupported_by``: a layout of another library's types)."""
+    declared = declared_reason(serializer, f"workload-{workload}")
+    return declared or get_workload(workload).unsupported_by(serializer)
 
 
 def sample(count: int, most: int = VERIFY_SAMPLE) -> list[int]:

@@ -6,7 +6,14 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
-from serbench.workloads.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+import msgspec
+
+from serbench.workloads.messages import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    FlatEngineCoreOutputs,
+)
 
 VOCAB_SIZE = 32_000
 
@@ -17,6 +24,15 @@ def output_token(request_id: str, position: int) -> int:
     A pure function of both, so the frontend can account for every token.
     """
     return zlib.crc32(f"{request_id}#{position}".encode()) % VOCAB_SIZE
+
+
+class About(NamedTuple):
+    """What the harness reads of a request, whatever its type: its id, its prompt's token ids and
+    how many tokens it asks for (``Workload.about``)."""
+
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    max_tokens: int
 
 
 class Running(NamedTuple):
@@ -51,6 +67,26 @@ class Workload:
     def payload_bytes(self) -> int:
         """Tensor bytes in one request (0 for text)."""
         raise NotImplementedError
+
+    def about(self, request: Any) -> About:
+        """What the harness reads of ``request``, one of this workload's as sent or decoded: by
+        serbench's field names (vLLM's too); a layout of another library's type reads its own."""
+        return About(request.request_id, request.prompt_token_ids, request.sampling_params.max_tokens)
+
+    def unsupported_by(self, serializer: Any) -> str | None:
+        """Why ``serializer`` cannot carry this workload's messages (a layout whose types only
+        some backends encode), or None: serbench's own messages are every backend's to declare."""
+        return None
+
+    def renamed(self, request: Any, request_id: str) -> Any:
+        """``request`` under another id (a repeat of it sent again), by serbench's field name."""
+        return msgspec.structs.replace(request, request_id=request_id)
+
+    def in_model(self, message: Any) -> EngineCoreOutputs | FlatEngineCoreOutputs:
+        """A step as decoded, as serbench's own model of it, whose ``entries()`` the frontend
+        accounts token by token: serbench's own steps as they are; a layout of another library's
+        type converts its own."""
+        return message
 
     def request_id(self, index: int) -> str:
         return f"{self.name}-{self.seed}-{index}"

@@ -233,6 +233,29 @@ def test_micro_run_verifies_every_message(tmp_path, capsys):
     assert results["backends"]["sglang-pickle"]["safe"] is False
 
 
+def test_ipc_and_memory_carry_sglangs_messages_and_a_backend_that_cannot_is_unsupported(tmp_path):
+    """Through real processes: the engine reads SGLang's request fields (``Workload.about``),
+    streams its steps as SGLang's ``BatchTokenIDOutput``, and every message is verified; a
+    backend that cannot encode SGLang's types is recorded unsupported with the reason."""
+    backends = ["sglang-oob", "sglang-pickle", "msgspec-frombuffer"]
+    workload = "images-1:layout=sglang-native"
+    args = ["run", "--backends", ",".join(backends), "--workloads", workload, "--scenarios", "ipc,memory"]
+    assert commands.main([*args, "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "results.json").read_text())["records"]
+    measured = {(r["scenario"], r["backend"]) for r in records if r["error"] is None}
+    assert {(s, b) for s in ("ipc", "memory") for b in ("sglang-oob", "sglang-pickle")} <= measured
+    for record in records:
+        if record["backend"].startswith("msgspec-frombuffer"):
+            assert "SGLang's own types" in record["unsupported"], record
+        else:
+            assert record["error"] is None, record
+            assert record["info"]["verification"]["messages"] == record["info"]["verification"]["of"] >= 1
+    ttft = [
+        r["metrics"]["ttft_s"]["values"] for r in records if r["scenario"] == "ipc" and r["error"] is None
+    ]
+    assert len(ttft) == 2 and min(map(len, ttft)) >= 5  # first tokens, each accounted token by token
+
+
 def test_without_sglang_one_line_and_exit_2(tmp_path):
     code = textwrap.dedent(
         f"""

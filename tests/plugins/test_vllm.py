@@ -219,7 +219,7 @@ def test_a_corrupted_native_step_is_caught(vllm):
 
     decoded = step(0)
     workload.check(decoded)
-    assert account(stream.accountable(decoded), tracked, 1.0) == 0
+    assert account(workload.in_model(decoded), tracked, 1.0) == 0
     corrupt_logprob(decoded)
     with pytest.raises(ValueError, match="logprob logprobs differ"):
         workload.check(decoded)
@@ -231,7 +231,7 @@ def test_a_corrupted_native_step_is_caught(vllm):
         workload.check(decoded)
     decoded.outputs[7].new_token_ids = [decoded.outputs[7].new_token_ids[0] + 1]
     with pytest.raises(IntegrityError, match="request 'req-0-7' token 1"):
-        account(stream.accountable(decoded), tracked, 2.0)
+        account(workload.in_model(decoded), tracked, 2.0)
 
 
 def test_native_outputs_spec_with_logprobs_builds_what_it_says(vllm):

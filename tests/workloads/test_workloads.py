@@ -150,3 +150,18 @@ def test_text_content_is_the_same_under_any_hash_seed() -> None:
         for seed in ("0", "1", "2")
     }
     assert len(runs) == 1 and runs.pop().startswith("[")
+
+
+def test_what_the_harness_reads_of_a_request_is_the_workloads_to_say() -> None:
+    """serbench's own requests are read by their field names; a repeat is the same request under
+    another id; steps are already the model the frontend accounts; every backend may carry them."""
+    workload = get_workload("text-sonnet")
+    request = workload.request(1)
+    about = workload.about(request)
+    assert about.request_id == request.request_id == workload.request_id(1)
+    assert list(about.prompt_token_ids) == request.prompt_token_ids and about.max_tokens == OUTPUT_TOKENS
+    again = workload.renamed(request, "again")
+    assert workload.about(again).request_id == "again" and again.prompt_token_ids == request.prompt_token_ids
+    step = workload.outputs([about.request_id], 0)
+    assert workload.in_model(step) is step
+    assert workload.unsupported_by(object()) is None

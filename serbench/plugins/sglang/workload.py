@@ -7,10 +7,11 @@ SGLang's ``SamplingParams``. ``images-N:layout=sglang-native`` is ``images-N:lay
 pixels, hashes, placeholders and prompt, every other option too) with each request's ``mm_inputs``
 a ``MultimodalProcessorOutput`` holding one ``MultimodalDataItem`` per image, as SGLang's processor
 hands them over (``adapter.image_item``); those requests carry no prompt text, the model's having
-none; their engine's steps stay serbench's. ``outputs-B:layout=sglang-native`` is ``outputs-B``
-(the same tokens, logprob rows and finish pattern; ``logprobs=``, ``seed=``, ``steps=`` pass
-through) with each step as SGLang's scheduler streams it to its detokenizer, a
-``BatchTokenIDOutput`` (``native_outputs``). Registered under the entry-point group
+none. ``outputs-B:layout=sglang-native`` is ``outputs-B`` (the same tokens, logprob rows and
+finish pattern; ``logprobs=``, ``seed=``, ``steps=`` pass through). Every one's engine steps are
+the model's as SGLang's scheduler streams them to its detokenizer, a ``BatchTokenIDOutput``
+(``native_outputs``), since SGLang's msgspec path decodes only its own types. Only SGLang's
+backends and pickle's carry these types (``CARRIERS``). Registered under the entry-point group
 ``serbench.layouts`` (``serbench.workloads.get_workload``); version differences live in ``adapter``.
 """
 
@@ -20,12 +21,13 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.sglang import adapter
 from serbench.workloads import Running, Workload
-from serbench.workloads.base import Relaid
+from serbench.workloads.base import About, Relaid
 from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -36,6 +38,9 @@ from serbench.workloads.messages import (
 from serbench.workloads.outputs import PROMPT_TOKENS, _logprob_rows
 
 NAME = "sglang-native"
+# The backends that carry SGLang's types (``array`` ids, its own Structs and wrappers): its own
+# paths, and pickle's, which it defaults to; serbench's msgpack backends encode neither.
+CARRIERS = frozenset({"sglang", "sglang-pickle", "sglang-oob", "pickle", "pickle-oob", "cloudpickle"})
 # A decode step's read_offset: SGLang's scheduler starts incremental detokenization this many
 # prompt tokens back (schedule_batch.INIT_INCREMENTAL_DETOKENIZATION_OFFSET) and keeps the offset.
 READ_OFFSET = 5
@@ -60,8 +65,9 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
 
 
 class Native(Relaid):
-    """serbench's workload ``model`` with its requests as SGLang's own ``TokenizedGenerateReqInput``;
-    everything else is the model's. ``model_layout`` is the model's layout whose content it carries."""
+    """serbench's workload ``model`` with its requests as SGLang's own ``TokenizedGenerateReqInput``
+    and the engine's steps as SGLang's ``BatchTokenIDOutput``; the content is the model's.
+    ``model_layout`` is the model's layout whose content it carries."""
 
     model_layout: str | None
     model_words = ""  # what the model's description says of its layout, left out of this one's
@@ -69,6 +75,31 @@ class Native(Relaid):
     def __init__(self, model: Workload) -> None:
         description = f"{model.description.replace(self.model_words, '')}, SGLang's own message types"
         super().__init__(model, description, adapter.load().TokenizedGenerateReqInput)  # the scheduler's
+        self.message_type = adapter.load().BatchTokenIDOutput  # what the detokenizer decodes
+
+    def about(self, request: Any) -> About:
+        """SGLang's names for what the harness reads: ``rid``, ``input_ids``, ``max_new_tokens``."""
+        return About(request.rid, request.input_ids, request.sampling_params.max_new_tokens)
+
+    def renamed(self, request: Any, request_id: str) -> Any:
+        return msgspec.structs.replace(request, rid=request_id)
+
+    def unsupported_by(self, serializer: Any) -> str | None:
+        if serializer.name in CARRIERS:
+            return None
+        carriers = ", ".join(sorted(CARRIERS))
+        return f"layout={NAME} is SGLang's own types (array ids, its Structs); carried by {carriers}"
+
+    def step(self, running: Sequence[Running]) -> Any:
+        return native_outputs(self.model.step(running), [r.position for r in running])
+
+    def in_model(self, message: Any) -> EngineCoreOutputs:
+        return model_outputs(message)
+
+    def check(self, message: Any) -> None:
+        """ValueError unless the step's content is the model's (for outputs-B, every logprob row
+        the one its sampled token implies)."""
+        self.model.check(model_outputs(message))
 
 
 class NativeText(Native):
@@ -101,22 +132,11 @@ class NativeOutputs(Native):
     model_layout = "nested"  # per-request lists, as SGLang's scheduler holds them
     model_words = ", nested"
 
-    def __init__(self, model: Workload) -> None:
-        super().__init__(model)
-        self.message_type = adapter.load().BatchTokenIDOutput  # what the detokenizer decodes
-
     def request(self, index: int) -> Any:
         return native_request(self.model.request(index), None, None)
 
     def message(self, index: int = 0) -> Any:
         return native_outputs(self.model.message(index), [index] * self.model.batch)
-
-    def step(self, running: Sequence[Running]) -> Any:
-        return native_outputs(self.model.step(running), [r.position for r in running])
-
-    def check(self, message: Any) -> None:
-        """ValueError unless every logprob row is the one its sampled token implies (the model's check)."""
-        self.model.check(model_outputs(message))
 
 
 NATIVE: dict[str, type[Native]] = {"text": NativeText, "images": NativeImages, "outputs": NativeOutputs}

@@ -132,6 +132,9 @@ class NativeOutputs(Native):
     def step(self, running: Sequence[Running]) -> Any:
         return native_outputs(self.model.step(running))
 
+    def in_model(self, message: Any) -> EngineCoreOutputs:
+        return model_outputs(message)
+
     def check(self, message: Any) -> None:
         """ValueError unless every logprob row is the one its sampled token implies (the model's check)."""
         self.model.check(model_outputs(message))

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from serbench.workloads.messages import EngineCoreRequest
+from serbench.workloads import Workload
 from serbench.workloads.tree import payload_checksum
 
 DEFAULT_STEP_S = 0.005  # simulated model time per step when ``start`` names none
@@ -63,9 +63,11 @@ def parse_control(frame: Any) -> Control:
     return _decode_control(memoryview(frame))
 
 
-def request_checksum(request: EngineCoreRequest) -> int:
-    """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes)."""
-    tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
+def request_checksum(request: Any, workload: Workload | None = None) -> int:
+    """CRC of a request's prompt tokens and of every tensor in it (dtype, shape, bytes); the
+    prompt read as ``workload`` reads its requests (``Workload.about``; None: serbench's own)."""
+    about = (workload or Workload()).about(request)
+    tokens = np.asarray(about.prompt_token_ids, dtype=np.int64)
     return zlib.crc32(tokens.tobytes(), payload_checksum(request))
 
 

@@ -290,7 +290,8 @@ class Engine:
                 ("error", session.id, f"engine decoded a {type(request).__name__}, not a request")
             )
             return
-        rid = request.request_id
+        about = session.workload.about(request)
+        rid = about.request_id
         if rid in session.seen:
             self.events.put(("error", session.id, f"request {rid!r} arrived twice (duplicated message)"))
             return
@@ -315,18 +316,19 @@ class Engine:
         kept = frames if encoded is not None else None
         entry = Unverified(request, ctrl.data.get("checksum"), kept, encoded, hits)
         session.held[rid] = (entry, None if placed is None else placed[0], ack)
-        self.events.put(("request", session.id, rid, request.sampling_params.max_tokens, decoded))
+        self.events.put(("request", session.id, rid, about.max_tokens, decoded))
 
     def _check(self, session: Session, entry: Unverified) -> None:
         """Report a request whose decoded payload differs from the one sent, and why."""
-        wrong_hit = cache.verify_hits(entry.request.request_id, entry.hits)
+        rid = session.workload.about(entry.request).request_id
+        wrong_hit = cache.verify_hits(rid, entry.hits)
         if wrong_hit is not None:
             self.events.put(("error", session.id, f"integrity: {wrong_hit}"))
             return
-        actual = request_checksum(entry.request)
+        actual = request_checksum(entry.request, session.workload)
         if actual != entry.checksum:
             message = (
-                f"request {entry.request.request_id!r} decoded differs from the one sent: payload "
+                f"request {rid!r} decoded differs from the one sent: payload "
                 f"checksum {actual:#010x}, sent {entry.checksum!r}; "
                 f"{integrity_fault(entry.frames or (), entry.frames_checksum)}"
             )
@@ -457,7 +459,8 @@ class Engine:
                 del self.running[rid]
                 self.finished.put((session, rid))
         message = session.workload.step(scheduled)
-        message.timestamp = time.time()
+        if hasattr(message, "timestamp"):  # serbench's and vLLM's steps say when; SGLang's do not
+            message.timestamp = time.time()
         sent = clock()
         try:
             frames = session.encoder.encode(message)

@@ -71,7 +71,7 @@ class InProcessSession:
         self.session = session
         self.serializer = serializer
         self.request = request  # the one request every call sends
-        self.checksum = request_checksum(request)
+        self.checksum = request_checksum(request, session.workload)
         self.encoded = frames_checksum(frames)  # of its frames as encoded
         self.handed: deque[list] = deque()
 

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from serbench.links import cache
@@ -72,7 +71,7 @@ class RequestPool:
         self.workload = workload
         self.fresh = fresh
         self.requests = list(workload.requests(distinct))
-        self.checksums = [request_checksum(r) for r in self.requests]
+        self.checksums = [request_checksum(r, workload) for r in self.requests]
         self.encoded: list[int] = []
         self.known: dict[str, int] = {}  # digests of cacheable tensors, by cache key
 
@@ -91,13 +90,13 @@ class RequestPool:
         checksum."""
         if self.fresh and index >= len(self.requests):
             request = self.workload.request(index)
-            return request, request_checksum(request)
+            return request, request_checksum(request, self.workload)
         slot = index % len(self.requests)
         base = self.requests[slot]
         if index == slot:
             return base, self.checksums[slot]
-        rid = f"{base.request_id}#{index}"
-        return msgspec.structs.replace(base, request_id=rid), self.checksums[slot]
+        rid = f"{self.workload.about(base).request_id}#{index}"
+        return self.workload.renamed(base, rid), self.checksums[slot]
 
 
 @dataclass
@@ -249,10 +248,11 @@ def run_load(
             frames = serializer.encode(message)
             encode_s = clock() - created
             link.send("request", frames, sender, checksum=checksum, encoded=encoded, ack=ack)
-            state = Tracked(created, request.sampling_params.max_tokens, encode_s, lookups=prepared.lookups)
+            about = pool.workload.about(request)
+            state = Tracked(created, about.max_tokens, encode_s, lookups=prepared.lookups)
             state.hits, state.payload_bytes = prepared.hits, tensors
             state.sent_bytes = sum(memoryview(f).nbytes for f in frames) + prepared.stored_bytes
-            tracked[request.request_id] = state
+            tracked[about.request_id] = state
             del request, message, frames
             active += 1
             can_send = max_concurrency is None or active < max_concurrency
@@ -278,7 +278,7 @@ def run_load(
         if ctrl is None or ctrl.kind != "outputs":
             raise IntegrityError(f"unexpected {ctrl.kind if ctrl else 'empty'!r} message during the load")
         try:
-            outputs = serializer.decode(frames, EngineCoreOutputs)
+            outputs = serializer.decode(frames, pool.workload.message_type)
         except Exception as exc:
             raise IntegrityError(
                 f"frontend could not decode an outputs message: {type(exc).__name__}: {exc}"
@@ -286,7 +286,7 @@ def run_load(
         decoded = clock()
         egress.append(decoded - ctrl.data.get("sent", decoded))
         stamp(ctrl, tracked)
-        finished = account(outputs, tracked, decoded)
+        finished = account(pool.workload.in_model(outputs), tracked, decoded)
         active -= 0 if ack else finished
         last_progress = now
     return tracked, egress, clock() - start

@@ -38,7 +38,6 @@ from serbench.scenarios.engine.protocol import request_checksum
 from serbench.scenarios.ipc.load import Tracked, account
 from serbench.serializers import Serializer, get_serializer
 from serbench.workloads import Workload, get_workload
-from serbench.workloads.messages import EngineCoreOutputs, FlatEngineCoreOutputs
 
 clock = time.perf_counter
 
@@ -56,8 +55,9 @@ def stream(link: Any, serializer: Serializer, workload: Workload) -> list[Step]:
     """Send the workload's ``batch`` requests, then take and check every step until all finish."""
     tracked: dict[str, Tracked] = {}
     for request in workload.requests(workload.batch):
-        link.send("request", serializer.encode(request), checksum=request_checksum(request))
-        tracked[request.request_id] = Tracked(clock(), request.sampling_params.max_tokens)
+        link.send("request", serializer.encode(request), checksum=request_checksum(request, workload))
+        about = workload.about(request)
+        tracked[about.request_id] = Tracked(clock(), about.max_tokens)
     steps: list[Step] = []
     active, last_progress = len(tracked), clock()
     while active:
@@ -79,22 +79,15 @@ def stream(link: Any, serializer: Serializer, workload: Workload) -> list[Step]:
         except Exception as exc:
             raise IntegrityError(f"frontend could not decode a step: {type(exc).__name__}: {exc}") from exc
         cpu, decoded = time.thread_time() - cpu, clock()
-        count = len(message.request_ids if hasattr(message, "request_ids") else message.outputs)
-        steps.append(Step(count, cpu, decoded - ctrl.data.get("sent", decoded)))
-        active -= account(accountable(message), tracked, decoded)
+        outputs = workload.in_model(message)
+        steps.append(Step(sum(1 for _ in outputs.entries()), cpu, decoded - ctrl.data.get("sent", decoded)))
+        active -= account(outputs, tracked, decoded)
         try:
             workload.check(message)
         except ValueError as exc:
             raise IntegrityError(f"step {len(steps)}: {exc}") from None
         last_progress = clock()
     return steps
-
-
-def accountable(message: Any) -> EngineCoreOutputs | FlatEngineCoreOutputs:
-    """``message`` as ``load.account`` reads it: serbench's own steps as they are; a plugin's own
-    (vLLM's ``EngineCoreOutputs``, ``layout=vllm-native``) has the nested layout's per-request
-    outputs, whose request id, new tokens and finish reason serbench's ``entries()`` reads."""
-    return message if hasattr(message, "entries") else EngineCoreOutputs(outputs=message.outputs)
 
 
 def measure(backend: str, workload_spec: str, step_s: float, engine: str | None, kind: str) -> Outcome:

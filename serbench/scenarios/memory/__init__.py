@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,8 @@ from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, 
 from serbench.scenarios.engine.protocol import frames_checksum, integrity_fault
 from serbench.scenarios.engine.staging import Stager, Staging, recv_pinned
 from serbench.serializers import conformance, get_serializer
-from serbench.workloads import get_workload
+from serbench.workloads import Workload, get_workload
+from serbench.workloads.base import About
 from serbench.workloads.tree import miniature, payload_bytes, payload_checksum
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
@@ -94,21 +95,24 @@ def stamp() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class Sent:
-    """A message, the checksum its receiver must find, and the CRC of its frames as encoded."""
+    """A message, the checksum its receiver must find, the CRC of its frames as encoded, and how
+    its workload reads a request (``Workload.about``)."""
 
     message: Any
     checksum: int
     encoded: int
+    about: Callable[[Any], About]
 
     @classmethod
-    def of(cls, message: Any, backend: str) -> Sent:
+    def of(cls, message: Any, backend: str, workload: Workload) -> Sent:
         frames = get_serializer(backend).encode(message)
-        return cls(message, payload_checksum(message), frames_checksum(frames))
+        return cls(message, payload_checksum(message), frames_checksum(frames), workload.about)
 
     def check(self, decoded: Any, frames: list) -> None:
         """Use the decoded message: read every tensor byte, compare with what was sent; on a
         difference, say from the received ``frames`` whether the bytes or the decoder changed."""
-        if decoded.request_id != self.message.request_id or payload_checksum(decoded) != self.checksum:
+        same_id = self.about(decoded).request_id == self.about(self.message).request_id
+        if not same_id or payload_checksum(decoded) != self.checksum:
             raise ValueError(
                 f"decoded request differs from the one sent (checksum mismatch): "
                 f"{integrity_fault(frames, self.encoded)}"
@@ -391,7 +395,8 @@ def repeat(
     # stay in the heap the measured sides inherit, where they read as extra frontend copies.
     check = (get_serializer(case.backend), [message], "request", (case.backend, case.workload))
     verification = run_isolated(conformance.verify, check, timeout_s)
-    request, warmup = Sent.of(message, case.backend), Sent.of(miniature(message), case.backend)
+    request = Sent.of(message, case.backend, workload)
+    warmup = Sent.of(miniature(message), case.backend, workload)
     sizes = frame_sizes(case.backend, message, staging)
     shm_bytes = 0
     if case.link == "shm":
