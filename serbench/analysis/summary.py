@@ -126,8 +126,9 @@ class RunSummary:
     ratio_of: str  # what a decision's ratios are ratios of (``decision.center_rule``)
     tie_rule: str  # when two rows tie (``decision.tie_rule``)
     noise: list[ScenarioNoise]
-    failed: list[Record]
+    failed: list[Record]  # the cases that failed (unsupported ones are in ``unsupported``)
     time: list[ScenarioTime] = field(default_factory=list)
+    unsupported: dict[str, list[str]] = field(default_factory=dict)  # reason → the backends it names
 
 
 def _column(records: Sequence[Record], name: str) -> tuple[float, str]:
@@ -280,9 +281,21 @@ def summarize_run(data: Results, baseline: str = ranking.DEFAULT_BASELINE) -> Ru
         ratio_of=decision.center_rule(data, decided),
         tie_rule=decision.tie_rule(decided),
         noise=_noise(data),
-        failed=[r for r in data.records if not r.ok],
+        failed=[r for r in data.records if not r.ok and r.unsupported is None],
         time=_time(data),
+        unsupported=_unsupported(data),
     )
+
+
+def _unsupported(data: Results) -> dict[str, list[str]]:
+    """Per reason a backend or workload gave for not carrying a case, the backends it names and how
+    many cases (``backend (n)``), in the run's order: one reason is often a whole column."""
+    by_reason: dict[str, dict[str, int]] = {}
+    for rec in data.records:
+        if rec.unsupported is not None:
+            counts = by_reason.setdefault(rec.unsupported, {})
+            counts[rec.row] = counts.get(rec.row, 0) + 1
+    return {reason: [f"{row} ({n})" for row, n in counts.items()] for reason, counts in by_reason.items()}
 
 
 # ---------------------------------------------------------------- a comparison

@@ -130,6 +130,9 @@ def render(summary: RunSummary, verbose: bool = False) -> str:
     out = [titled(t) for t in tables(summary, verbose)]
     if summary.failed:
         out.append("failed cases:\n" + "\n".join(f"  {r.label}: {r.error}" for r in summary.failed))
+    if summary.unsupported:
+        lines = [f"  {', '.join(rows)}: {reason}" for reason, rows in summary.unsupported.items()]
+        out.append("unsupported (cases not run):\n" + "\n".join(lines))
     last = "\n".join(part for part in (time_line(summary.time), decision_block(summary, verbose)) if part)
     if last:
         out.append(last)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pytest
-from builders import memory_info
+from builders import doc, memory_info
 
 from serbench import cli as commands
 from serbench.analysis.summary import RunSummary, summarize_run
@@ -146,3 +146,21 @@ def test_the_run_says_where_its_time_went_in_one_line_and_on_its_page() -> None:
 def test_the_default_output_shows_the_time_line_right_above_the_decision(summary: RunSummary) -> None:
     shown = terminal.render(summary)
     assert f"{terminal.time_line(summary.time)}\n{terminal.decision_block(summary)}" in shown
+
+
+def test_unsupported_cases_are_one_line_per_reason_apart_from_the_failed() -> None:
+    """A reason a backend or a layout gives is often a whole column: one line names it once, with
+    the backends and their case counts; a failure keeps its own line."""
+    why = "layout=x is another library's types"
+    records = [
+        results.record(Case("micro", backend, workload), error=f"unsupported: {why}", unsupported=why)
+        for backend in ("a", "b")
+        for workload in ("w1", "w2")
+    ]
+    records.append(results.record(Case("micro", "c", "w1"), error="boom"))
+    summary = summarize_run(doc(records))
+    assert [r.backend for r in summary.failed] == ["c"]
+    assert summary.unsupported == {why: ["a (2)", "b (2)"]}
+    text = terminal.render(summary)
+    assert f"unsupported (cases not run):\n  a (2), b (2): {why}" in text
+    assert "failed cases:\n  micro c × w1: boom" in text and text.count(why) == 1
