@@ -47,7 +47,7 @@ FINISH_EVERY = 32  # in ``message(index)``, one request in this many ends at tha
 _ALT_STRIDE = 7919  # alternative j of a sampled token t is (t + j * stride) % vocab
 
 
-def _logprob_rows(tokens: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def logprob_rows(tokens: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, logprobs, ranks) for sampled ``tokens``: a pure function of each token.
 
     Column 0 is the sampled token itself; columns 1..top its alternatives.
@@ -118,7 +118,7 @@ class Outputs(Workload):
         tokens = np.fromiter(
             (output_token(r.request_id, r.position) for r in running), np.int32, len(running)
         )
-        rows = _logprob_rows(tokens, self.top) if self.top else None
+        rows = logprob_rows(tokens, self.top) if self.top else None
         if self.layout == "flat":
             return self._flat(running, tokens, rows)
         return self._nested(running, tokens, rows)
@@ -166,7 +166,7 @@ class Outputs(Workload):
         if not got:
             raise ValueError(f"no logprobs in a step of a workload that asked for top-{self.top}")
         for name, want, have in zip(
-            ("ids", "logprobs", "ranks"), _logprob_rows(tokens, self.top), got, strict=True
+            ("ids", "logprobs", "ranks"), logprob_rows(tokens, self.top), got, strict=True
         ):
             if want.shape != have.shape or not np.array_equal(want, have):
                 raise ValueError(f"logprob {name} differ from what the sampled tokens imply")

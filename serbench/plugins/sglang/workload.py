@@ -35,7 +35,7 @@ from serbench.workloads.messages import (
     Logprobs,
     MultiModalFeatureSpec,
 )
-from serbench.workloads.outputs import PROMPT_TOKENS, _logprob_rows
+from serbench.workloads.outputs import PROMPT_TOKENS, logprob_rows
 
 NAME = "sglang-native"
 # The backends that carry SGLang's types (``array`` ids, its own Structs and wrappers): its own
@@ -208,7 +208,7 @@ def model_outputs(message: Any) -> EngineCoreOutputs:
     for i, (rid, tokens) in enumerate(zip(message.rids, message.output_ids, strict=True)):
         new = None
         if top is not None:
-            ranks = _logprob_rows(np.asarray(tokens, np.int32), 0)[2].tolist()
+            ranks = logprob_rows(np.asarray(tokens, np.int32), 0)[2].tolist()
             new = Logprobs(
                 [[t, *alts] for t, alts in zip(message.output_token_logprobs_idx[i], top[i], strict=True)],
                 [
