@@ -9,12 +9,15 @@ that side's path (``serbench.gate.revision.Runtime``). Slot 0 is an A/A trial,
 every other slot an A/B trial slowed by a FACTOR. A trial "alarms" when any row
 of its case is a regression: what makes ``serbench gate`` exit 1. With
 ``--measure instructions`` a trial is the gate's counts (``serbench.gate.counting``).
-The load average of each trial is recorded: how much noise the gate stayed quiet on.
+The load average of each trial is recorded: how much noise the gate stayed quiet on. Each
+case's rounds stop once its rows are settled (``serbench.gate.stopping``), as the gate's
+do; ``--all-rounds`` takes every round, as the gate did before.
 
     python scripts/gate_quality.py --trials 20 --rounds 15 --out reports/gate-quality
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
     python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
+    python scripts/gate_quality.py --factors 1.5 --trials 3 --all-rounds   # every round: the time it took
     python scripts/gate_quality.py --measure instructions --scenarios ipc --workloads text-sonnet \
         --factors 1.02 --out reports/gate-quality-ipc   # both sides of the ipc path, counted
 """
@@ -39,6 +42,7 @@ from serbench.cli import gate as gate_command
 from serbench.gate.counting import count
 from serbench.gate.revision import Revision, Runtime
 from serbench.gate.rounds import fresh_rounds
+from serbench.gate.stopping import Stopping
 from serbench.model import results
 from serbench.model.profiles import PROFILES, Profile
 from serbench.model.results import Results
@@ -87,14 +91,18 @@ def _write_json(path: Path, data: dict) -> None:
     results.write_text_atomic(path, json.dumps(data, indent=1))
 
 
-def _measured(sides: list[Revision], folder: Path, rounds: int, measure: str) -> tuple[Results, Results]:
-    """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
+def _measured(
+    sides: list[Revision], folder: Path, rounds: int, measure: str, stopping: Stopping | None
+) -> tuple[Results, Results]:
+    """Base and head results as the gate gets them: interleaved rounds merged (each case's until
+    ``stopping`` settles it; every round without it), or the counts."""
     if measure == "instructions":
         counted = count(sides, folder, log=print)
         if counted is None:
             raise SystemExit("this serbench cannot count instructions")
         return counted[0], counted[1]
-    base_runs, head_runs = fresh_rounds(sides, rounds, folder, log=lambda m: None)
+    settled = stopping.settled_cases if stopping is not None else None
+    base_runs, head_runs = fresh_rounds(sides, rounds, folder, log=lambda m: None, settled_cases=settled)
     return results.merge(base_runs), results.merge(head_runs)
 
 
@@ -108,6 +116,7 @@ def run_trial(
     measure: str = "time",
     bystanders: Sequence[str] = (),
     scenarios: Sequence[str] = ("micro",),
+    stopping: Stopping | None = None,
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
     ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
@@ -123,12 +132,13 @@ def run_trial(
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    base, head = _measured(sides, folder, rounds, measure)
+    base, head = _measured(sides, folder, rounds, measure, stopping)
     meta = {
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "cpus": os.cpu_count(),
         "rounds": rounds,
+        "rounds_taken": max((rec.rounds or 0 for rec in head.records), default=0),
         "measure": measure,
         "wall_s": round(time.perf_counter() - start, 1),
     }
@@ -364,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
     )
+    parser.add_argument(
+        "--all-rounds",
+        action="store_true",
+        help="take every round, as the gate did before it stopped measuring settled cases",
+    )
     parser.add_argument("--out", default="reports/gate-quality")
     parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
     args = parser.parse_args(argv)
@@ -376,15 +391,25 @@ def main(argv: list[str] | None = None) -> int:
     default = "1.005,1.01,1.02" if args.measure == "instructions" else "1.03,1.05,1.07,1.10"
     factors = [float(f) for f in (args.factors or default).split(",")]
     bystanders = [b.strip() for b in args.bystanders.split(",") if b.strip()]
+    stopping = None if args.all_rounds else Stopping(max_regression)
     for t in range(args.trials):
         folder = out / f"trial-{t + 1:02d}"
         scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
         meta = run_trial(
-            folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure, bystanders, scenarios
+            folder,
+            t + 1,
+            args.backend,
+            factors,
+            args.workloads,
+            rounds,
+            args.measure,
+            bystanders,
+            scenarios,
+            stopping,
         )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
-        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s"
+        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s, {meta['rounds_taken']} rounds"
         print(f"trial {t + 1}/{args.trials} ({load}): {hits}", file=sys.stderr)
     report(out, max_regression)
     return 0

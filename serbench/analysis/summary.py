@@ -303,6 +303,8 @@ class VerdictRow:
     verdict: Verdict
     exact: bool
     detectable: float | None
+    rounds: int | None = None  # the gate's paired rounds behind the row; None: not paired
+    settled: bool = False  # more rounds would not change its verdict (``MetricComparison.settled``)
 
     @property
     def bad(self) -> bool:
@@ -353,6 +355,8 @@ def _row(row: MetricComparison) -> VerdictRow:
         row.verdict,
         row.exact,
         row.detectable,
+        row.rounds,
+        row.settled,
     )
 
 

@@ -22,10 +22,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from serbench.analysis.estimates import detectable, ratio_estimate
+from serbench.analysis.estimates import Estimate, detectable, ratio_estimate
+from serbench.analysis.settled import settled
 from serbench.model.metrics import compared, metric
 from serbench.model.results import COMPARABLE, Case, Results
-from serbench.model.stats import Measurement
+from serbench.model.stats import MIN_DISTRIBUTION, Measurement
 
 
 class Verdict(str, enum.Enum):
@@ -51,6 +52,9 @@ BAD_VERDICTS = (Verdict.FAILED_IN_HEAD, Verdict.REGRESSION)
 
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
+# The fewest paired rounds a sampled row settles on: fewer pairs give a bootstrap interval that
+# rests on a handful of values, lopsided at that (``estimates.detectable``).
+MIN_PAIRS = MIN_DISTRIBUTION
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,17 @@ class MetricComparison:
     def decisive(self) -> bool:
         """Whether this row decided something (not "inconclusive")."""
         return self.verdict != Verdict.INCONCLUSIVE
+
+    @property
+    def settled(self) -> bool:
+        """Whether more paired rounds would not change this row's verdict: a decisive row with at
+        least ``MIN_PAIRS`` pairs whose interval lies wholly within its threshold of 1 or wholly
+        beyond it (``analysis.settled``); exact rows, counts and failures always are."""
+        if self.exact or self.metric == CASE_METRIC:
+            return True
+        if not self.decisive or self.rounds is None or self.rounds < MIN_PAIRS or self.ratio is None:
+            return False
+        return settled(Estimate(self.ratio, self.ci_low, self.ci_high, self.rounds), self.threshold or 0.0)
 
     @property
     def scenario(self) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from serbench.analysis.summary import VerdictRow
 from serbench.model.units import format_value
 
+# "rounds": the gate's paired rounds behind a row, and whether they settled it;
 # "detects": the smallest slowdown each comparison would have caught (its minimum detectable effect).
-HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI", "detects"]
+HEADERS = ["verdict", "case", "metric", "base", "head", "head/base", "95% CI", "rounds", "detects"]
 
 
 def format_ratio(row: VerdictRow) -> tuple[str, str]:
@@ -17,6 +18,14 @@ def format_ratio(row: VerdictRow) -> tuple[str, str]:
         return f"{row.ratio:.3f}", "exact"
     interval = "" if row.low is None else f"[{row.low:.3f}, {row.high:.3f}]"
     return f"{row.ratio:.3f}", interval
+
+
+def rounds_cell(row: VerdictRow) -> str:
+    """The paired rounds a row took and whether they settled it (``5 settled``, ``15 open``);
+    empty for a row without pairs (exact, counted, or two plain runs)."""
+    if row.rounds is None:
+        return ""
+    return f"{row.rounds} {'settled' if row.settled else 'open'}"
 
 
 def verdict_cells(row: VerdictRow) -> list[str]:
@@ -31,5 +40,6 @@ def verdict_cells(row: VerdictRow) -> list[str]:
         format_value(row.head, row.unit),
         ratio,
         interval,
+        rounds_cell(row),
         "" if row.detectable is None else f"{row.detectable:.1%}",
     ]

@@ -369,7 +369,7 @@ def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
     monkeypatch.setattr(instructions, "cannot_launch", lambda: None if valgrind else "no valgrind here")
     asked = {}
 
-    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes):
+    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes, stopping):
         asked.update(rounds=rounds, counted=counting is not None)
         raise GateError("stop here")
 
