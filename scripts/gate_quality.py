@@ -8,7 +8,9 @@ a module of the trial's own (``gate_quality_slots``), a copy per side first on
 that side's path (``serbench.gate.revision.Runtime``). Slot 0 is an A/A trial,
 every other slot an A/B trial slowed by a FACTOR. A trial "alarms" when any row
 of its case is a regression: what makes ``serbench gate`` exit 1. With
-``--measure instructions`` a trial is the gate's counts (``serbench.gate.counting``).
+``--measure instructions`` a trial is the gate's counts under its two layouts
+(``serbench.gate.counting.count_layouts``); ``--layout-change`` adds to head's slots module
+what changes nothing but the interpreter's layout (a class nobody uses, or a method rebound).
 The load average of each trial is recorded: how much noise the gate stayed quiet on. Each
 case's rounds stop once its rows are settled (``serbench.gate.stopping``), as the gate's
 do; ``--all-rounds`` takes every round, as the gate did before.
@@ -18,6 +20,7 @@ do; ``--all-rounds`` takes every round, as the gate did before.
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
     python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
     python scripts/gate_quality.py --factors 1.5 --trials 3 --all-rounds   # every round: the time it took
+    python scripts/gate_quality.py --measure instructions --factors 1.02 --layout-change class
     python scripts/gate_quality.py --measure instructions --scenarios ipc --workloads text-sonnet \
         --factors 1.02 --out reports/gate-quality-ipc   # both sides of the ipc path, counted
 """
@@ -39,7 +42,7 @@ import msgspec
 from serbench.analysis import attribution, verdicts
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
-from serbench.gate.counting import count
+from serbench.gate.counting import count_layouts
 from serbench.gate.revision import Revision, Runtime
 from serbench.gate.rounds import fresh_rounds
 from serbench.gate.stopping import Stopping
@@ -51,6 +54,12 @@ from serbench.runner.matrix import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = "gate_quality_slots"  # the module whose copy on each side builds its slots
+# What ``--layout-change`` adds to head's slots module: code that runs at import and changes no
+# slot's work, only where the interpreter's types and names land (issue 66's false alarm).
+LAYOUT_CHANGES = {
+    "class": "\n\nclass Unrelated:\n    def method(self):\n        return None\n",
+    "rebind": "\n\nSlowed.decode = Slowed.decode\n",
+}
 
 
 def slot_spec(backend: str, slot: int, trial: int) -> str:
@@ -61,23 +70,27 @@ def slot_spec(backend: str, slot: int, trial: int) -> str:
     return f"{SLOTS}:slot:base={backend},slot={trial}.{slot}"
 
 
-def slots_module(factors: Sequence[float]) -> str:
-    """The source of one side's ``gate_quality_slots``: slot ``k`` slowed by ``factors[k]``."""
+def slots_module(factors: Sequence[float], extra: str = "") -> str:
+    """The source of one side's ``gate_quality_slots``: slot ``k`` slowed by ``factors[k]``, then
+    ``extra`` (a ``LAYOUT_CHANGES`` entry)."""
     return (
         f'"""gate_quality.py\'s slots for one side: slot k slowed by FACTORS[k]."""\n\n'
-        "from serbench.testing import slowed\n\n"
+        "from serbench.testing import Slowed, slowed\n\n"
         f"FACTORS = {list(factors)!r}\n\n\n"
         "def slot(base: str, slot: str):\n"
         "    return slowed(base, str(FACTORS[int(slot.rpartition('.')[2])]), slot)\n"
+        f"{extra}"
     )
 
 
-def side(label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile) -> Revision:
+def side(
+    label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile, extra: str = ""
+) -> Revision:
     """One side of a trial: this working tree, with its own ``gate_quality_slots`` (kept in
     ``folder/<label>-slots/``) first on its path."""
     modules = folder / f"{label}-slots"
     modules.mkdir(parents=True, exist_ok=True)
-    results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors))
+    results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors, extra))
     return Revision(label, REPO, plan, profile, Runtime(path=modules))
 
 
@@ -97,7 +110,7 @@ def _measured(
     """Base and head results as the gate gets them: interleaved rounds merged (each case's until
     ``stopping`` settles it; every round without it), or the counts."""
     if measure == "instructions":
-        counted = count(sides, folder, log=print)
+        counted = count_layouts(sides, folder, log=print)
         if counted is None:
             raise SystemExit("this serbench cannot count instructions")
         return counted[0], counted[1]
@@ -117,6 +130,7 @@ def run_trial(
     bystanders: Sequence[str] = (),
     scenarios: Sequence[str] = ("micro",),
     stopping: Stopping | None = None,
+    layout_change: str = "",
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
     ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
@@ -127,7 +141,7 @@ def run_trial(
     plan = Plan([*slots, *bystanders], chosen, list(scenarios))
     sides = [
         side("base", folder, [1.0] * len(head_factors), plan, profile),
-        side("head", folder, head_factors, plan, profile),
+        side("head", folder, head_factors, plan, profile, LAYOUT_CHANGES.get(layout_change, "")),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -150,6 +164,7 @@ def run_trial(
         "factors": factors,
         "slots": slots,
         "bystanders": list(bystanders),
+        "layout_change": layout_change,
     }
     _write_json(folder / "trial.json", {**facts, **meta})
     return meta
@@ -375,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
     )
     parser.add_argument(
+        "--layout-change",
+        choices=sorted(LAYOUT_CHANGES),
+        default="",
+        help="add to head's slots module a change of the interpreter's layout alone",
+    )
+    parser.add_argument(
         "--all-rounds",
         action="store_true",
         help="take every round, as the gate did before it stopped measuring settled cases",
@@ -406,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             bystanders,
             scenarios,
             stopping,
+            args.layout_change,
         )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())

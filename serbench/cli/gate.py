@@ -42,6 +42,8 @@ DEFAULT_ROUNDS_COUNTED = 10
 # auto: instructions where valgrind can count (and micro or ipc is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")
 COUNTED_SCENARIOS = ("micro", "ipc", "fanout")  # whose CPU work ``--measure instructions`` counts
+# How the rounds end (``serbench.gate.stopping``), as the summary's first line says it.
+STOPPING = "a case stopping once its rows settle"
 # Scenario flags the gate means otherwise: its --measure chooses counts or the clock, and it sets
 # the scenarios' own --measure for its counting run.
 OWN_FLAGS = ("--measure",)
@@ -176,17 +178,14 @@ def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
             "send and receive path per request, fan-out's core and worker per step; not syscalls, "
             "the socket library's threads or waiting) "
             + (
-                f"and the wall clock ({paired(rounds)}) for what counts cannot see"
+                f"and the wall clock ({rounds} paired rounds) for what counts cannot see, {STOPPING}"
                 if rounds
                 else "alone: no wall clock (--measure auto adds it)"
             )
         )
-    return f"measured by: the wall clock ({paired(rounds)})" + (f"; no counts: {why_not}" if why_not else "")
-
-
-def paired(rounds: int) -> str:
-    """How many paired rounds the gate takes: each case's until its rows settle, up to ``rounds``."""
-    return f"paired rounds until each case's rows settle, at most {rounds}"
+    return f"measured by: the wall clock ({rounds} paired rounds), {STOPPING}" + (
+        f"; no counts: {why_not}" if why_not else ""
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

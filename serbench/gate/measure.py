@@ -5,9 +5,10 @@ in a temporary git worktree), measures both sides in interleaved rounds
 (``rounds``) by measuring processes started for each round (``measurers``),
 each case until its rows are settled (``stopping``),
 merges each side's rounds into one ``Results`` whose metrics remember each
-round's sample count (which is what pairs them), and adds instruction counts
-where asked (``counting``). The command, its options and the verdict are
-``serbench.cli.gate``'s; why the gate is shaped so is docs/gate.md's.
+round's sample count (which is what pairs them), and adds instruction counts,
+each under two layouts of the interpreter, where asked (``counting``). The
+command, its options and the verdict are ``serbench.cli.gate``'s; why the gate
+is shaped so is docs/gate.md's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from serbench.gate.counting import add_counts, count
+from serbench.gate.counting import add_counts, count_layouts
 from serbench.gate.revision import Revision, Runtime
 from serbench.gate.rounds import fresh_rounds
 from serbench.gate.stopping import Stopping
@@ -69,7 +70,7 @@ def measure(
             counted = None
             if counting is not None:
                 counters = [dataclasses.replace(r, plan=counting[0], profile=counting[1]) for r in revisions]
-                counted = count(counters, out, log)
+                counted = count_layouts(counters, out, log)
     except (subprocess.TimeoutExpired, OSError) as exc:
         raise GateError(str(exc)) from None
     if timed is None:
