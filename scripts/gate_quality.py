@@ -152,7 +152,7 @@ def run_trial(
         "load_after": os.getloadavg()[0],
         "cpus": os.cpu_count(),
         "rounds": rounds,
-        "rounds_taken": max((rec.rounds or 0 for rec in head.records), default=0),
+        "rounds_taken": max((rec.rounds or 0 for rec in head.records), default=0) if measure == "time" else 0,
         "measure": measure,
         "wall_s": round(time.perf_counter() - start, 1),
     }
@@ -431,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
-        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s, {meta['rounds_taken']} rounds"
+        taken = f", {meta['rounds_taken']} rounds" if meta["rounds_taken"] else ""
+        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s{taken}"
         print(f"trial {t + 1}/{args.trials} ({load}): {hits}", file=sys.stderr)
     report(out, max_regression)
     return 0
