@@ -8,13 +8,19 @@ a module of the trial's own (``gate_quality_slots``), a copy per side first on
 that side's path (``serbench.gate.revision.Runtime``). Slot 0 is an A/A trial,
 every other slot an A/B trial slowed by a FACTOR. A trial "alarms" when any row
 of its case is a regression: what makes ``serbench gate`` exit 1. With
-``--measure instructions`` a trial is the gate's counts (``serbench.gate.counting``).
-The load average of each trial is recorded: how much noise the gate stayed quiet on.
+``--measure instructions`` a trial is the gate's counts under its two layouts
+(``serbench.gate.counting.count_layouts``); ``--layout-change`` adds to head's slots module
+what changes nothing but the interpreter's layout (a class nobody uses, or a method rebound).
+The load average of each trial is recorded: how much noise the gate stayed quiet on. Each
+case's rounds stop once its rows are settled (``serbench.gate.stopping``), as the gate's
+do; ``--all-rounds`` takes every round, as the gate did before.
 
     python scripts/gate_quality.py --trials 20 --rounds 15 --out reports/gate-quality
     python scripts/gate_quality.py --analyze reports/gate-quality --rounds 5   # as if 5 rounds
     python scripts/gate_quality.py --measure instructions --trials 20 --out reports/gate-quality-instructions
     python scripts/gate_quality.py --bystanders pickle,flat-mmk --factors 1.10   # cross-case isolation
+    python scripts/gate_quality.py --factors 1.5 --trials 3 --all-rounds   # every round: the time it took
+    python scripts/gate_quality.py --measure instructions --factors 1.02 --layout-change class
     python scripts/gate_quality.py --measure instructions --scenarios ipc --workloads text-sonnet \
         --factors 1.02 --out reports/gate-quality-ipc   # both sides of the ipc path, counted
 """
@@ -36,9 +42,10 @@ import msgspec
 from serbench.analysis import attribution, verdicts
 from serbench.analysis.verdicts import Verdict
 from serbench.cli import gate as gate_command
-from serbench.gate.counting import count
+from serbench.gate.counting import count_layouts
 from serbench.gate.revision import Revision, Runtime
 from serbench.gate.rounds import fresh_rounds
+from serbench.gate.stopping import Stopping
 from serbench.model import results
 from serbench.model.profiles import PROFILES, Profile
 from serbench.model.results import Results
@@ -47,6 +54,12 @@ from serbench.runner.matrix import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = "gate_quality_slots"  # the module whose copy on each side builds its slots
+# What ``--layout-change`` adds to head's slots module: code that runs at import and changes no
+# slot's work, only where the interpreter's types and names land (issue 66's false alarm).
+LAYOUT_CHANGES = {
+    "class": "\n\nclass Unrelated:\n    def method(self):\n        return None\n",
+    "rebind": "\n\nSlowed.decode = Slowed.decode\n",
+}
 
 
 def slot_spec(backend: str, slot: int, trial: int) -> str:
@@ -57,23 +70,27 @@ def slot_spec(backend: str, slot: int, trial: int) -> str:
     return f"{SLOTS}:slot:base={backend},slot={trial}.{slot}"
 
 
-def slots_module(factors: Sequence[float]) -> str:
-    """The source of one side's ``gate_quality_slots``: slot ``k`` slowed by ``factors[k]``."""
+def slots_module(factors: Sequence[float], extra: str = "") -> str:
+    """The source of one side's ``gate_quality_slots``: slot ``k`` slowed by ``factors[k]``, then
+    ``extra`` (a ``LAYOUT_CHANGES`` entry)."""
     return (
         f'"""gate_quality.py\'s slots for one side: slot k slowed by FACTORS[k]."""\n\n'
-        "from serbench.testing import slowed\n\n"
+        "from serbench.testing import Slowed, slowed\n\n"
         f"FACTORS = {list(factors)!r}\n\n\n"
         "def slot(base: str, slot: str):\n"
         "    return slowed(base, str(FACTORS[int(slot.rpartition('.')[2])]), slot)\n"
+        f"{extra}"
     )
 
 
-def side(label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile) -> Revision:
+def side(
+    label: str, folder: Path, factors: Sequence[float], plan: Plan, profile: Profile, extra: str = ""
+) -> Revision:
     """One side of a trial: this working tree, with its own ``gate_quality_slots`` (kept in
     ``folder/<label>-slots/``) first on its path."""
     modules = folder / f"{label}-slots"
     modules.mkdir(parents=True, exist_ok=True)
-    results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors))
+    results.write_text_atomic(modules / f"{SLOTS}.py", slots_module(factors, extra))
     return Revision(label, REPO, plan, profile, Runtime(path=modules))
 
 
@@ -87,14 +104,18 @@ def _write_json(path: Path, data: dict) -> None:
     results.write_text_atomic(path, json.dumps(data, indent=1))
 
 
-def _measured(sides: list[Revision], folder: Path, rounds: int, measure: str) -> tuple[Results, Results]:
-    """Base and head results as the gate gets them: interleaved rounds merged, or one count each."""
+def _measured(
+    sides: list[Revision], folder: Path, rounds: int, measure: str, stopping: Stopping | None
+) -> tuple[Results, Results]:
+    """Base and head results as the gate gets them: interleaved rounds merged (each case's until
+    ``stopping`` settles it; every round without it), or the counts."""
     if measure == "instructions":
-        counted = count(sides, folder, log=print)
+        counted = count_layouts(sides, folder, log=print)
         if counted is None:
             raise SystemExit("this serbench cannot count instructions")
         return counted[0], counted[1]
-    base_runs, head_runs = fresh_rounds(sides, rounds, folder, log=lambda m: None)
+    settled = stopping.settled_cases if stopping is not None else None
+    base_runs, head_runs = fresh_rounds(sides, rounds, folder, log=lambda m: None, settled_cases=settled)
     return results.merge(base_runs), results.merge(head_runs)
 
 
@@ -108,6 +129,8 @@ def run_trial(
     measure: str = "time",
     bystanders: Sequence[str] = (),
     scenarios: Sequence[str] = ("micro",),
+    stopping: Stopping | None = None,
+    layout_change: str = "",
 ) -> dict:
     """One gate run (interleaved rounds, or instruction counts); both sides' results kept in ``folder``.
     ``bystanders``: backends measured unchanged on both sides beside the slowed slots."""
@@ -118,17 +141,18 @@ def run_trial(
     plan = Plan([*slots, *bystanders], chosen, list(scenarios))
     sides = [
         side("base", folder, [1.0] * len(head_factors), plan, profile),
-        side("head", folder, head_factors, plan, profile),
+        side("head", folder, head_factors, plan, profile, LAYOUT_CHANGES.get(layout_change, "")),
     ]
     load_before = os.getloadavg()[0]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    base, head = _measured(sides, folder, rounds, measure)
+    base, head = _measured(sides, folder, rounds, measure, stopping)
     meta = {
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "cpus": os.cpu_count(),
         "rounds": rounds,
+        "rounds_taken": max((rec.rounds or 0 for rec in head.records), default=0) if measure == "time" else 0,
         "measure": measure,
         "wall_s": round(time.perf_counter() - start, 1),
     }
@@ -140,6 +164,7 @@ def run_trial(
         "factors": factors,
         "slots": slots,
         "bystanders": list(bystanders),
+        "layout_change": layout_change,
     }
     _write_json(folder / "trial.json", {**facts, **meta})
     return meta
@@ -364,6 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-regression", default="10%", help="of the timings (counts have their own tolerance)"
     )
+    parser.add_argument(
+        "--layout-change",
+        choices=sorted(LAYOUT_CHANGES),
+        default="",
+        help="add to head's slots module a change of the interpreter's layout alone",
+    )
+    parser.add_argument(
+        "--all-rounds",
+        action="store_true",
+        help="take every round, as the gate did before it stopped measuring settled cases",
+    )
     parser.add_argument("--out", default="reports/gate-quality")
     parser.add_argument("--analyze", metavar="DIR", help="only re-evaluate the trials stored in DIR")
     args = parser.parse_args(argv)
@@ -376,15 +412,27 @@ def main(argv: list[str] | None = None) -> int:
     default = "1.005,1.01,1.02" if args.measure == "instructions" else "1.03,1.05,1.07,1.10"
     factors = [float(f) for f in (args.factors or default).split(",")]
     bystanders = [b.strip() for b in args.bystanders.split(",") if b.strip()]
+    stopping = None if args.all_rounds else Stopping(max_regression)
     for t in range(args.trials):
         folder = out / f"trial-{t + 1:02d}"
         scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
         meta = run_trial(
-            folder, t + 1, args.backend, factors, args.workloads, rounds, args.measure, bystanders, scenarios
+            folder,
+            t + 1,
+            args.backend,
+            factors,
+            args.workloads,
+            rounds,
+            args.measure,
+            bystanders,
+            scenarios,
+            stopping,
+            args.layout_change,
         )
         flagged = evaluate(folder, max_regression)
         hits = " ".join(f"{f:g}:{'X' if r else '.'}" for f, r in flagged.items())
-        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s"
+        taken = f", {meta['rounds_taken']} rounds" if meta["rounds_taken"] else ""
+        load = f"load {meta['load_before']:.1f}, {meta['wall_s']:.0f} s{taken}"
         print(f"trial {t + 1}/{args.trials} ({load}): {hits}", file=sys.stderr)
     report(out, max_regression)
     return 0

@@ -10,9 +10,9 @@ costs (the client requests, the loop) cancels.
 
 When a count row is flagged, ``explain`` reads base's and head's profiles of
 that case and names the functions whose *self* instructions per call (their
-own code, not what they call: "which function got slower") grew most, with the
-growth and its share of the change in all functions' self costs, which add up to
-the whole count.
+own code, not what they call: "which function got slower") grew most, with
+their share of the change in all functions' self costs (which add up to the
+count), and says so where the interpreter's lookups alone grew (``lookups_only``).
 
 The format is valgrind's "Callgrind Format Specification": ``fn=`` and its kin set
 the function of the cost lines after them (names once as ``(id) name``, then
@@ -37,6 +37,28 @@ SUFFIX = ".callgrind"
 TOP = 5
 # The instruction counts a counting run keeps windows of (micro's encode and decode, ipc's two sides).
 COUNTED = tuple(name for name, m in metrics.METRICS.items() if m.counted)
+
+# The interpreter's type and dict lookups: their cost per call depends on where names and types
+# landed (the hash seed, the type method cache's slots), so an unrelated change that moves the
+# interpreter's layout moves them (issue 66's false alarm grew find_name_in_mro alone).
+INTERPRETER_LOOKUPS = frozenset(
+    {
+        "_PyType_Lookup",
+        "find_name_in_mro",
+        "_Py_dict_lookup",
+        "_PyDict_GetItem_KnownHash",
+        "_PyDict_LoadGlobal",
+        "unicodekeys_lookup_unicode",
+        "unicodekeys_lookup_generic",
+        "dictkeys_generic_lookup",
+        "dictkeys_stringlookup",
+        "lookdict",
+        "lookdict_unicode",
+        "lookdict_unicode_nodummy",
+        "lookdict_split",
+    }
+)
+LOOKUPS_ONLY = "all of the growth is in the interpreter's lookups: its layout moved, not the code measured"
 
 _COMPRESSED = re.compile(r"\((\d+)\)(?:\s+(.*))?$")
 _NAMED = {"ob", "fl", "fi", "fe", "fn", "cob", "cfi", "cfl", "cfn"}
@@ -159,30 +181,59 @@ def attribute(base: dict[str, float], head: dict[str, float], top: int = TOP) ->
     return total, grown[:top]
 
 
-def explain(flagged: Iterable[tuple[Case, str]], base_out: Path, head_out: Path) -> list[str]:
-    """Lines that name, for each flagged count row ``(case, metric)``, the functions that grew
-    most between the profiles kept under ``base_out`` and ``head_out`` (counting runs' output
-    folders); a line saying why not where a side has none."""
-    lines: list[str] = []
+def lookups_only(base: dict[str, float], head: dict[str, float]) -> bool:
+    """Whether the interpreter's lookups (``INTERPRETER_LOOKUPS``) grew by at least the whole
+    change, every other function together not growing at all."""
+    functions = base.keys() | head.keys()
+    total = sum(head.get(f, 0.0) - base.get(f, 0.0) for f in functions)
+    lookups = [f for f in functions if f.partition(" (")[0] in INTERPRETER_LOOKUPS]
+    grown = sum(head.get(f, 0.0) - base.get(f, 0.0) for f in lookups)
+    return total > 0 and grown >= total
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What ``explain_rows`` found for one flagged count row: its lines, and whether the
+    interpreter's lookups account for the whole growth (``lookups_only``)."""
+
+    case: Case
+    metric: str
+    lines: list[str]
+    lookups_only: bool = False
+
+
+def explain_rows(flagged: Iterable[tuple[Case, str]], base_out: Path, head_out: Path) -> list[Explanation]:
+    """For each flagged count row ``(case, metric)``, the functions that grew most between the
+    profiles kept under ``base_out`` and ``head_out`` (counting runs' output folders), and
+    whether it was the interpreter's lookups alone; a line saying why not where a side has none."""
+    found = []
     for case, metric in flagged:
         if metric not in COUNTED:
             continue
         folders = [instructions.profile_folder(out, case) for out in (base_out, head_out)]
         sides = [per_call(folder, metric) for folder in folders]
-        lines.append(f"what grew in {case.label} {metric} (self instructions per call, head - base):")
+        lines = [f"what grew in {case.label} {metric} (self instructions per call, head - base):"]
         missing = [label for label, side in zip(("base", "head"), sides, strict=True) if side is None]
         if missing:
             lines.append(
                 f"  no profiles of {' or '.join(missing)} in {' and '.join(str(f) for f in folders)} "
                 "(a revision from before profiles were kept?)"
             )
+            found.append(Explanation(case, metric, lines))
             continue
         total, grown = attribute(sides[0], sides[1])
         lines += [_growth_line(g) for g in grown] or ["  no function grew"]
         lines.append(
             f"  all functions: {total:+,.0f}; profiles: {folders[0]} and {folders[1]} (callgrind_annotate)"
         )
-    return lines
+        only = lookups_only(sides[0], sides[1])
+        found.append(Explanation(case, metric, lines + ([f"  {LOOKUPS_ONLY}"] if only else []), only))
+    return found
+
+
+def explain(flagged: Iterable[tuple[Case, str]], base_out: Path, head_out: Path) -> list[str]:
+    """``explain_rows``'s lines, one after the other."""
+    return [line for found in explain_rows(flagged, base_out, head_out) for line in found.lines]
 
 
 def _growth_line(growth: Growth) -> str:

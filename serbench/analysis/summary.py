@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from serbench.analysis import decision, ranking, verdicts
@@ -316,6 +316,10 @@ class VerdictRow:
     verdict: Verdict
     exact: bool
     detectable: float | None
+    rounds: int | None = None  # the gate's paired rounds behind the row; None: not paired
+    settled: bool = False  # more rounds would not change its verdict (``MetricComparison.settled``)
+    band: float | None = None  # a count's spread between interpreter layouts (``verdicts.layout_band``)
+    lookups_only: bool = False  # its count grew in the interpreter's lookups alone (``attribution``)
 
     @property
     def bad(self) -> bool:
@@ -353,7 +357,7 @@ class ComparisonSummary:
     grew: list[str] = field(default_factory=list)  # functions whose instructions grew (attribution)
 
 
-def _row(row: MetricComparison) -> VerdictRow:
+def _row(row: MetricComparison, lookups: Collection[tuple[Case, str]] = ()) -> VerdictRow:
     return VerdictRow(
         row.case,
         row.metric,
@@ -366,6 +370,10 @@ def _row(row: MetricComparison) -> VerdictRow:
         row.verdict,
         row.exact,
         row.detectable,
+        row.rounds,
+        row.settled,
+        row.band,
+        (row.case, row.metric) in lookups,
     )
 
 
@@ -459,19 +467,21 @@ def summarize_comparison(
     head: Results,
     runtimes: Sequence[str] = (),
     grew: Sequence[str] = (),
+    lookups: Collection[tuple[Case, str]] = (),
 ) -> ComparisonSummary:
     """The summary of a comparison of ``base`` and ``head``; ``runtimes``: the gate's
     ``--base-path ...`` options for its reproduce commands; ``grew``: the functions whose
-    instructions grew (``attribution.explain``)."""
+    instructions grew (``attribution.explain``); ``lookups``: the ``(case, metric)`` count rows
+    whose growth was the interpreter's lookups alone (``attribution.Explanation``)."""
     marked = [*comparison.regressions, *comparison.improvements, *comparison.inconclusive]
     reproduce = (reproduce_command(r, base, head, runtimes) for r in comparison.regressions)
     return ComparisonSummary(
         base=base,
         head=head,
-        rows=[_row(r) for r in comparison.rows],
-        changes=[_row(r) for r in comparison.changes],
-        regressions=[_row(r) for r in comparison.regressions],
-        marked=[_row(r) for r in marked],
+        rows=[_row(r, lookups) for r in comparison.rows],
+        changes=[_row(r, lookups) for r in comparison.changes],
+        regressions=[_row(r, lookups) for r in comparison.regressions],
+        marked=[_row(r, lookups) for r in marked],
         improvements=len(comparison.improvements),
         inconclusive=len(comparison.inconclusive),
         headline=_headline(comparison),

@@ -4,7 +4,9 @@ For every case (``results.Case``) and metric in both files: the ratio head/base 
 interval (``serbench.analysis.estimates``) and a ``Verdict``. A regression is a significant
 slowdown not shown to be within the tolerated threshold; "inconclusive" a row that could not
 have seen a slowdown of its threshold (``detectable`` above it, or no interval), unless a
-significant slowdown was seen anyway. Exact metrics and counts are always decisive; where a
+significant slowdown was seen anyway. Exact metrics and counts are always decisive; a count
+counted under several interpreter layouts is judged against the larger of its tolerance and
+its band (the spread between the layouts: ``layout_band``); where a
 case's instructions were counted, an inconclusive clock row of the work the counts cover reads
 "counts decide". "Slowdown" is head/base for timings and base/head for rates. A case that failed
 in head only is "failed in head", the reverse "fixed in head"; cases on one side only are added
@@ -22,10 +24,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from serbench.analysis.estimates import detectable, ratio_estimate
+from serbench.analysis.estimates import Estimate, detectable, ratio_estimate
+from serbench.analysis.settled import settled
 from serbench.model.metrics import compared, metric
 from serbench.model.results import COMPARABLE, Case, Results
-from serbench.model.stats import Measurement
+from serbench.model.stats import MIN_DISTRIBUTION, Measurement
 
 
 class Verdict(str, enum.Enum):
@@ -51,6 +54,9 @@ BAD_VERDICTS = (Verdict.FAILED_IN_HEAD, Verdict.REGRESSION)
 
 # The metric name of a row that stands for a whole case (failed/fixed in head).
 CASE_METRIC = "error"
+# The fewest paired rounds a sampled row settles on: fewer pairs give a bootstrap interval that
+# rests on a handful of values, lopsided at that (``estimates.detectable``).
+MIN_PAIRS = MIN_DISTRIBUTION
 
 
 @dataclass(frozen=True)
@@ -70,11 +76,23 @@ class MetricComparison:
     detectable: float | None = None  # smallest slowdown told from noise (0.02 = 2 %); a count: its tolerance
     threshold: float | None = None  # the tolerated slowdown this row was judged against
     rounds: int | None = None  # paired rounds (the gate's pairs) behind the interval; None: unpaired
+    band: float | None = None  # a count's spread between the layouts it was counted under (``layout_band``)
 
     @property
     def decisive(self) -> bool:
         """Whether this row decided something (not "inconclusive")."""
         return self.verdict != Verdict.INCONCLUSIVE
+
+    @property
+    def settled(self) -> bool:
+        """Whether more paired rounds would not change this row's verdict: a decisive row with at
+        least ``MIN_PAIRS`` pairs whose interval lies wholly within its threshold of 1 or wholly
+        beyond it (``analysis.settled``); exact rows, counts and failures always are."""
+        if self.exact or self.metric == CASE_METRIC:
+            return True
+        if not self.decisive or self.rounds is None or self.rounds < MIN_PAIRS or self.ratio is None:
+            return False
+        return settled(Estimate(self.ratio, self.ci_low, self.ci_high, self.rounds), self.threshold or 0.0)
 
     @property
     def scenario(self) -> str:
@@ -266,12 +284,14 @@ def compare_metric(
     a side: its ratio is compared with the threshold directly."""
     b, h = base.median, head.median
     facts = metric(name)
-    exact, mde, rounds = facts.exact or facts.counted, None, None
+    exact, mde, rounds, band = facts.exact or facts.counted, None, None, None
     if facts.exact:
         ratio = low = high = h / b if b else None
         verdict = exact_verdict(name, b, h)
     elif facts.counted:
         ratio = low = high = h / b if b else None
+        band = layout_band(base, head)
+        threshold = max(threshold, band or 0.0)  # a change within the layouts' own spread is no change
         verdict = statistical_verdict(ratio, ratio, ratio, threshold, facts.higher_is_better)
         mde = threshold
     else:
@@ -285,7 +305,19 @@ def compare_metric(
         elif len(base.rounds) == len(head.rounds):
             rounds = len(base.rounds)
     unit = head.unit or base.unit
-    return MetricComparison(case, name, unit, b, h, ratio, low, high, verdict, exact, mde, threshold, rounds)
+    return MetricComparison(
+        case, name, unit, b, h, ratio, low, high, verdict, exact, mde, threshold, rounds, band
+    )
+
+
+def layout_band(base: Measurement, head: Measurement) -> float | None:
+    """A count's band: the larger of the two sides' spreads (largest / smallest - 1, 0.01 = 1 %)
+    between the interpreter layouts each was counted under (``serbench.gate.counting.LAYOUTS``,
+    one value per layout); None where a side has a single count."""
+    spreads = [
+        max(m.values) / min(m.values) - 1 for m in (base, head) if len(m.values) > 1 and min(m.values) > 0
+    ]
+    return max(spreads) if spreads else None
 
 
 def _case_row(case: Case, verdict: Verdict) -> MetricComparison:

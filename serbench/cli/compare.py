@@ -69,8 +69,12 @@ def conclude(
         named = "; ".join(f"{k}: {b!r} vs {h!r}" for k, (b, h) in comparison.environment_differences.items())
         raise ResultsError(f"environments differ ({named}); --force compares them anyway")
     runtimes = getattr(args, "runtime_options", ())  # the gate's --base-path ..., for its reproduce lines
-    grew = attribution.explain(attribution.flagged_counts(comparison.rows), *profiles) if profiles else []
-    summary = summarize_comparison(comparison, base, head, runtimes, grew)
+    found = (
+        attribution.explain_rows(attribution.flagged_counts(comparison.rows), *profiles) if profiles else []
+    )
+    grew = [line for row in found for line in row.lines]
+    lookups = [(row.case, row.metric) for row in found if row.lookups_only]
+    summary = summarize_comparison(comparison, base, head, runtimes, grew, lookups)
     table = terminal.comparison_table(summary, args.changes_only)
     print(table if first_line is None else f"{first_line}\n{table}")
     if grew:

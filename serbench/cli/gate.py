@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from serbench.analysis.verdicts import MIN_PAIRS
 from serbench.cli import options
 from serbench.cli.compare import check_outputs, conclude
 from serbench.cli.options import (
@@ -41,6 +42,8 @@ DEFAULT_ROUNDS_COUNTED = 10
 # auto: instructions where valgrind can count (and micro or ipc is measured), the clock otherwise
 MEASURES = ("auto", "time", "instructions")
 COUNTED_SCENARIOS = ("micro", "ipc", "fanout")  # whose CPU work ``--measure instructions`` counts
+# How the rounds end (``serbench.gate.stopping``), as the summary's first line says it.
+STOPPING = "a case stopping once its rows settle"
 # Scenario flags the gate means otherwise: its --measure chooses counts or the clock, and it sets
 # the scenarios' own --measure for its counting run.
 OWN_FLAGS = ("--measure",)
@@ -56,10 +59,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
     # Here, not at the top: measuring imports the runner and with it torch, which every other
     # command's parser must not pay for.
     from serbench.gate import measure as gate
+    from serbench.gate.stopping import Stopping
     from serbench.gate.worktree import repository_root
     from serbench.runner import matrix as runner
 
-    _, overrides = tolerances(args)  # a malformed tolerance fails before minutes of measuring
+    max_regression, overrides = tolerances(args)  # a malformed tolerance fails before minutes of measuring
     check_metric_names(overrides)
     check_outputs(args)
     if args.rounds is not None and args.rounds < 1:
@@ -73,11 +77,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
     counting, why = count_plan(args, chosen, settings)
     rounds = timed_rounds(args, chosen, counting is not None)
     how = measured_by(counting is not None, rounds, why)
+    stopping = Stopping(max_regression, overrides)
     say(how)
     try:
         with runner.sigterm_as_interrupt():  # so that the worktree and every process go on SIGTERM too
             base, head = gate.measure(
-                repo, args.base, chosen, settings, rounds, folder, say, counting, runtimes
+                repo, args.base, chosen, settings, rounds, folder, say, counting, runtimes, stopping=stopping
             )
     except KeyboardInterrupt as exc:
         say(f"\ninterrupted: nothing compared; the rounds so far are in {folder}")
@@ -173,12 +178,12 @@ def measured_by(counted: bool, rounds: int, why_not: str | None) -> str:
             "send and receive path per request, fan-out's core and worker per step; not syscalls, "
             "the socket library's threads or waiting) "
             + (
-                f"and the wall clock ({rounds} paired rounds) for what counts cannot see"
+                f"and the wall clock ({rounds} paired rounds) for what counts cannot see, {STOPPING}"
                 if rounds
                 else "alone: no wall clock (--measure auto adds it)"
             )
         )
-    return f"measured by: the wall clock ({rounds} paired rounds)" + (
+    return f"measured by: the wall clock ({rounds} paired rounds), {STOPPING}" + (
         f"; no counts: {why_not}" if why_not else ""
     )
 
@@ -206,8 +211,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--rounds",
         type=int,
-        help=f"runs per revision (default {DEFAULT_ROUNDS}; {DEFAULT_ROUNDS_COUNTED} when instructions "
-        "are counted beside them; none with --measure instructions of counted scenarios alone)",
+        help=f"the most runs per revision (default {DEFAULT_ROUNDS}; {DEFAULT_ROUNDS_COUNTED} when "
+        "instructions are counted beside them; none with --measure instructions of counted scenarios "
+        f"alone); a case is measured no more once its rows are settled, from {MIN_PAIRS} rounds on",
     )
     parser.add_argument(
         "--out", help="folder for the rounds, merged results and summary.md (default reports/gate-<UTC>)"

@@ -70,14 +70,16 @@ class Revision:
     plan: Plan
     profile: Profile
     runtime: Runtime = Runtime()
+    environment: tuple[tuple[str, str], ...] = ()  # variables added to its processes' environment
 
     def start(
         self, command: Sequence[str], cpus: frozenset[int] | None = None, **popen: Any
     ) -> subprocess.Popen:
-        """``python COMMAND`` with this side's runtime path and code first on the path, pinned to
-        ``cpus`` when given."""
+        """``python COMMAND`` with this side's runtime path and code first on the path and its
+        ``environment`` added, pinned to ``cpus`` when given."""
         first = [self.runtime.path, self.code, os.environ.get("PYTHONPATH")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in first if p)}
+        path = os.pathsep.join(str(p) for p in first if p)
+        env = {**os.environ, **dict(self.environment), "PYTHONPATH": path}
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         command = [self.runtime.python, *command]
         return subprocess.Popen(command, cwd=self.code, env=env, preexec_fn=pin, **popen)

@@ -9,13 +9,14 @@ change are outvoted. Each round has measuring processes started for it
 when it starts, and with one per side for the whole gate that draw would be a
 difference between base and head that no number of rounds averages away
 (docs/measurements/gate-verdicts.md; pyperf spreads its samples over many
-processes for the same reason).
+processes for the same reason). Given a stopping rule (``gate.stopping``), a
+case whose rows are settled is measured no more; the rounds end when none is open.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from serbench.gate.measurers import Measurer, measurers
@@ -31,13 +32,17 @@ def _units(sides: Sequence[Measurer]) -> list[Case | None]:
     return list(dict.fromkeys(case for m in sides for case in m.cases))
 
 
-def one_round(sides: Sequence[Measurer], r: int, out: Path) -> list[list[Results]]:
-    """Round ``r``: every case measured on every side, back to back, the side that goes first
-    alternating from case to case and from round to round (per round only, where a side
-    cannot measure one case). Each side's results, in order; raw measurements stay under
-    ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured on the other only."""
+def one_round(
+    sides: Sequence[Measurer], r: int, out: Path, settled: Collection[Case] = ()
+) -> list[list[Results]]:
+    """Round ``r``: every case but the ``settled`` ones measured on every side, back to back, the
+    side that goes first alternating from case to case and from round to round (per round only,
+    where a side cannot measure one case). Each side's results, in order; raw measurements stay
+    under ``out/<label>-<round>[-<case>]/``. A case one side lacks is measured on the other only."""
     runs: list[list[Results]] = [[] for _ in sides]
     for k, unit in enumerate(_units(sides), start=1):
+        if unit in settled:
+            continue
         order = list(enumerate(sides))
         for index, measurer in order if (r + k) % 2 == 0 else order[::-1]:
             if unit is None or unit in measurer.cases:
@@ -52,24 +57,33 @@ def fresh_rounds(
     out: Path,
     log: Callable[[str], None] = print,
     on_round: Callable[[list[list[Results]]], None] | None = None,
+    settled_cases: Callable[[list[list[Results]]], set[Case]] | None = None,
 ) -> list[list[Results]]:
-    """Every revision measured ``rounds`` times (``one_round``), each round by measuring
+    """Every revision measured up to ``rounds`` times (``one_round``), each round by measuring
     processes started for it (``measurers``), so that what a process draws when it starts
-    changes from round to round and the paired ratios and their interval see it. Each side's
-    results, in order; ``on_round`` sees them after every round, so a caller can keep the
-    rounds done so far when a later one is stopped."""
+    changes from round to round and the paired ratios and their interval see it. After each
+    round ``settled_cases`` (``stopping.Stopping.settled_cases``) names the cases that need no
+    more; they are skipped, and the rounds end once every case is. Each side's results, in
+    order; ``on_round`` sees them after every round, so a caller can keep the rounds done so
+    far when a later one is stopped."""
     runs: list[list[Results]] = [[] for _ in revisions]
     checked: list[dict[str, Backend] | None] = [None] * len(revisions)
+    settled: set[Case] = set()
     for r in range(1, rounds + 1):
         start = time.perf_counter()
         with measurers(revisions, out, log if r == 1 else _quiet, checked) as sides:
-            for side, measured in zip(runs, one_round(sides, r, out), strict=True):
+            for side, measured in zip(runs, one_round(sides, r, out, settled), strict=True):
                 side.extend(measured)
         if r == 1:  # the first round's measurers checked; every later one is handed that
             checked = [checked_backends(side) for side in runs]
-        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s")
+        cases = {record.case for side in runs for data in side for record in data.records}
+        settled = settled_cases(runs) if settled_cases is not None else set()
+        still = f", {len(cases - settled)} of {len(cases)} case(s) open" if settled_cases else ""
+        log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s{still}")
         if on_round is not None:
             on_round(runs)
+        if cases and cases <= settled:
+            break
     return runs
 
 

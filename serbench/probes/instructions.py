@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from serbench.model.results import Case
 
 HASH_SEED = "0"
+# Where a caller asks for another hash seed: the gate counts each case under two layouts
+# (``serbench.gate.counting.LAYOUTS``), this one of them.
+HASH_SEED_VARIABLE = "SERBENCH_HASH_SEED"
 # glibc's mmap threshold fixed at its initial value: a tunable that is set turns off the dynamic threshold.
 FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 # No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
@@ -258,7 +261,8 @@ def valgrind_command(out: Path) -> list[str]:
 
 def counting_environment() -> dict[str, str]:
     """This process's environment plus what the interpreter and the libraries of a counting
-    process read as they start, before any message can reach it: the hash seed fixed,
+    process read as they start, before any message can reach it: the hash seed fixed (to
+    ``HASH_SEED``, or to ``HASH_SEED_VARIABLE``'s value where that is set),
     pymalloc (``_Pools`` reads its pools), glibc's mmap threshold fixed (added to any
     tunables already set), one thread per math library, and the current folder off
     ``sys.path``. serbench's own settings go in the worker's ``Setup`` message.
@@ -271,7 +275,7 @@ def counting_environment() -> dict[str, str]:
     tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
     return {
         **os.environ,
-        "PYTHONHASHSEED": HASH_SEED,
+        "PYTHONHASHSEED": os.environ.get(HASH_SEED_VARIABLE, HASH_SEED),
         "PYTHONMALLOC": "pymalloc",
         "PYTHONSAFEPATH": "1",
         "GLIBC_TUNABLES": tunables,

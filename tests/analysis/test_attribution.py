@@ -95,3 +95,17 @@ def test_a_side_without_profiles_is_said_and_other_metrics_are_not_explained(tmp
     )
     assert len(lines) == 2
     assert "no profiles of base" in lines[1]
+
+
+def test_growth_wholly_in_the_interpreters_lookups_is_said_so(tmp_path: Path) -> None:
+    """issue 66's false alarm: every added instruction in the type lookup, nothing else grown."""
+    base = {"find_name_in_mro (python3.11)": 0.0, "encode (_core.so)": 900.0, "loop (python3.11)": 50.0}
+    layout = base | {"find_name_in_mro (python3.11)": 575.0, "unicodekeys_lookup_unicode (python3.11)": 30.0}
+    assert attribution.lookups_only(base, layout)
+    assert attribution.lookups_only(base, layout | {"loop (python3.11)": 40.0})  # the rest shrank
+    assert not attribution.lookups_only(base, layout | {"encode (_core.so)": 1000.0})  # real work too
+    assert not attribution.lookups_only(base, base)  # nothing grew
+    write_side(tmp_path / "base", {100: profile(1000, 300, 40), 200: profile(2000, 600, 80)})
+    write_side(tmp_path / "head", {100: profile(1000, 300, 40), 200: profile(2900, 650, 80)})
+    (found,) = attribution.explain_rows([(CASE, "decode_instructions")], tmp_path / "base", tmp_path / "head")
+    assert not found.lookups_only and attribution.LOOKUPS_ONLY not in "\n".join(found.lines)

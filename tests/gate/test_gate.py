@@ -369,7 +369,7 @@ def test_fewer_timed_rounds_by_default_only_where_instructions_are_counted(
     monkeypatch.setattr(instructions, "cannot_launch", lambda: None if valgrind else "no valgrind here")
     asked = {}
 
-    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes):
+    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes, stopping):
         asked.update(rounds=rounds, counted=counting is not None)
         raise GateError("stop here")
 
@@ -385,9 +385,9 @@ def test_without_rounds_the_gate_is_its_counts_and_without_counts_it_says_so(mon
         gate, "serbench_code", lambda repo, ref, log: contextlib.nullcontext((tmp_path, tmp_path))
     )
     monkeypatch.setattr(gate, "fresh_rounds", lambda *args: pytest.fail("no rounds were asked for"))
-    monkeypatch.setattr(gate, "count", lambda revisions, out, log: counted)
+    monkeypatch.setattr(gate, "count_layouts", lambda revisions, out, log: counted)
     assert gate.measure(None, None, plan, QUICK, 0, tmp_path, print, (plan, QUICK)) == tuple(counted)
-    monkeypatch.setattr(gate, "count", lambda revisions, out, log: None)  # a base that cannot count
+    monkeypatch.setattr(gate, "count_layouts", lambda revisions, out, log: None)  # a base that cannot count
     with pytest.raises(GateError, match="nothing measured"):
         gate.measure(None, None, plan, QUICK, 0, tmp_path, print, (plan, QUICK))
 

@@ -152,3 +152,18 @@ def test_both_sides_measure_the_same_cases_and_only_heads_slots_are_slowed(tmp_p
         built = [module["slot"](BACKEND, spec.rpartition("slot=")[2]) for spec in SLOTS]
         assert [b.factor for b in built] == factors
         assert {b.inner.name for b in built} == {BACKEND}
+
+
+@pytest.mark.parametrize("change", sorted(gate_quality.LAYOUT_CHANGES))
+def test_a_layout_change_goes_into_heads_slots_module_only_and_leaves_the_factors(tmp_path, change) -> None:
+    plan = gate_quality.Plan(SLOTS, ["text-sonnet"], ["micro"])
+    profile = gate_quality.PROFILES["quick"]
+    head = gate_quality.side(
+        "head", tmp_path, [1.0, 1.02], plan, profile, gate_quality.LAYOUT_CHANGES[change]
+    )
+    base = gate_quality.side("base", tmp_path, [1.0, 1.0], plan, profile)
+    sources = [(r.runtime.path / "gate_quality_slots.py").read_text() for r in (base, head)]
+    assert sources[1] == sources[0].replace("[1.0, 1.0]", "[1.0, 1.02]") + gate_quality.LAYOUT_CHANGES[change]
+    module: dict = {}
+    exec(sources[1], module)
+    assert [module["slot"](BACKEND, spec.rpartition("slot=")[2]).factor for spec in SLOTS] == [1.0, 1.02]

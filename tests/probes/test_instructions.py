@@ -346,15 +346,16 @@ def test_a_gate_worker_does_not_count_case_by_case(tmp_path: Path) -> None:
 
 def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path: Path) -> None:
     """Each side's worker, set up to count, checks its backends and counts every case in one
-    valgrind process of its own; the counts come back as each side's results, and no dump
-    folder or zygote is left behind."""
+    valgrind process of its own, once per interpreter layout (``count_layouts``); the counts
+    come back as each side's results, a value per layout, the same code's within the count's
+    tolerance of each other, and no dump folder or zygote is left behind."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setenv("TMPDIR", str(temporary))
     profile = QUICK.with_options(measure="instructions")
     sides = [Revision(label, ROOT, MICRO, profile) for label in ("base", "head")]
     notes: list[str] = []
-    counted = gate_counting.count(sides, tmp_path, notes.append)
+    counted = gate_counting.count_layouts(sides, tmp_path, notes.append)
     assert counted is not None and len(counted) == 2
     for side in counted:
         (record,) = side.records
@@ -362,8 +363,15 @@ def test_the_gate_counts_each_side_in_a_worker_of_its_own(monkeypatch, tmp_path:
         if instructions.cannot_launch() is None:
             assert {"encode_instructions", "decode_instructions"} <= set(record.metrics)
             assert "decode_s" not in record.metrics
+            assert len(record.metrics["decode_instructions"].values) == len(gate_counting.LAYOUTS)
         else:  # no valgrind here: the worker measured wall time and says why
             assert record.info.instructions.startswith("not counted")
+    if instructions.cannot_launch() is None:
+        rows = [r for r in verdicts.compare(*counted, side_by_side=True).rows if r.band is not None]
+        assert {r.metric for r in rows} >= {"encode_instructions", "decode_instructions"}
+        within = (Verdict.NO_CHANGE, Verdict.SLOWER_TOLERATED, Verdict.FASTER_TOLERATED)
+        assert all(r.verdict in within and r.band < r.detectable for r in rows), rows
+        assert (tmp_path / "head-instructions-layout-2").is_dir()
     assert notes[-1].startswith("instructions counted")
     assert sorted(p.name for p in temporary.iterdir()) == []
 

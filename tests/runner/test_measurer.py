@@ -239,7 +239,7 @@ def test_the_gate_hands_its_measurers_the_values_not_the_text(monkeypatch, tmp_p
     from before serbench.runner.measurer gets it back as an option's text."""
     asked = {}
 
-    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes):
+    def measure(repo, base_ref, plan, profile, rounds, out, log, counting, runtimes, stopping):
         asked["plan"] = plan
         raise GateError("stop here")
 
