@@ -193,12 +193,12 @@ def micro_run(made_once) -> MicroRun:
     return MicroRun(out, (out / "stdout.txt").read_text(), (out / "stderr.txt").read_text())
 
 
-def children() -> list[psutil.Process]:
+def children(recursive: bool = True) -> list[psutil.Process]:
     """This process's children, less Python's resource tracker: a test that creates a
     ``SharedMemory`` in this process (SGLang's shm pointers do) starts it, and it stays, by
     design, until this process ends."""
     tracker = resource_tracker._resource_tracker._pid
-    return [child for child in psutil.Process().children(recursive=True) if child.pid != tracker]
+    return [child for child in psutil.Process().children(recursive=recursive) if child.pid != tracker]
 
 
 def _no_children_left(timeout_s: float = 10.0) -> list[psutil.Process]:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import msgspec
-import psutil
 import pytest
+from conftest import children
 
 from serbench.analysis.summary import summarize_run
 from serbench.model import results
@@ -65,7 +65,7 @@ def test_the_zygote_forks_each_task_and_ends_with_its_block() -> None:
         with pytest.raises(CaseFailed, match=r"crashed \(SIGABRT\)"):
             zygote.run(os.abort, (), 10)
         assert zygote.run(sum, ([3, 4],), 10) == 7  # a crash leaves the next task intact
-        process = psutil.Process().children()[0]
+        process = children(recursive=False)[0]
     assert not process.is_running()
     assert zygote._proc.exitcode == 0, "the zygote did not end by itself when its block ended"
 
@@ -91,7 +91,7 @@ def test_a_misbehaving_backend_fails_its_case_and_the_run_goes_on(
     assert by_case[(spec, "text-sonnet")].error is None  # it only misbehaves on 8+ images
     assert by_case[("msgspec-frombuffer", SMALL)].error is None
     assert by_case[("msgspec-frombuffer", SMALL)].metrics["decode_s"].median > 0
-    assert psutil.Process().children(recursive=True) == []  # the hung child was killed
+    assert children() == []  # the hung child was killed
     assert results.load(tmp_path / "results.json").complete is True
 
 

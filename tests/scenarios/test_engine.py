@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 import zmq
+from conftest import children
 
 from serbench import cli as commands
 from serbench.cli import options
@@ -205,7 +206,7 @@ def _sender_that(action, at: int):
 
 
 def _the_engine() -> psutil.Process:
-    (child,) = psutil.Process().children()
+    (child,) = children(recursive=False)
     return child
 
 

@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from conftest import failing_in_background
+from conftest import children, failing_in_background
 
 from serbench.analysis import verdicts
 from serbench.analysis.verdicts import Verdict
@@ -199,9 +199,9 @@ def test_kill_9_leaves_nothing_behind(victim: str, clean, ipc_sandbox) -> None:
     long = PROFILE.with_options(fanout_rounds=100_000)
     failure = failing_in_background(_run, (case, long))
     deadline = time.monotonic() + 60
-    while not (children := psutil.Process().children()) and time.monotonic() < deadline:
+    while not (started := children(recursive=False)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    core = children[0]
+    core = started[0]
     workers = _workers_of(core, 2)
     _past_handshake(ipc_sandbox)
     (workers[1] if victim == "worker" else core).kill()
