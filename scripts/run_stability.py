@@ -11,7 +11,8 @@ It prints
   instead, or ``best``: to each run's fastest), paired by round where both were measured in
   the same interleaved rounds (``estimates.ratio_estimate``, as a decision reads them), with
   its 95 % interval in each run; whether each run's ratio lies inside the other run's
-  interval; and how far apart the two are (larger / smaller - 1).
+  interval (a ratio of one reading a side, memory's, has none: it must agree within what its
+  decision calls a tie, ``ranking.tie_tolerance``); and how far apart the two are.
 
 What it vouches for, and its exit status (1 when either fails): the same decisions, and each
 ratio inside the other run's interval. The share of ratios within ``--tolerance`` of each other
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -40,7 +42,7 @@ import msgspec
 
 from serbench.analysis import decision
 from serbench.analysis.estimates import center_of, ratio_estimate
-from serbench.analysis.ranking import headline_metric
+from serbench.analysis.ranking import headline_metric, tie_tolerance
 from serbench.model.results import Case, Record, load
 from serbench.model.stats import Measurement
 from serbench.present.terminal import table
@@ -104,9 +106,12 @@ class Ratio(NamedTuple):
         return self.low is not None and self.low <= value <= self.high
 
 
-def each_inside(a: Ratio, b: Ratio) -> bool:
+def each_inside(a: Ratio, b: Ratio, name: str) -> bool:
     """Whether each run's ratio lies inside the other run's interval: the two runs then tell the
-    same ratio within what each one's own noise allows."""
+    same ratio within what each one's own noise allows. Two ratios without an interval (one
+    reading a side) agree within metric ``name``'s tie without one (``ranking.tie_tolerance``)."""
+    if a.low is None and b.low is None:
+        return abs(math.log(a.value / b.value)) <= math.log1p(tie_tolerance(name))
     return a.holds(b.value) and b.holds(a.value)
 
 
@@ -169,7 +174,7 @@ def _ratios_table(first: Path, second: Path, reference: str, tolerance: float) -
     rows = disagreements(*({key: r.value for key, r in run.items()} for run in runs))
     if not rows:
         return None
-    inside = [each_inside(runs[0][key], runs[1][key]) for key, *_ in rows]
+    inside = [each_inside(runs[0][key], runs[1][key], key[2]) for key, *_ in rows]
     cells = [
         [
             f"{label} × {where}",
@@ -186,8 +191,12 @@ def _ratios_table(first: Path, second: Path, reference: str, tolerance: float) -
     print(table(["ratio", "metric", "run 1 (×)", "run 2 (×)", "pairs", "apart", "each inside"], cells))
     (label, where, name), _, _, worst = rows[0]
     within = sum(d <= tolerance for *_, d in rows)
+    bare = [runs[0][key].low is None and runs[1][key].low is None for key, *_ in rows]
+    with_interval = [ok for ok, alone in zip(inside, bare, strict=True) if not alone]
+    without = [ok for ok, alone in zip(inside, bare, strict=True) if alone]
     print(
-        f"\n{sum(inside)} of {len(rows)} ratios each inside the other run's interval; "
+        f"\n{sum(with_interval)} of {len(with_interval)} ratios each inside the other run's interval; "
+        f"{sum(without)} of {len(without)} without one (one reading a side) within their tie; "
         f"{within} of {len(rows)} within {tolerance:.0%} of each other "
         f"(worst {worst:.1%}: {label} × {where}, {name})"
     )
