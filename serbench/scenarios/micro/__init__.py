@@ -58,9 +58,12 @@ def payload_copier(message: Any):
     return copy
 
 
-def operations(serializer: Serializer, message: Any) -> dict[str, Callable[[], object]]:
+def operations(
+    serializer: Serializer, message: Any, copy: Callable[[], None] | None = None
+) -> dict[str, Callable[[], object]]:
     """The timed operations on one message: encode, decode, their round trip,
-    and (when the message has a payload) one plain copy of it.
+    and (when the message has a payload) one plain copy of it: ``copy``, or a
+    ``payload_copier`` of its own.
 
     Shared by the micro scenario, the pytest-benchmark suite and asv."""
     msg_type = type(message)
@@ -70,7 +73,7 @@ def operations(serializer: Serializer, message: Any) -> dict[str, Callable[[], o
         "decode_s": lambda: serializer.decode(frames, msg_type),
         "roundtrip_s": lambda: serializer.decode(serializer.encode(message), msg_type),
     }
-    copy = payload_copier(message)
+    copy = copy or payload_copier(message)
     if copy is not None:
         ops["copy_s"] = copy
     return ops
@@ -168,10 +171,11 @@ class Micro(Scenario):
         """The backends of one round of a group in this one process: each checked and prepared
         (one that fails there fails alone), then every one's operations timed in turn."""
         message = get_workload(cases[0].workload).message(0)
+        copy = payload_copier(message)  # one copy's targets for them all: the same payload
         prepared: dict[Case, _Prepared | str] = {}
         for case in cases:
             try:
-                prepared[case] = _Prepared.of(case, message)
+                prepared[case] = _Prepared.of(case, message, copy)
             except Exception as exc:
                 prepared[case] = error_text(exc)
         ready = [p for p in prepared.values() if isinstance(p, _Prepared)]
@@ -192,15 +196,16 @@ class _Prepared:
     seconds: float
 
     @classmethod
-    def of(cls, case: Case, message: Any) -> _Prepared:
-        """``case`` ready to time on ``message``; raises what its check or its backend raised."""
+    def of(cls, case: Case, message: Any, copy: Callable[[], None] | None = None) -> _Prepared:
+        """``case`` ready to time on ``message`` (``copy``: the payload copier the cases timed with
+        it share); raises what its check or its backend raised."""
         start = time.perf_counter()
         serializer = get_serializer(case.backend)
         kind = get_workload(case.workload).kind
         verification = conformance.verify(serializer, [message], kind, (case.backend, case.workload))
         info = MicroInfo(payload_bytes=payload_bytes(message), verification=verification)
         frames = serializer.encode(message)
-        ops = operations(serializer, message)
+        ops = operations(serializer, message, copy)
         if kind == "outputs":  # the frontend's CPU per step, as the ipc output path counts it
             ops["decode_cpu_s"] = ops["decode_s"]
         return cls(case, message, frames, ops, info, time.perf_counter() - start)
