@@ -422,6 +422,31 @@ def check(serializer: Serializer) -> Iterator[Verdict]:
         yield check_specimen(serializer, specimen)
 
 
+# The conformance specimens that are serbench's own payloads (tensors of every kind, its message
+# models), no library's message type: a plugin whose codec carries only its library's types
+# declares these unsupported, with its reason (the vLLM and SGLang plugins).
+OWN_PAYLOAD_SPECIMENS = (
+    "dtype-*",
+    "scalar-0d-*",
+    "nan-payloads-*",
+    "empty-*",
+    "transposed",
+    "column-slice",
+    "row-slice",
+    "offset-1d",
+    "strided-1d*",
+    "expanded",
+    "*-threshold",
+    "large",
+    "requires-grad",
+    "in-flight",
+    "numpy-*",
+    "nested-list",
+    "dict-of-tensors",
+    "mmk-all-kinds",
+)
+
+
 def case_unsupported(serializer: Serializer, workload: str) -> str | None:
     """The reason the backend gives for not carrying ``workload`` (declared for the specimen id
     ``workload-<spec>``, e.g. ``workload-images-32:layout=vllm``, or by a glob such as ``*``), or

@@ -25,6 +25,7 @@ import msgspec
 from serbench.model.specs import SpecError
 from serbench.plugins.sglang import adapter, transports
 from serbench.runtime import lazy
+from serbench.serializers import conformance
 from serbench.serializers.base import DEFAULT_THRESHOLD, Buffer, DecodeError
 from serbench.serializers.msgpack_backend import GRAD_TENSOR_EXT, TENSOR_EXT
 from serbench.serializers.msgspec_frombuffer import MsgspecFrombufferSerializer
@@ -42,26 +43,9 @@ OWN_TYPES_ONLY = (
 UNSUPPORTED = {
     pattern: OWN_TYPES_ONLY
     for pattern in (
-        "dtype-*",
-        "scalar-0d-*",
-        "nan-payloads-*",
-        "empty-*",
-        "transposed",
-        "column-slice",
-        "row-slice",
-        "offset-1d",
-        "strided-1d*",
-        "expanded",
+        *conformance.OWN_PAYLOAD_SPECIMENS,
         "conj-view",
         "neg-view",
-        "*-threshold",
-        "large",
-        "requires-grad",
-        "in-flight",
-        "numpy-*",
-        "nested-list",
-        "dict-of-tensors",
-        "mmk-all-kinds",
         "workload-text-sonnet",
         "workload-text-sonnet:[!l]*",
         "workload-text-outputs",

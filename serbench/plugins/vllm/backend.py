@@ -14,6 +14,7 @@ from typing import Any
 
 from serbench.model.specs import SpecError
 from serbench.plugins.vllm import adapter
+from serbench.serializers import conformance
 from serbench.serializers.base import Buffer, DecodeError, parse_threshold
 
 # What vLLM's codec does not carry, found by serbench's conformance suite (docs/vllm.md), which
@@ -27,24 +28,7 @@ UNSUPPORTED = {
     **{
         pattern: UNTYPED
         for pattern in (
-            "dtype-*",
-            "scalar-0d-*",
-            "nan-payloads-*",
-            "empty-*",
-            "transposed",
-            "column-slice",
-            "row-slice",
-            "offset-1d",
-            "strided-1d*",
-            "expanded",
-            "*-threshold",
-            "large",
-            "requires-grad",
-            "in-flight",
-            "numpy-*",
-            "nested-list",
-            "dict-of-tensors",
-            "mmk-all-kinds",
+            *conformance.OWN_PAYLOAD_SPECIMENS,
             "workload-tensor-*",
             "workload-outputs-*layout=flat*",
             "workload-images-llava",
