@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
 
+from serbench.model.specs import Spec, SpecError
 from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -121,6 +122,8 @@ class Relaid(Workload):
     plugin's, e.g. ``layout=vllm-native``): its name, seed, steps, checks and extras are the
     model's; the plugin builds ``request`` and says what the engine decodes (``request_type``)."""
 
+    model_layout: str | None = None  # the layout of serbench's model whose content it carries
+
     def __init__(self, model: Workload, description: str, request_type: type) -> None:
         self.model = model
         self.description = description
@@ -156,3 +159,23 @@ class Relaid(Workload):
 
 def _reason(last: bool) -> str | None:
     return "length" if last else None
+
+
+def relaid(
+    spec: Spec,
+    build: Callable[[Spec], Workload],
+    name: str,
+    natives: Mapping[str, type[Relaid]],
+    built_for: str,
+) -> Workload:
+    """A layout plugin's workload of ``spec`` (``layout=name``): the class ``natives`` holds for the
+    spec's family (``images`` of ``images-4``) around serbench's own workload of the spec, which
+    ``build`` makes with the class's ``model_layout`` (None: the family's default); SpecError,
+    naming the workloads it is ``built_for``, for a family it holds none for."""
+    native = natives.get(spec.name.partition("-")[0])
+    if native is None:
+        raise SpecError(f"layout={name} is built for {built_for} only, not {spec.name!r}")
+    options = {k: v for k, v in spec.options.items() if k != "layout"}
+    if native.model_layout is not None:
+        options["layout"] = native.model_layout
+    return native(build(Spec(spec.name, options)))

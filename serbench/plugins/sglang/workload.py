@@ -27,7 +27,7 @@ import numpy as np
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.sglang import adapter
 from serbench.workloads import Running, Workload
-from serbench.workloads.base import About, Relaid
+from serbench.workloads.base import About, Relaid, relaid
 from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -53,15 +53,7 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
         adapter.load()
     except adapter.Missing as exc:
         raise SpecError(str(exc)) from None
-    native = NATIVE.get(spec.name.partition("-")[0])
-    if native is None:
-        raise SpecError(
-            f"layout={NAME} is built for text-sonnet, images-N and outputs-B only, not {spec.name!r}"
-        )
-    options = {k: v for k, v in spec.options.items() if k != "layout"}
-    if native.model_layout is not None:
-        options["layout"] = native.model_layout
-    return native(build(Spec(spec.name, options)))
+    return relaid(spec, build, NAME, NATIVE, "text-sonnet, images-N and outputs-B")
 
 
 class Native(Relaid):
@@ -69,7 +61,6 @@ class Native(Relaid):
     and the engine's steps as SGLang's ``BatchTokenIDOutput``; the content is the model's.
     ``model_layout`` is the model's layout whose content it carries."""
 
-    model_layout: str | None
     model_words = ""  # what the model's description says of its layout, left out of this one's
 
     def __init__(self, model: Workload) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 from serbench.model.specs import Spec, SpecError
 from serbench.plugins.vllm import adapter
 from serbench.workloads import Running, Workload
-from serbench.workloads.base import Relaid
+from serbench.workloads.base import Relaid, relaid
 from serbench.workloads.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -55,10 +55,7 @@ def layout(spec: Spec, build: Callable[[Spec], Workload]) -> Workload:
         adapter.load()
     except adapter.Missing as exc:
         raise SpecError(str(exc)) from None
-    native = NATIVE.get(spec.name.partition("-")[0])
-    if native is None:
-        raise SpecError(f"layout={NAME} is built for images-N and outputs-B only, not {spec.name!r}")
-    return native(build(Spec(spec.name, {**spec.options, "layout": native.model_layout})))
+    return relaid(spec, build, NAME, NATIVE, "images-N and outputs-B")
 
 
 class FeatureWalk:
@@ -97,7 +94,6 @@ class Native(Relaid):
     else is the model's. ``model_layout`` is the model's layout whose content it carries."""
 
     cache_walk = FeatureWalk()  # how the multimodal cache meets these requests (serbench.links.cache)
-    model_layout: str
     model_words: str  # what the model's description says of its layout, left out of this one's
 
     def __init__(self, model: Workload) -> None:
