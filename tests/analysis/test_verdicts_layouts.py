@@ -11,6 +11,7 @@ from serbench.analysis.summary import summarize_comparison
 from serbench.analysis.verdicts import Verdict
 from serbench.model.metrics import metric as metric_facts
 from serbench.present import cells
+from serbench.present.html import comparison_page
 
 TOLERANCE = metric_facts("encode_instructions").tolerance
 
@@ -53,3 +54,16 @@ def test_the_row_shows_its_band_and_says_when_lookups_alone_grew() -> None:
     assert rounds == "" and detects == f"{TOLERANCE:.1%}"
     (plain,) = summarize_comparison(comparison, base, head).rows
     assert cells.verdict_cells(plain)[0] == "REGRESSION"
+
+
+def test_the_comparison_page_shows_the_band_and_the_rounds_the_terminal_shows() -> None:
+    """The HTML page reads the same cells as the terminal: a count's band, a timing's paired
+    rounds and whether they settled it."""
+    paired = {"encode_s": metric([1.0e-6] * 5, "s", rounds=[1] * 5)}
+    base = doc([rec({**counted(100_000, 100_100), **paired})])
+    head = doc([rec({**counted(102_000, 102_050), **paired})])
+    summary = summarize_comparison(verdicts.compare(base, head, side_by_side=True), base, head)
+    page = comparison_page.render_comparison(summary, ("base.json", "head.json"))
+    assert "band 0.10%" in page
+    timed = next(r for r in summary.rows if r.metric == "encode_s")
+    assert cells.rounds_cell(timed) and f"<td>{cells.rounds_cell(timed)}</td>" in page

@@ -17,6 +17,7 @@ from serbench.analysis.summary import ComparisonSummary, VerdictRow
 from serbench.model.metrics import metric
 from serbench.model.results import Case, Results
 from serbench.model.units import format_value
+from serbench.present.cells import format_ratio, rounds_cell
 from serbench.present.html.page import (
     DASH,
     TIMES,
@@ -37,11 +38,11 @@ from serbench.scenarios import SCENARIOS
 
 
 def _ratio_text(row: VerdictRow) -> str:
+    """The ratio and what bounds it (its interval, or a count's layout band), as the terminal's."""
     if row.ratio is None:
         return DASH
-    if row.low is None or row.high is None or row.exact:
-        return f"{row.ratio:.3f}"
-    return f"{row.ratio:.3f} <span class='ci'>[{row.low:.3f} {DASH} {row.high:.3f}]</span>"
+    ratio, bounds = format_ratio(row)
+    return ratio if bounds in ("", "exact") else f"{ratio} <span class='ci'>{e(bounds)}</span>"
 
 
 def _comparison_row(row: VerdictRow, look: Look, with_scenario: bool) -> str:
@@ -57,7 +58,8 @@ def _comparison_row(row: VerdictRow, look: Look, with_scenario: bool) -> str:
         f'<tr class="{verdict}" data-case="{case_attr(row.case)}" data-metric="{e(row.metric)}">'
         f"{first}<td>{look.backend(row.case)}</td><td>{e(row.case.workload)}</td><td>{e(label)}</td>"
         f"<td>{side(row.base)}</td><td>{side(row.head)}</td><td>{_ratio_text(row)}</td>"
-        f"<td>{detects}</td><td><span class='badge {badge}'>{e(row.verdict.value)}</span></td></tr>"
+        f"<td>{e(rounds_cell(row)) or DASH}</td><td>{detects}</td>"
+        f"<td><span class='badge {badge}'>{e(row.verdict.value)}</span></td></tr>"
     )
 
 
@@ -69,6 +71,7 @@ def comparison_table(rows: Sequence[VerdictRow], look: Look, with_scenario: bool
         "base median",
         "head median",
         "head / base [95% CI]",
+        "rounds",
         "detects",
         "verdict",
     ]
