@@ -94,6 +94,15 @@ class MetricComparison:
             return False
         return settled(Estimate(self.ratio, self.ci_low, self.ci_high, self.rounds), self.threshold or 0.0)
 
+    def beyond_deciding(self, rounds: int) -> bool:
+        """Whether this row would still be inconclusive after ``rounds`` paired rounds at the noise
+        its ``MIN_PAIRS`` or more showed (``rounds_to_decide``): rounds up to there cannot give it
+        a verdict, so it holds its case open no longer (a sequential test's stop for futility)."""
+        if self.verdict != Verdict.INCONCLUSIVE or self.rounds is None or self.rounds < MIN_PAIRS:
+            return False
+        needed = rounds_to_decide(self)
+        return needed is None or needed > rounds
+
     @property
     def scenario(self) -> str:
         return self.case.scenario

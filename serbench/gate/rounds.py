@@ -57,13 +57,13 @@ def fresh_rounds(
     out: Path,
     log: Callable[[str], None] = print,
     on_round: Callable[[list[list[Results]]], None] | None = None,
-    settled_cases: Callable[[list[list[Results]]], set[Case]] | None = None,
+    settled_cases: Callable[[list[list[Results]], int], set[Case]] | None = None,
 ) -> list[list[Results]]:
     """Every revision measured up to ``rounds`` times (``one_round``), each round by measuring
     processes started for it (``measurers``), so that what a process draws when it starts
     changes from round to round and the paired ratios and their interval see it. After each
     round ``settled_cases`` (``stopping.Stopping.settled_cases``) names the cases that need no
-    more; they are skipped, and the rounds end once every case is. Each side's results, in
+    more of the ``rounds``; they are skipped, and the rounds end once every case is. Each side's results, in
     order; ``on_round`` sees them after every round, so a caller can keep the rounds done so
     far when a later one is stopped."""
     runs: list[list[Results]] = [[] for _ in revisions]
@@ -77,7 +77,7 @@ def fresh_rounds(
         if r == 1:  # the first round's measurers checked; every later one is handed that
             checked = [checked_backends(side) for side in runs]
         cases = {record.case for side in runs for data in side for record in data.records}
-        settled = settled_cases(runs) if settled_cases is not None else set()
+        settled = settled_cases(runs, rounds) if settled_cases is not None else set()
         still = f", {len(cases - settled)} of {len(cases)} case(s) open" if settled_cases else ""
         log(f"round {r}/{rounds}: {time.perf_counter() - start:.1f} s{still}")
         if on_round is not None:

@@ -22,9 +22,10 @@ from serbench.runner.matrix import Plan
 
 SLOWED = Case("micro", "slowed", "w")  # head twice as slow, little noise: a regression at once
 SAME = Case("micro", "same", "w")  # unchanged, little noise: no change within a few rounds
-NOISY = Case("micro", "noisy", "w")  # unchanged, so noisy that no interval settles
+NOISY = Case("micro", "noisy", "w")  # unchanged, so noisy that no number of rounds here decides it
+EDGE = Case("micro", "edge", "w")  # slower by the tolerance itself: a verdict, its interval across the edge
 # Per case: head's factor and the samples' spread.
-SHAPES = {SLOWED: (2.0, 0.01), SAME: (1.0, 0.01), NOISY: (1.0, 1.5)}
+SHAPES = {SLOWED: (2.0, 0.01), SAME: (1.0, 0.01), NOISY: (1.0, 1.5), EDGE: (1.1, 0.05)}
 
 
 class Synthetic:
@@ -62,19 +63,23 @@ def measured_rounds(runs: list[list[Results]]) -> dict[Case, int]:
 
 
 def test_settled_cases_stop_at_the_floor_and_open_ones_go_on(monkeypatch, tmp_path) -> None:
+    """Settled rows stop at the floor, and so does a row no rounds left could decide; a decisive
+    row whose interval stays across its tolerance's edge takes every round."""
     runs = gate_rounds(monkeypatch, tmp_path, 12, Stopping())
-    assert measured_rounds(runs) == {SLOWED: MIN_PAIRS, SAME: MIN_PAIRS, NOISY: 12}
+    assert measured_rounds(runs) == {SLOWED: MIN_PAIRS, SAME: MIN_PAIRS, NOISY: MIN_PAIRS, EDGE: 12}
     assert measured_rounds([runs[1], runs[0]]) == measured_rounds(runs)  # both sides alike
     rows = {r.case: r for r in compare(*(results.merge(s) for s in runs), side_by_side=True).rows}
     assert rows[SLOWED].verdict == Verdict.REGRESSION and rows[SLOWED].settled
     assert rows[SAME].verdict == Verdict.NO_CHANGE and rows[SAME].settled
-    assert not rows[NOISY].settled and rows[NOISY].rounds == 12
+    assert rows[NOISY].verdict == Verdict.INCONCLUSIVE and rows[NOISY].beyond_deciding(12)
+    assert not rows[NOISY].beyond_deciding(10_000)  # given rounds enough, it would wait for them
+    assert rows[EDGE].decisive and not rows[EDGE].settled and rows[EDGE].rounds == 12
 
 
 def test_the_rounds_end_once_every_case_is_settled(monkeypatch, tmp_path) -> None:
-    monkeypatch.delitem(SHAPES, NOISY)
+    monkeypatch.delitem(SHAPES, EDGE)
     runs = gate_rounds(monkeypatch, tmp_path, 12, Stopping())
-    assert [len(side) for side in runs] == [2 * MIN_PAIRS, 2 * MIN_PAIRS]
+    assert [len(side) for side in runs] == [len(SHAPES) * MIN_PAIRS] * 2
 
 
 @pytest.mark.parametrize("most", [3, 7])
