@@ -1,27 +1,21 @@
 """micro: encode and decode of one workload message in one process.
 
-The message is the workload's (``Workload.message``): a request, or for an
-output workload (``outputs-B``) one engine step's outputs for B requests, so
-micro times the per-step encode on the engine and decode on the frontend.
-Timing starts after ``gc.freeze()``, as a serving process does once started
-(vLLM's engine and API server both freeze their start-up heap): otherwise a
-decode that builds thousands of objects pays for the collector walking
-torch's objects, several times the decode itself. And with the heap set to
-keep what a call frees (``heap.reused_memory``), as a long-running process's
-mostly is: left to glibc's adaptive thresholds, the same decode faulted its
-buffers in afresh on every call in one process and not in another.
+The message is the workload's (``Workload.message``): a request, or for an output workload
+(``outputs-B``) one engine step's outputs for B requests. Timing starts after ``gc.freeze()``, as
+a serving process does once started (vLLM's engine and API server both freeze their start-up
+heap): otherwise a decode that builds thousands of objects pays for the collector walking
+torch's objects, several times the decode itself. And with the heap set to keep what a call
+frees (``heap.reused_memory``), as a long-running process's mostly is: left to glibc's adaptive
+thresholds, the same decode faulted its buffers in afresh on every call in one process and not
+in another. For an output workload micro also takes ``decode_cpu_s``, the decode's CPU time,
+which preemption does not inflate (as the ipc path's ``step_decode_s``).
 
-For an output workload micro also takes ``decode_cpu_s``, the decode's CPU
-time, which preemption does not inflate (as the ipc path's ``step_decode_s``).
-Beside the backend's own timings it times one plain copy of the payload
-(``np.copyto`` into a buffer already mapped) in the same interleaved loop, so
-every timing can be read as a multiple of the machine's copy speed: a
-zero-copy backend is a small fraction of one copy, an in-band one several.
-
-A backend whose decode consumes its frames (``frames_consumed``: SGLang's
-shm transport unlinks a frame's segments as it takes them) cannot decode one
-frame over and over: each of its decodes gets a frame of its own, encoded
-untimed just before, and each of its encodes' frames is given back untimed
+Beside the backend's own timings it times one plain copy of the payload (``np.copyto`` into a
+buffer already mapped) in the same interleaved loop, so every timing reads as a multiple of the
+machine's copy speed: a zero-copy backend is a small fraction of one copy, an in-band one several.
+A backend whose decode consumes its frames (``frames_consumed``: SGLang's shm transport unlinks
+a frame's segments) cannot decode one frame over and over: each of its decodes gets a frame of
+its own, encoded untimed just before, and each of its encodes' frames is given back untimed
 after (``timing.PerCall``), so nothing it made is left in /dev/shm.
 """
 
