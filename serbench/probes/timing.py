@@ -4,11 +4,14 @@ Like ``timeit.autorange``: each function is looped enough times that one
 sample lasts at least ``profile.min_sample_s`` (one untimed call, then the
 calibration, warm it up); then samples of all the functions are taken in turn
 (A B C C B A …) so drift on a shared machine hits every one alike, until
-``profile.samples`` samples or the time budget.
+``profile.samples`` samples or the time budget. An operation whose every call needs something
+made for it alone (``PerCall``: a frame its decode consumes) is timed one call a sample, what
+it needs made untimed before each.
 """
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import TypeVar
@@ -20,6 +23,29 @@ MIN_SAMPLES = 3
 K = TypeVar("K", bound=Hashable)
 
 
+class PerCall(abc.ABC):
+    """An operation whose every call needs something made for it alone, outside the timing: a
+    frame that its decode consumes, or a frame its encode made that must be given back before
+    the next. ``ready()`` runs untimed before each call and makes that (or gives back what the
+    call before left); ``close()`` gives back what is left, once its owner is done with it
+    (after the timing, or when it failed)."""
+
+    @abc.abstractmethod
+    def __call__(self) -> object:
+        """The call timed."""
+
+    @abc.abstractmethod
+    def ready(self) -> None:
+        """Ready the next call, untimed: make what it needs, give back what the last one left."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Give back whatever is left; safe to call more than once."""
+
+
+Operation = Callable[[], object] | PerCall
+
+
 def _loop(fn: Callable[[], object], loops: int, clock: Callable[[], float] = time.perf_counter) -> float:
     start = clock()
     for _ in range(loops):
@@ -27,9 +53,7 @@ def _loop(fn: Callable[[], object], loops: int, clock: Callable[[], float] = tim
     return clock() - start
 
 
-def calibrate(
-    fn: Callable[[], object], min_sample_s: float, clock: Callable[[], float] = time.perf_counter
-) -> int:
+def calibrate(fn: Operation, min_sample_s: float, clock: Callable[[], float] = time.perf_counter) -> int:
     """Loops per sample so that one sample takes at least ``min_sample_s``.
 
     The first call is not timed: it pays for what a function does once in a
@@ -37,6 +61,13 @@ def calibrate(
     Timed, a cold decode outlasted a whole sample, and every sample was then
     one call, slower than in a loop.
     """
+    if isinstance(fn, PerCall):
+        fn.ready()
+        fn()
+        # One call a sample: each needs its ``ready()`` untimed just before it, so no loop of
+        # calls can be timed as one. Fine for what needs it (a shm decode takes milliseconds,
+        # far above the clock's resolution); a sub-microsecond one would read the clock's cost.
+        return 1
     fn()
     loops = 1
     while True:
@@ -46,8 +77,17 @@ def calibrate(
         loops = max(loops * 2, int(loops * min_sample_s / max(elapsed, 1e-9) * 1.2))
 
 
+def _sample(fn: Operation, loops: int, clock: Callable[[], float]) -> float:
+    """Seconds per call of one sample: ``loops`` calls timed as one, or a ``PerCall``'s one call
+    timed alone, readied untimed just before."""
+    if isinstance(fn, PerCall):
+        fn.ready()
+        return _loop(fn, 1, clock)
+    return _loop(fn, loops, clock) / loops
+
+
 def interleaved(
-    fns: Mapping[K, Callable[[], object]], profile: Profile, clock: Callable[[], float] = time.perf_counter
+    fns: Mapping[K, Operation], profile: Profile, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[dict[K, list[float]], dict]:
     """Seconds per call, one list of samples per function, sampled in turn.
 
@@ -55,8 +95,8 @@ def interleaved(
     CPU time only, which a machine shared with other work does not inflate. A visit of a case
     measured in rounds (``Profile.split``) takes its share of the samples and of the time. The
     second value: ``loops`` and ``samples`` per function, and ``seconds``, the wall time each
-    function took in all (its calibration and its samples), for a caller timing several cases in
-    one process.
+    function took in all (its calibration and its samples, a ``PerCall``'s readying included),
+    for a caller timing several cases in one process. A ``PerCall`` is left for its caller to close.
     """
     loops: dict[K, int] = {}
     seconds: dict[K, float] = {}
@@ -72,6 +112,6 @@ def interleaved(
             break
         for name in order if i % 2 == 0 else reversed(order):
             fn, start = fns[name], time.perf_counter()
-            samples[name].append(_loop(fn, loops[name], clock) / loops[name])
+            samples[name].append(_sample(fn, loops[name], clock))
             seconds[name] += time.perf_counter() - start
     return samples, {"loops": loops, "samples": len(next(iter(samples.values()))), "seconds": seconds}

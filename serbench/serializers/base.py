@@ -8,11 +8,15 @@ buffers, possibly views of the message's own memory) and back. Besides
   allocation the frames do not back); unknown backends count as unsafe;
 * ``description`` — one line on its strategy;
 * ``unsupported`` — conformance case tags it cannot carry, each with the
-  reason; the conformance suite checks that each such case really fails.
+  reason; the conformance suite checks that each such case really fails;
+* ``consumes_frames`` — whether its decode takes what its frames hold (a shm segment unlinked
+  on receipt): a frame then decodes once, and one never decoded holds it until
+  ``discard_frames``. Micro times such a decode on a frame of its own per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Mapping, Sequence
@@ -95,3 +99,19 @@ def describe(serializer: Serializer | type) -> str:
 
 def unsupported_cases(serializer: Serializer) -> Mapping[str, str]:
     return dict(getattr(serializer, "unsupported", {}) or {})
+
+
+def frames_consumed(serializer: Serializer) -> bool:
+    """Whether the backend declares that its decode consumes its frames (``consumes_frames``):
+    each decodes once, and gives back what it holds then, also when the decode fails."""
+    return bool(getattr(serializer, "consumes_frames", False))
+
+
+def discard_frames(serializer: Serializer, frames: Sequence[Buffer], type_: type) -> None:
+    """Give back what ``frames`` still hold where the backend's decode consumes them
+    (``frames_consumed``), as a receiver that drops a message must: decoded, the result dropped,
+    and a DecodeError too (a frame already taken, or a failed decode, which gave back what it
+    held all the same). A no-op for any other backend."""
+    if frames_consumed(serializer):
+        with contextlib.suppress(DecodeError):
+            serializer.decode(frames, type_)

@@ -6,6 +6,7 @@ Marked slow: SGLang's import costs seconds, paid once per test process (the ``sg
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -21,8 +22,11 @@ from hypothesis import strategies as st
 from malformed import Fuzzer, assert_backed, hypothesis_profile, judge, mutations
 
 from serbench import cli as commands
+from serbench.model.profiles import PROFILES
 from serbench.model.specs import SpecError
 from serbench.plugins.sglang.backend import OOB_EXT
+from serbench.scenarios.base import Case
+from serbench.scenarios.micro import Micro
 from serbench.serializers import DecodeError, conformance, describe, get_serializer, is_safe
 from serbench.serializers.msgpack_backend import TENSOR_EXT
 from serbench.workloads import get_workload
@@ -240,6 +244,24 @@ def test_features_shm_leaves_a_text_message_as_it_is():
     message = get_workload(TEXT).request(0)
     before = own_segments()
     conformance.assert_same(message, backend.decode(received(backend.encode(message)), type(message)))
+    assert own_segments() == before
+
+
+def test_micro_times_features_shm_on_a_frame_per_decode_and_leaves_dev_shm_as_it_was():
+    """micro beside the in-band and out-of-band paths, in one round as a run times them: the shm
+    transport's decode timed five times, each on a frame of its own, its round trip too; each
+    frame's segments unlinked, the encodes' ones as well."""
+    profile = dataclasses.replace(PROFILES["quick"], samples=5, max_metric_s=600.0)  # no early end
+    before = own_segments()
+    specs = ["sglang:features=inline", "sglang:features=shm", OOB]
+    outcomes = Micro().run_together([Case("micro", spec, IMAGES) for spec in specs], profile)
+    assert not [o for o in outcomes if isinstance(o, str)], outcomes
+    shm = outcomes[1]
+    assert len(shm.metrics["decode_s"].values) == len(shm.metrics["roundtrip_s"].values) == 5
+    assert shm.info.loops["decode_s"] == shm.info.loops["encode_s"] == 1
+    assert shm.metrics["frames"].median == 1 and shm.metrics["wire_bytes"].median < payload_bytes(
+        get_workload(IMAGES).request(0)
+    )  # names, not pixels
     assert own_segments() == before
 
 

@@ -59,3 +59,38 @@ def test_functions_are_sampled_in_turn_the_order_reversed_every_other_turn() -> 
     assert calls[-12:] == list("abccbaabccba")  # after calibration: four turns of one call each
     assert [len(samples[name]) for name in "abc"] == [4, 4, 4]
     assert info["seconds"].keys() == {"a", "b", "c"} and all(s >= 0 for s in info["seconds"].values())
+
+
+class Fresh(timing.PerCall):
+    """A call that needs ``ready()`` before each run: readying costs ``ready_s``, the call ``call_s``."""
+
+    def __init__(self, clock: Clock, ready_s: float, call_s: float) -> None:
+        self.clock, self.ready_s, self.call_s = clock, ready_s, call_s
+        self.readied, self.calls, self.closed = False, 0, False
+
+    def ready(self) -> None:
+        self.clock.now += self.ready_s
+        self.readied = True
+
+    def __call__(self) -> None:
+        assert self.readied, "called without ready() before it"
+        self.readied = False
+        self.clock.now += self.call_s
+        self.calls += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_per_call_operation_is_readied_untimed_before_each_call_one_call_a_sample() -> None:
+    clock = Clock()
+    profile = dataclasses.replace(PROFILES["quick"], samples=6)
+    fresh = Fresh(clock, ready_s=1.0, call_s=2e-6)
+    samples, info = timing.interleaved({"fresh": fresh, "plain": costing(clock, 1e-3, 3e-6)}, profile, clock)
+    assert info["loops"]["fresh"] == 1  # not calibrated into a loop: each call needs its ready()
+    assert len(samples["fresh"]) == 6 and all(
+        abs(s - 2e-6) < 1e-12 for s in samples["fresh"]
+    )  # not its readying
+    assert fresh.calls == 1 + 6  # the untimed first call, then one a sample
+    assert info["loops"]["plain"] > 1 and all(abs(s - 3e-6) < 1e-12 for s in samples["plain"])
+    assert not fresh.closed  # its caller closes it, once done with it

@@ -97,10 +97,13 @@ class SglangSerializer:
     # its input runs (tests/plugins/test_sglang.py shows it), so it is not safe for untrusted input.
     safe = False
     unsupported = UNSUPPORTED
+    consumes_frames = False
 
     def __init__(self, features: str = "inline") -> None:
         self.features = transports.checked(features)
         self.description = f"{MSGSPEC_PATH} ({transports.FEATURES[features]})"
+        # the receiver unlinks a frame's segments as it takes them: a frame decodes once
+        self.consumes_frames = features == "shm"
         sglang = _load()
         self.sglang_version = sglang.version
         self._encode = sglang.msgpack_encode
