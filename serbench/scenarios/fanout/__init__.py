@@ -4,23 +4,20 @@ The case's process is the engine core; it forks ``case.workers`` workers (``fano
 and broadcasts each step over ``case.transport`` (``fanout.broadcast``: zmq-each, zmq-pub,
 shm-ring, torch-dist). A step is what a core sends its tensor-parallel workers (``fanout_steps``:
 vLLM's ``SchedulerOutput`` cut to what has bytes): a prefill step with the workload's request and
-its multimodal tensors, then ``--fanout-decode-steps`` decode steps of the running batch. A workload
-whose library broadcasts a form of its own (``Workload.broadcast``: SGLang's, the requests its
-scheduler received) is sent in that form; the harness reads a step's requests only through the
-workload's hooks, whatever their type.
+its multimodal tensors, then ``--fanout-decode-steps`` decode steps of the running batch; or the
+form the workload's library broadcasts (``Workload.broadcast``: SGLang's, only new requests).
 
-Every worker decodes each step, stamps the moment it holds it, then checks it against the
-checksum the core computed before timing: a step that does not match fails the case, so no
-timing stands on a step a worker did not verify; one untimed round warms everything up.
+Every worker decodes each step, stamps the moment it holds it, then checks it against the core's
+checksum: a step that does not match fails the case; one untimed round warms everything up.
 
 Metrics (docs/fanout.md): the time from the core's encode start to the last worker holding the
-verified step (prefill and decode), the spread first → last worker, the core's CPU time and the
-bytes it copied per step, ``encode_calls`` per step (a core that re-serializes per worker reads
-N), and each worker's and the whole group's memory above baseline in payload copies.
+verified step, the spread first → last worker, the core's CPU time and bytes copied per step,
+``encode_calls`` per step (a core that re-serializes per worker reads N), and each worker's and
+the whole group's memory above baseline in payload copies.
 
-With ``--cache lru|shm`` (docs/cache.md) the core and its workers keep the first hop's two caches
-(``fanout_cache``): prefill step k carries the workload's request k, every tensor the workers
-hold as a reference, which each worker resolves and checks by digest before it stamps the step.
+With ``--cache lru|shm`` (docs/cache.md) the core and its workers keep the first hop's caches
+(``fanout_cache``): prefill step k carries the workload's request k, each tensor the workers hold
+as a reference, which each worker resolves and checks by digest before it stamps the step.
 """
 
 from __future__ import annotations
