@@ -32,6 +32,12 @@ IMAGES = "images-2:layout=sglang-native,profile=llava"  # 1.35 MB an image
 PROFILE = PROFILES["quick"].with_options(fanout_rounds=2, fanout_decode_steps=1, fanout_timeout_s=20.0)
 
 
+def _run_hooked(case: Case, hook):
+    """The case as the runner runs it, ``hook`` seeing every step each worker decodes."""
+    fanout.WORKER_HOOK = hook  # in the case's own child only
+    return runner.run_case(case, PROFILE)
+
+
 def _sglangs_own_broadcast(worker: int, step: int, decoded) -> None:
     """``fanout.WORKER_HOOK``: a step that is not SGLang's batch of its own requests, one on a
     prefill step (even: one decode step a round) and none on a decode step, is a wrong step."""
@@ -39,11 +45,6 @@ def _sglangs_own_broadcast(worker: int, step: int, decoded) -> None:
     kind = adapter.load().TokenizedGenerateReqInput
     if requests is None or len(requests) != (step % 2 == 0) or any(type(r) is not kind for r in requests):
         raise ValueError(f"worker {worker}, step {step}: decoded {decoded!r:.200}")
-
-
-def _run_checking_types(case: Case):
-    fanout.WORKER_HOOK = _sglangs_own_broadcast
-    return runner.run_case(case, PROFILE)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ def test_every_sglang_backend_broadcasts_sglangs_own_step_verified_by_every_work
     backend: str, workload: str, transport: str, workers: int, clean
 ) -> None:
     case = Case("fanout", backend, workload, transport=transport, workers=workers)
-    outcome = run_isolated(_run_checking_types, (case,), 120)
+    outcome = run_isolated(_run_hooked, (case, _sglangs_own_broadcast), 120)
     assert isinstance(outcome, Outcome), outcome
     m, info = outcome.metrics, outcome.info
     assert set(m["encode_calls"].values) == {1.0} and len(m["fanout_s"].values) == 2
