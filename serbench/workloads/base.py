@@ -83,6 +83,17 @@ class Workload:
         """``request`` under another id (a repeat of it sent again), by serbench's field name."""
         return msgspec.structs.replace(request, request_id=request_id)
 
+    def broadcast(self, requests: list[Any]) -> Any:
+        """What an engine core of this layout's library broadcasts to its tensor-parallel ranks in
+        a step that schedules ``requests`` (fan-out's step), where the library has a form of its
+        own; None: it has none, and fan-out sends serbench's model of vLLM's ``SchedulerOutput``."""
+        return None
+
+    def broadcast_requests(self, message: Any) -> list[Any]:
+        """The new requests of a fan-out step as sent or decoded: by serbench's field name
+        (``new_requests``); a layout whose ``broadcast`` is its own reads its own."""
+        return message.new_requests
+
     def in_model(self, message: Any) -> EngineCoreOutputs | FlatEngineCoreOutputs:
         """A step as decoded, as serbench's own model of it, whose ``entries()`` the frontend
         accounts token by token: serbench's own steps as they are; a layout of another library's

@@ -17,6 +17,7 @@ backends and pickle's carry these types (``CARRIERS``). Registered under the ent
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -75,6 +76,15 @@ class Native(Relaid):
     def renamed(self, request: Any, request_id: str) -> Any:
         return msgspec.structs.replace(request, rid=request_id)
 
+    def broadcast(self, requests: list[Any]) -> Any:
+        """What SGLang's scheduler broadcasts to its tensor-parallel ranks each iteration: the
+        requests it received (``broadcast_pyobj`` of their list, pickled, over gloo), here as
+        SGLang's ``BatchTokenizedGenerateReqInput`` of them, so its msgspec path carries them too."""
+        return batch_type()(batch=requests)
+
+    def broadcast_requests(self, message: Any) -> list[Any]:
+        return message.batch
+
     def unsupported_by(self, serializer: Any) -> str | None:
         if serializer.name in CARRIERS:
             return None
@@ -131,6 +141,13 @@ class NativeOutputs(Native):
 
 
 NATIVE: dict[str, type[Native]] = {"text": NativeText, "images": NativeImages, "outputs": NativeOutputs}
+
+
+@functools.cache
+def batch_type() -> type:
+    """SGLang's ``BatchTokenizedGenerateReqInput``, the one type its msgpack decoder knows
+    (``adapter.load().message_types``) that holds a list of tokenized requests."""
+    return next(t for t in adapter.load().message_types if t.__name__ == "BatchTokenizedGenerateReqInput")
 
 
 def native_outputs(step: EngineCoreOutputs, positions: Sequence[int]) -> Any:

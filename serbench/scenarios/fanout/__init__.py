@@ -4,25 +4,26 @@ The case's process is the engine core; it forks ``case.workers`` workers (``fano
 and broadcasts each step over ``case.transport`` (``fanout.broadcast``: zmq-each, zmq-pub,
 shm-ring, torch-dist). A step is what a core sends its tensor-parallel workers (``fanout_steps``:
 vLLM's ``SchedulerOutput`` cut to what has bytes): a prefill step with the workload's request and
-its multimodal tensors, then ``--fanout-decode-steps`` decode steps of the running batch.
+its multimodal tensors, then ``--fanout-decode-steps`` decode steps of the running batch; or the
+form the workload's library broadcasts (``Workload.broadcast``: SGLang's, only new requests).
 
-Every worker decodes each step, stamps the moment it holds it, then checks it against the
-checksum the core computed before timing: a step that does not match fails the case, so no
-timing stands on a step a worker did not verify; one untimed round warms everything up.
+Every worker decodes each step, stamps the moment it holds it, then checks it against the core's
+checksum: a step that does not match fails the case; one untimed round warms everything up.
 
 Metrics (docs/fanout.md): the time from the core's encode start to the last worker holding the
-verified step (prefill and decode), the spread first → last worker, the core's CPU time and the
-bytes it copied per step, ``encode_calls`` per step (a core that re-serializes per worker reads
-N), and each worker's and the whole group's memory above baseline in payload copies.
+verified step, the spread first → last worker, the core's CPU time and bytes copied per step,
+``encode_calls`` per step (a core that re-serializes per worker reads N), and each worker's and
+the whole group's memory above baseline in payload copies.
 
-With ``--cache lru|shm`` (docs/cache.md) the core and its workers keep the first hop's two caches
-(``fanout_cache``): prefill step k carries the workload's request k, every tensor the workers
-hold as a reference, which each worker resolves and checks by digest before it stamps the step.
+With ``--cache lru|shm`` (docs/cache.md) the core and its workers keep the first hop's caches
+(``fanout_cache``): prefill step k carries the workload's request k, each tensor the workers hold
+as a reference, which each worker resolves and checks by digest before it stamps the step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -62,7 +63,6 @@ from serbench.scenarios.fanout.steps import (
     BLOCK_SIZE,
     Prefills,
     Schedule,
-    StepInput,
     case_steps,
     check_step,
     step_checksum,
@@ -179,22 +179,33 @@ def _settings(profile: Profile) -> tuple[int, int, int]:
 
 def _work(
     backend: str,
-    warmup: StepInput,
+    schedule: Schedule,
+    warmup: Any,
     hold: int,
     hook: Any = None,
     worker_cache: fanout_cache.WorkerCache | None = None,
 ) -> workgroup.Work:
+    """A worker's work: decode each step as the type of ``warmup`` (the case's steps' type), check
+    it, and with a cache resolve its new requests' references first (read through ``schedule``)."""
+    kind = type(warmup)
+
     def open_decoder() -> Any:
         serializer = get_serializer(backend)
-        return lambda frames: serializer.decode(frames, type(warmup))  # the workload's step type
+        return lambda frames: serializer.decode(frames, kind)
 
     def warm(decode: Any) -> None:
         frames = [bytes(memoryview(f).cast("B")) for f in get_serializer(backend).encode(warmup)]
-        check_step(decode(frames), step_checksum(warmup))
+        check_step(decode(frames), step_checksum(warmup), kind)
 
     if worker_cache is None:
-        return workgroup.Work(open_decoder, check_step, warm, hold, hook)
-    return workgroup.Work(open_decoder, worker_cache.check, warm, hold, hook, worker_cache.resolve)
+        return workgroup.Work(open_decoder, functools.partial(check_step, kind=kind), warm, hold, hook)
+
+    def resolve(decoded: Any) -> tuple[Any, broadcast.Resolution]:
+        requests, resolution = worker_cache.resolve(schedule.requests(decoded))
+        return schedule.with_requests(decoded, requests), resolution
+
+    check = functools.partial(worker_cache.check, kind=kind)
+    return workgroup.Work(open_decoder, check, warm, hold, hook, resolve)
 
 
 # A test may set this (in the process that runs the case) to see every decoded step in every
@@ -231,7 +242,7 @@ def remote_work(settings: dict[str, Any], allow_unsafe: bool, loopback: bool) ->
     held = (
         fanout_cache.WorkerCache(spec.cache, spec.capacity, None, own=False) if spec.cache != "none" else None
     )
-    return _work(spec.backend, miniature(schedule.step(0, prefills)), spec.hold, None, held)
+    return _work(spec.backend, schedule, miniature(schedule.step(0, prefills)), spec.hold, None, held)
 
 
 def measure(case: Case, profile: Profile) -> FanoutRun:
@@ -272,26 +283,32 @@ def measure(case: Case, profile: Profile) -> FanoutRun:
             if remote:
                 group = remote_workers.start(route, msgspec.to_builtins(worker_case))
             else:
-                group = workgroup.start(route, _work(case.backend, warmup, hold, WORKER_HOOK, worker_cache))
+                work = _work(case.backend, schedule, warmup, hold, WORKER_HOOK, worker_cache)
+                group = workgroup.start(route, work)
             core_base = live_memory()
             workgroup.release(group)
             transport.remove_ipc_dir(folder)  # every worker connected: a core killed now leaves no socket
             core_held = (0, 0)
             for index in range(total):
                 step = schedule.step(index, prefills)
-                payload_crc = prefills.crc(index // per_round) if step.new_requests else 0
+                payload_crc = prefills.crc(index // per_round) if schedule.prefill(index) else 0
                 envelope = broadcast.Envelope(index, step_checksum(step, payload_crc))
+                requests = schedule.requests(step)
                 if core_cache is not None:
-                    core_cache.digests(step)
+                    core_cache.digests(requests)
                 cpu0, start = time.process_time(), broadcast.clock()
-                sent, prepared = core_cache.prepare(step) if core_cache is not None else (step, None)
+                sent, prepared = step, None
+                if core_cache is not None:
+                    references, prepared = core_cache.prepare(requests)
+                    sent = schedule.with_requests(step, references)
                 encode = Counted(serializer, sent)
                 copied = group.sender.publish(envelope, encode, group.alive)
                 acks = group.acks.collect(index, group.alive)
                 cpu = time.process_time() - cpu0
                 resolved = broadcast.Resolution()
                 if core_cache is not None:
-                    core_cache.account(step, acks, prepared)
+                    ids = [workload.about(request).request_id for request in requests]
+                    core_cache.account(index, ids, acks, prepared)
                     copied += prepared.stored_bytes  # shm: the core's write into the store
                     resolved = acks[0].cache  # every worker's: account checked they agree
                 held = [a.held_at for a in acks]
@@ -313,7 +330,7 @@ def measure(case: Case, profile: Profile) -> FanoutRun:
                             resolved.hits,
                         )
                     )
-                del encode, step, sent
+                del encode, step, sent, requests
             if core_cache is not None:
                 core_cache.mirrored()
             clean = True
@@ -345,8 +362,10 @@ def measure_counted(case: Case, profile: Profile) -> Outcome:
         step = schedule.step(1, prefills)
         messages["decode"] = (step, step_checksum(step, 0))
 
+    kind = type(first)  # the workload's step type
+
     def decode(frames: list[Any]) -> Any:
-        return serializer.decode(frames, type(first))  # the workload's step type
+        return serializer.decode(frames, kind)
 
     return fanout_counted.measure(
         case.transport or "",
@@ -354,7 +373,7 @@ def measure_counted(case: Case, profile: Profile) -> Outcome:
         messages,
         serializer.encode,
         decode,
-        check_step,
+        functools.partial(check_step, kind=kind),
         verification,
     )
 
@@ -369,9 +388,7 @@ def _verified(case: Case, serializer: Any, schedule: Schedule, prefills: Prefill
     verification = conformance.verify(serializer, steps, "fanout-step", key)
     if mode != "none":
         first = steps[0]
-        hits = msgspec.structs.replace(
-            first, new_requests=[cache.all_refs(r, mode) for r in first.new_requests]
-        )
+        hits = schedule.with_requests(first, [cache.all_refs(r, mode) for r in schedule.requests(first)])
         verified = conformance.verify(serializer, [hits], f"fanout-step-{mode}", key)
         verification.messages += verified.messages
         verification.of += verified.of
@@ -555,7 +572,7 @@ class Fanout(Scenario):
             else None,
             rounds=measured_run.rounds,
             decode_steps=schedule.decode_steps,
-            batch=schedule.batch,
+            batch=schedule.running_sent,
             block_size=BLOCK_SIZE,
             ring_bytes=route.data_bytes if route.kind == "shm-ring" else None,
             cpus=list(route.cpus) or None,

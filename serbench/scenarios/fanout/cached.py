@@ -4,7 +4,8 @@ cache, each worker the receiver's (``serbench.links.cache``, the first hop's cac
 The core sends each cached tensor the workers hold as a reference (``CoreCache.prepare``); each
 worker resolves the references before it stamps the step and checks every tensor it resolved
 against the reference's digest (``WorkerCache``); the core tallies the workers' acks, which must
-agree with one another and with its own half (``CoreCache.account``).
+agree with one another and with its own half (``CoreCache.account``). Both halves take a step's
+new requests, which the case's ``Schedule`` reads out of a step and puts back, whatever its form.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from serbench.links import cache, shm
 from serbench.model.errors import CacheError
 from serbench.scenarios.fanout import broadcast
-from serbench.scenarios.fanout.steps import StepInput, check_step
+from serbench.scenarios.fanout.steps import check_step
 
 
 class WorkerCache:
@@ -28,26 +27,26 @@ class WorkerCache:
         self.cache = cache.EngineCache(mode, capacity, region, own=cache.owned if own else None)
         self.hits: list[tuple[cache.Ref, Any]] = []  # the last step's tensors resolved from references
 
-    def resolve(self, step: StepInput) -> tuple[StepInput, broadcast.Resolution]:
-        """``step`` with every reference of its new requests swapped for the tensor it names, and
+    def resolve(self, requests: list[Any]) -> tuple[list[Any], broadcast.Resolution]:
+        """A step's new ``requests`` with every reference swapped for the tensor it names, and
         what the cache did; CacheError for a reference the cache cannot resolve (evicted)."""
-        requests, lookups, found, self.hits = [], 0, 0, []
-        for request in step.new_requests:
+        resolved_requests, lookups, found, self.hits = [], 0, 0, []
+        for request in requests:
             resolved, done = self.cache.resolve(request)
-            requests.append(resolved)
+            resolved_requests.append(resolved)
             lookups, found = lookups + done.lookups, found + done.found
             self.hits += done.hits
         held = self.cache
         resolution = broadcast.Resolution(lookups, found, held.held_bytes, held.evictions)
-        return msgspec.structs.replace(step, new_requests=requests), resolution
+        return resolved_requests, resolution
 
-    def check(self, decoded: Any, checksum: int) -> None:
+    def check(self, decoded: Any, checksum: int, kind: type) -> None:
         """ValueError unless every tensor resolved is the one its reference names (digest) and the
-        whole step is the one sent (``check_step``)."""
+        whole step is the one sent, of type ``kind`` (``check_step``)."""
         wrong = cache.verify_hits(f"step {getattr(decoded, 'step', '?')}", self.hits)
         if wrong is not None:
             raise ValueError(wrong)
-        check_step(decoded, checksum)
+        check_step(decoded, checksum, kind)
 
 
 @dataclass
@@ -63,43 +62,45 @@ class CoreCache:
     hits: int = 0  # as the workers resolved them
     workers: list[broadcast.Resolution] = field(default_factory=list)  # each one's latest
 
-    def digests(self, step: StepInput) -> None:
-        for request in step.new_requests:
+    def digests(self, requests: list[Any]) -> None:
+        for request in requests:
             cache.digests(request, self.known)
 
-    def prepare(self, step: StepInput) -> tuple[StepInput, cache.Prepared]:
-        """The step as sent: each new request's cached tensors the workers hold as references."""
-        total, requests = cache.Prepared(), []
-        for request in step.new_requests:
+    def prepare(self, requests: list[Any]) -> tuple[list[Any], cache.Prepared]:
+        """A step's new ``requests`` as sent: their cached tensors the workers hold as references."""
+        total, sent = cache.Prepared(), []
+        for request in requests:
             message, done = self.front.prepare(request, self.known)
-            requests.append(message)
+            sent.append(message)
             total.lookups += done.lookups
             total.hits += done.hits
             total.stored_bytes += done.stored_bytes
-        return msgspec.structs.replace(step, new_requests=requests), total
+        return sent, total
 
-    def account(self, step: StepInput, acks: list[broadcast.Ack], prepared: cache.Prepared) -> None:
-        """Tally what the workers' caches did with ``step`` and release its store entries;
-        CacheError when a worker's count differs from another's, or from the core's."""
+    def account(
+        self, step: int, request_ids: list[str], acks: list[broadcast.Ack], prepared: cache.Prepared
+    ) -> None:
+        """Tally what the workers' caches did with step ``step`` and release the store entries of
+        its new requests (``request_ids``); CacheError when a worker's count differs from
+        another's, or from the core's."""
         first = acks[0].cache
         for ack in acks:
             seen = ack.cache
             if seen is None or (seen.lookups, seen.hits) != (first.lookups, first.hits):
                 raise CacheError(
-                    f"step {step.step}: worker {ack.worker}'s cache resolved {seen and seen.hits} of "
+                    f"step {step}: worker {ack.worker}'s cache resolved {seen and seen.hits} of "
                     f"{seen and seen.lookups} tensors, worker {acks[0].worker}'s {first.hits} of "
                     f"{first.lookups}: the workers' caches disagree"
                 )
         if first.lookups != prepared.lookups:
             raise CacheError(
-                f"step {step.step}: the workers met {first.lookups} cacheable tensors, the core "
-                f"{prepared.lookups}"
+                f"step {step}: the workers met {first.lookups} cacheable tensors, the core {prepared.lookups}"
             )
         self.lookups += first.lookups
         self.hits += first.hits
         self.workers = [ack.cache for ack in acks]
-        for request in step.new_requests:
-            self.front.done(request.request_id)
+        for request_id in request_ids:
+            self.front.done(request_id)
 
     def mirrored(self) -> None:
         """CacheError unless every worker's lru evicted what the core's did."""

@@ -4,20 +4,25 @@ A step (``StepInput``) carries, at prefill, the newly scheduled request of the w
 multimodal tensors, and for the running batch the last token ids, positions, each request's block
 table and the tokens scheduled. A workload whose requests are a plugin's own type
 (``layout=vllm-native``: vLLM's own ``EngineCoreRequest``) is carried as that type
-(``step_type``), so every typed decoder decodes the new requests as the engine would.
+(``step_type``), so every typed decoder decodes the new requests as the engine would. A workload
+whose library broadcasts a form of its own (``Workload.broadcast``: SGLang's scheduler sends its
+ranks only the requests it received) is sent in that form, which carries no running batch.
 
 A case's steps (``Schedule``) are deterministic from its specs, so a remote worker rebuilds them
 from the case alone: each round is one prefill step followed by decode steps of the running batch,
 whose context is the workload's prompt plus the tokens generated so far, in blocks of
 ``BLOCK_SIZE`` = 16 tokens (vLLM's default KV block size on CUDA): a text-sonnet request in decode
 holds 35-45 block ids. ``Prefills`` builds each prefill step's request outside the timing.
-``step_checksum`` is what a worker must find in what it decoded (``check_step``).
+``step_checksum`` is what a worker must find in what it decoded (``check_step``). The requests a
+step carries are read through the workload's hooks (``Workload.about``, ``broadcast_requests``),
+whatever their type.
 """
 
 from __future__ import annotations
 
 import functools
 import zlib
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,9 +70,12 @@ def step_type(request_type: type) -> type[StepInput]:
 
 def _shape_of(obj: Any) -> Any:
     """``_skeleton``'s stand-in for what msgpack has no form of: an array's dtype and shape, a
-    slice's bounds (vLLM's flat fields), a mapping class's items (vLLM's MultiModalKwargsItem)."""
+    slice's bounds (vLLM's flat fields), a mapping class's items (vLLM's MultiModalKwargsItem), an
+    ``array.array``'s type code and bytes (SGLang's prompt ids)."""
     if is_array(obj):
         return f"{obj.dtype}{tuple(obj.shape)}"
+    if isinstance(obj, array):
+        return [obj.typecode, obj.tobytes()]
     if isinstance(obj, slice):
         return [obj.start, obj.stop, obj.step]
     if isinstance(obj, Mapping):
@@ -89,12 +97,12 @@ def step_checksum(step: Any, payload_crc: int | None = None) -> int:
     return zlib.crc32(_skeleton(step), crc)
 
 
-def check_step(decoded: Any, checksum: int) -> None:
-    """ValueError unless ``decoded`` is the step whose checksum the core sent."""
-    if not isinstance(decoded, StepInput):
-        raise ValueError(f"decoded a {type(decoded).__name__}, not a step")
+def check_step(decoded: Any, checksum: int, kind: type = StepInput) -> None:
+    """ValueError unless ``decoded`` is the step, of type ``kind``, whose checksum the core sent."""
+    if not isinstance(decoded, kind):
+        raise ValueError(f"decoded a {type(decoded).__name__}, not a step ({kind.__name__})")
     if step_checksum(decoded) != checksum:
-        raise ValueError(f"step {decoded.step} decoded differs from the one sent (checksum mismatch)")
+        raise ValueError("the step decoded differs from the one sent (checksum mismatch)")
 
 
 def _blocks(tokens: int, first: int) -> list[int]:
@@ -130,19 +138,38 @@ class Schedule:
             "finished_ids": [],
         }
 
-    def step(self, index: int, prefills: Prefills) -> StepInput:
+    def step(self, index: int, prefills: Prefills) -> Any:
         """Step ``index``: a prefill step (a new request) at the start of each round, else decode;
-        of the type that carries the workload's requests (``step_type``)."""
-        per_round = 1 + self.decode_steps
+        in the workload's library's own form (``Workload.broadcast``), else of the type that
+        carries the workload's requests (``step_type``)."""
+        requests = [prefills.request(index // (1 + self.decode_steps))] if self.prefill(index) else []
+        own = self.workload.broadcast(requests)
+        if own is not None:
+            return own
         made = step_type(self.workload.request_type)
-        if index % per_round:
+        if not requests:
             return made(index, [], [], **self.running(index))
-        request = prefills.request(index // per_round)
-        new_blocks = [_blocks(len(request.prompt_token_ids), 1 + self.batch * 4096)]  # a list or an array
-        return made(index, [request], new_blocks, **self.running(index))
+        prompt = self.workload.about(requests[0]).prompt_token_ids  # a list or an array
+        new_blocks = [_blocks(len(prompt), 1 + self.batch * 4096)]
+        return made(index, requests, new_blocks, **self.running(index))
 
     def prefill(self, index: int) -> bool:
         return index % (1 + self.decode_steps) == 0
+
+    def requests(self, step: Any) -> list[Any]:
+        """The new requests ``step`` carries, as sent or decoded (``Workload.broadcast_requests``)."""
+        return self.workload.broadcast_requests(step)
+
+    def with_requests(self, step: Any, requests: list[Any]) -> Any:
+        """``step`` carrying ``requests`` in place of its new requests (a cache's references)."""
+        own = self.workload.broadcast(requests)
+        return msgspec.structs.replace(step, new_requests=requests) if own is None else own
+
+    @property
+    def running_sent(self) -> int:
+        """Running requests each step carries: none where the workload's library broadcasts
+        only its new requests (``Workload.broadcast``)."""
+        return self.batch if self.workload.broadcast([]) is None else 0
 
 
 class Prefills:
@@ -190,4 +217,5 @@ def case_steps(workload_spec: str, batch: int, decode_steps: int, mode: str) -> 
     """A case's prefill requests and schedule (the core's, and a remote worker's warm-up)."""
     workload = get_workload(workload_spec)
     prefills = Prefills(workload, fresh=mode != "none")
-    return prefills, Schedule(workload, batch, decode_steps, len(prefills.request(0).prompt_token_ids))
+    prompt_len = len(workload.about(prefills.request(0)).prompt_token_ids)
+    return prefills, Schedule(workload, batch, decode_steps, prompt_len)
