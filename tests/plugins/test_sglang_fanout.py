@@ -80,6 +80,16 @@ def test_a_backend_without_sglangs_types_is_unsupported_with_the_layouts_reason(
     assert outcome.reason == get_workload(IMAGES).unsupported_by(get_serializer("msgspec-frombuffer"))
 
 
+def test_sglangs_shm_features_are_unsupported_a_frame_each_worker_would_take() -> None:
+    """features=shm is the frontend's hop: its decode unlinks the segments, so a step's frame
+    decodes once, and fan-out's workers each decode it."""
+    case = Case("fanout", "sglang:features=shm", IMAGES, transport="shm-ring", workers=2)
+    outcome = runner.run_case(case, PROFILE)
+    assert isinstance(outcome, runner.Unsupported) and "taken by their first decode" in outcome.reason
+    inline = Case("fanout", "sglang", IMAGES, transport="shm-ring", workers=2)
+    assert fanout.Fanout().unsupported(inline, PROFILE) is None
+
+
 def _first_id(step) -> None:
     step.batch[0].input_ids[3] += 1
 

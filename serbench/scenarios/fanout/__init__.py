@@ -67,7 +67,7 @@ from serbench.scenarios.fanout.steps import (
     check_step,
     step_checksum,
 )
-from serbench.serializers import conformance, get_serializer, is_safe
+from serbench.serializers import conformance, frames_consumed, get_serializer, is_safe
 from serbench.workloads.tree import arrays, miniature, payload_bytes
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
@@ -543,11 +543,15 @@ class Fanout(Scenario):
         return super().rounds(case, profile) if caching.mode(case) == "none" and not counting(profile) else 1
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
-        """A transport this torch lacks (torch-dist without gloo); counting instructions, the cases
-        whose path is not counted (``fanout_counted.not_counted``)."""
+        """A transport this torch lacks (torch-dist without gloo); a backend whose frame its first
+        decode consumes (``frames_consumed``: SGLang's shm features, unlinked as taken), which the
+        first of several workers would take from the rest; counting instructions, the cases whose
+        path is not counted (``fanout_counted.not_counted``)."""
         reason = broadcast.unavailable(case.transport or "")
         if reason is not None:
             return f"{case.transport}: {reason}"
+        if frames_consumed(get_serializer(case.backend)):
+            return "its frames are taken by their first decode, and every fan-out worker decodes the step"
         if counting(profile) and instructions.launched():
             remote = profile.options.get("fanout_rendezvous") or ""
             return fanout_counted.not_counted(case.transport or "", caching.mode(case), remote)
