@@ -45,7 +45,14 @@ from serbench.runner import protocol
 from serbench.runner.visits import Stopping, StopRule, Visit, batches, merged, revisited, visit_order
 from serbench.runtime.isolation import Zygote, error_text, run_isolated
 from serbench.scenarios import Outcome, get_scenario
-from serbench.serializers import conformance, declared_safety, describe, get_serializer, tensors
+from serbench.serializers import (
+    conformance,
+    declared_safety,
+    describe,
+    get_serializer,
+    scenario_unsupported,
+    tensors,
+)
 from serbench.workloads import get_workload
 
 CONFORMANCE_TIMEOUT_S = 120
@@ -93,10 +100,13 @@ class Unsupported:
 
 
 def _unsupported(case: Case, profile: Profile) -> Unsupported | None:
-    """Why ``case`` is never timed: its scenario cannot measure it, or its backend declares its
-    workload unsupported; None when it can be."""
-    reason = get_scenario(case.scenario).unsupported(case, profile) or conformance.case_unsupported(
-        get_serializer(case.backend), case.workload
+    """Why ``case`` is never timed: its scenario cannot measure it, or its backend declares the
+    scenario or its workload unsupported; None when it can be."""
+    serializer = get_serializer(case.backend)
+    reason = (
+        get_scenario(case.scenario).unsupported(case, profile)
+        or scenario_unsupported(serializer, case.scenario)
+        or conformance.case_unsupported(serializer, case.workload)
     )
     return None if reason is None else Unsupported(reason)
 

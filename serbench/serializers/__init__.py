@@ -21,13 +21,17 @@ from serbench.runtime import lazy
 from serbench.serializers.base import (
     DecodeError,
     Serializer,
+    attached,
     declared_safety,
     describe,
     discard_frames,
     frames_consumed,
+    has_channel,
     is_safe,
     quiet_readonly_views,
     safety_text,
+    scenario_unsupported,
+    shared_channel,
     unsupported_cases,
 )
 
@@ -35,6 +39,7 @@ __all__ = [
     "BUILTINS",
     "DecodeError",
     "Serializer",
+    "attached",
     "available_serializers",
     "declared",
     "declared_safety",
@@ -42,8 +47,11 @@ __all__ = [
     "discard_frames",
     "frames_consumed",
     "get_serializer",
+    "has_channel",
     "is_safe",
     "safety_text",
+    "scenario_unsupported",
+    "shared_channel",
     "unsupported_cases",
 ]
 

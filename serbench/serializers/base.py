@@ -11,7 +11,16 @@ buffers, possibly views of the message's own memory) and back. Besides
   reason; the conformance suite checks that each such case really fails;
 * ``consumes_frames`` — whether its decode takes what its frames hold (a shm segment unlinked
   on receipt): a frame then decodes once, and one never decoded holds it until
-  ``discard_frames``. Micro times such a decode on a frame of its own per call.
+  ``discard_frames``. Micro times such a decode on a frame of its own per call;
+* ``unsupported_scenarios`` — scenarios (by name) that cannot run it, each with
+  the reason: their cases are recorded unsupported (``scenario_unsupported``);
+* ``channel()`` and ``attach(channel)`` — for a backend whose frames travel with
+  something beside them that two processes must share from before one forks the
+  other (vLLM's tensor IPC queue): ``channel()`` gives a context manager (or None:
+  this instance needs none), made without side effects, that the forking process
+  enters before it forks and leaves when both are done, releasing what it holds;
+  ``attach`` gives its channel to the backend built in either process
+  (``has_channel``, ``shared_channel``, ``attached``).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -115,3 +124,34 @@ def discard_frames(serializer: Serializer, frames: Sequence[Buffer], type_: type
     if frames_consumed(serializer):
         with contextlib.suppress(DecodeError):
             serializer.decode(frames, type_)
+
+
+def scenario_unsupported(serializer: Serializer, scenario: str) -> str | None:
+    """Why ``scenario`` cannot run the backend, if the backend says (``unsupported_scenarios``)."""
+    return dict(getattr(serializer, "unsupported_scenarios", {}) or {}).get(scenario)
+
+
+def has_channel(serializer: Serializer) -> bool:
+    """Whether the backend needs a channel shared with the processes it talks to (``channel()``)."""
+    make = getattr(serializer, "channel", None)
+    return make is not None and make() is not None
+
+
+@contextlib.contextmanager
+def shared_channel(serializer: Serializer) -> Iterator[Any]:
+    """The backend's ``channel()`` entered: its channel, for ``attached`` here and in the processes
+    forked meanwhile, released on the way out; None for a backend that needs none."""
+    make = getattr(serializer, "channel", None)
+    context = make() if make is not None else None
+    if context is None:
+        yield None
+        return
+    with context as channel:
+        yield channel
+
+
+def attached(serializer: Serializer, channel: Any) -> Serializer:
+    """``serializer``, given ``channel`` (a ``shared_channel``; None: nothing to give)."""
+    if channel is not None:
+        serializer.attach(channel)
+    return serializer

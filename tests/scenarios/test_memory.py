@@ -140,7 +140,7 @@ def test_the_miniature_keeps_dtypes_ranks_and_the_zero_copy_path() -> None:
 def test_use_rejects_a_request_whose_bytes_changed_and_says_where() -> None:
     message = get_workload("images-4:profile=llava").request(0)
     serializer = get_serializer(ZERO_COPY)
-    sent = Sent.of(message, ZERO_COPY, get_workload("images-4:profile=llava"))
+    sent = Sent.of(message, serializer, get_workload("images-4:profile=llava"))
     sent.check(message, serializer.encode(message))
     changed = map_leaves(message, lambda leaf: leaf + 1 if isinstance(leaf, torch.Tensor) else leaf)
     with pytest.raises(ValueError, match=r"checksum mismatch.*codec bug: the frames arrived intact"):

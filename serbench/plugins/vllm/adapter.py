@@ -12,6 +12,7 @@ keyed by what the release has (an attribute, a field), not by its number.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import typing
 from functools import cache
@@ -71,18 +72,47 @@ def load() -> SimpleNamespace:
     )
 
 
-def encoder(threshold: float | None) -> Any:
-    """vLLM's encoder; ``threshold`` in bytes (None: vLLM's default, ``VLLM_MSGPACK_ZERO_COPY_THRESHOLD``)."""
+def encoder(threshold: float | None, oob_tensor_consumer: Any = None) -> Any:
+    """vLLM's encoder; ``threshold`` in bytes (None: vLLM's default, ``VLLM_MSGPACK_ZERO_COPY_THRESHOLD``);
+    ``oob_tensor_consumer`` takes each tensor at or above it where given (vLLM's tensor IPC)."""
     vllm = load()
+    oob = {} if oob_tensor_consumer is None else {"oob_tensor_consumer": oob_tensor_consumer}
     if threshold is None:
-        return vllm.MsgpackEncoder()
+        return vllm.MsgpackEncoder(**oob)
     # msgspec compares ints; vLLM's own values are ints, ``inf`` is "everything inline"
-    return vllm.MsgpackEncoder(size_threshold=threshold if threshold == float("inf") else int(threshold))
+    size = threshold if threshold == float("inf") else int(threshold)
+    return vllm.MsgpackEncoder(size_threshold=size, **oob)
 
 
-def decoder(type_: Any) -> Any:
-    """vLLM's decoder of one message type, as its engine and frontend hold one per type."""
-    return load().MsgpackDecoder(type_)
+def decoder(type_: Any, oob_tensor_provider: Any = None) -> Any:
+    """vLLM's decoder of one message type, as its engine and frontend hold one per type;
+    ``oob_tensor_provider`` gives it the tensors a frame names by handle (vLLM's tensor IPC)."""
+    oob = {} if oob_tensor_provider is None else {"oob_tensor_provider": oob_tensor_provider}
+    return load().MsgpackDecoder(type_, **oob)
+
+
+def tensor_ipc() -> SimpleNamespace:
+    """vLLM's tensor IPC ends (``vllm.v1.engine.tensor_ipc``: ``TensorIpcSender``,
+    ``TensorIpcReceiver``, vLLM #32104); ``Missing`` (one line) for a release without them."""
+    load()  # the one-line Missing, and vLLM's log level, before its modules are imported
+    try:
+        from vllm.v1.engine import tensor_ipc as ipc
+    except ImportError as exc:
+        raise Missing(
+            f"vLLM {version()} has no tensor IPC (vllm.v1.engine.tensor_ipc, vLLM #32104): {exc}"
+        ) from None
+    ipc.logger.addFilter(_unformattable)
+    return SimpleNamespace(Sender=ipc.TensorIpcSender, Receiver=ipc.TensorIpcReceiver)
+
+
+def _unformattable(record: logging.LogRecord) -> bool:
+    """Whether a tensor IPC log record can be written: 0.33's "Discarding %d stale tensors" is
+    given a sender id (a str) for its ``%d``, and logging prints a traceback in its place."""
+    try:
+        record.getMessage()
+    except TypeError:
+        return False
+    return True
 
 
 @cache

@@ -5,15 +5,20 @@ and reused (the engine holds ``MsgpackDecoder(EngineCoreRequest)``, the frontend
 ``MsgpackDecoder(EngineCoreOutputs)``). ``threshold=`` is the encoder's
 ``size_threshold`` (bytes; tensors at or above it leave as their own frame;
 ``inf`` = everything inline; default: vLLM's ``VLLM_MSGPACK_ZERO_COPY_THRESHOLD``).
+``tensor_ipc=torch_shm`` sends those tensors as vLLM's ``--mm-tensor-ipc torch_shm`` does, over
+a queue beside the frames (``tensor_ipc.py``), which a scenario shares with the engine it forks
+(``channel``, ``attach``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from serbench.model.specs import SpecError
 from serbench.plugins.vllm import adapter
+from serbench.plugins.vllm.tensor_ipc import TRANSPORTS, UNSUPPORTED_SCENARIOS, Channel, Endpoint, checked
 from serbench.serializers import conformance
 from serbench.serializers.base import Buffer, DecodeError, parse_threshold
 
@@ -48,24 +53,40 @@ UNSUPPORTED = {
 
 
 class VllmSerializer:
-    """vLLM's MsgpackEncoder / MsgpackDecoder(type), one decoder per message type."""
+    """vLLM's MsgpackEncoder / MsgpackDecoder(type), one decoder per message type; its tensors as
+    out-of-band frames or over vLLM's tensor IPC queue (``tensor_ipc=``)."""
 
     name = "vllm"
     description = "vLLM's own MsgpackEncoder / MsgpackDecoder (vllm.v1.serial_utils), one decoder per type"
-    safe = True  # without VLLM_ALLOW_INSECURE_SERIALIZATION its decoder refuses pickle ext types
+    # Without VLLM_ALLOW_INSECURE_SERIALIZATION its decoder refuses pickle ext types. Over tensor IPC
+    # it unpickles what comes over the queue, which only this process and its forks can write to.
+    safe = True
     unsupported = UNSUPPORTED
 
-    def __init__(self, threshold: str | float | None = None) -> None:
+    def __init__(self, threshold: str | float | None = None, tensor_ipc: str = "none") -> None:
         try:
             vllm = adapter.load()
+            self.tensor_ipc = checked(tensor_ipc)
+            self._endpoint = None if self.tensor_ipc == "none" else Endpoint()
         except adapter.Missing as exc:
             raise SpecError(str(exc)) from None
         self.vllm_version = vllm.version
+        if self._endpoint is not None:
+            self.description = f"{self.description}; {TRANSPORTS[self.tensor_ipc]}"
+            self.unsupported_scenarios = UNSUPPORTED_SCENARIOS
         self.threshold = None if threshold is None else parse_threshold(threshold)
-        self._encoder = adapter.encoder(self.threshold)
+        self._encoder = adapter.encoder(self.threshold, self._endpoint)
         if self.threshold is None:
             self.threshold = self._encoder.size_threshold
         self._decoders: dict[Any, Any] = {}
+
+    def channel(self) -> contextlib.AbstractContextManager[Any] | None:
+        """Over tensor IPC, the queue to share with a forked engine (``serializers.base``); else None."""
+        return None if self._endpoint is None else Channel.opened()
+
+    def attach(self, channel: Any) -> None:
+        """Send and receive tensors over ``channel``, one ``channel()`` made here or in a parent."""
+        self._endpoint.attach(channel)
 
     def encode(self, obj: Any) -> list[Buffer]:
         return self._encoder.encode(obj)
@@ -73,7 +94,8 @@ class VllmSerializer:
     def decode(self, frames: Sequence[Buffer], type_: Any = Any) -> Any:
         decoder = self._decoders.get(type_)
         if decoder is None:
-            decoder = self._decoders[type_] = adapter.decoder(None if type_ is Any else type_)
+            provider = None if self._endpoint is None else self._endpoint.receive
+            decoder = self._decoders[type_] = adapter.decoder(None if type_ is Any else type_, provider)
         try:
             return decoder.decode(frames)
         except Exception as exc:

@@ -168,8 +168,9 @@ class EngineLink:
 
 
 @contextlib.contextmanager
-def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, BaseProcess, Path | None]]:
-    """Fork an engine bound on a private ipc folder or loopback tcp; kill it and clean up after."""
+def _local_engine(kind: str, channel: Any = None) -> Iterator[tuple[transport.Addresses, BaseProcess, Path | None]]:
+    """Fork an engine bound on a private ipc folder or loopback tcp, given the backend's ``channel``
+    (``serializers.shared_channel``; None: none); kill it and clean up after."""
     # The one use of the server's code on this side: it is what the forked child runs.
     # Imported here, not at the top, so that the client depends on the protocol alone
     # and only forking a local engine needs the server (imported before the fork, so
@@ -185,7 +186,7 @@ def _local_engine(kind: str) -> Iterator[tuple[transport.Addresses, BaseProcess,
         )
         reader, writer = FORK.Pipe(duplex=False)
         proc = FORK.Process(
-            target=run_local, args=(bind, folder, writer, os.getpid()), name="serbench-engine"
+            target=run_local, args=(bind, folder, writer, os.getpid(), channel), name="serbench-engine"
         )
         proc.start()
         writer.close()
@@ -248,6 +249,7 @@ def open_link(
     workload: str | None = None,
     cache_mode: str | None = None,
     cache_bytes: int = 0,
+    channel: Any = None,
 ) -> Iterator[tuple[EngineLink, bool]]:
     """A started session with an engine; yields (link, engine is local).
 
@@ -260,14 +262,18 @@ def open_link(
     (``serbench.scenarios.engine.staging``); the engine refuses a session it cannot stage.
     ``workload`` names the workload whose steps the engine streams (an output
     workload's logprobs and layout). ``cache_mode`` (``lru``, ``shm``; None: no cache) gives
-    both sides a multimodal cache of ``cache_bytes`` (``serbench.links.cache``).
+    both sides a multimodal cache of ``cache_bytes`` (``serbench.links.cache``). ``channel`` (a
+    backend's ``serializers.shared_channel``) goes to the forked engine's decoder; an engine
+    started apart cannot share one.
     """
     with contextlib.ExitStack() as stack:
         proc, folder = None, None
         if engine_url:
+            if channel is not None:
+                raise EngineError(f"backend {backend!r} shares a channel with the engine it forks, not {engine_url}")
             addrs = transport.tcp_addresses(engine_url)
         else:
-            addrs, proc, folder = stack.enter_context(_local_engine(local_transport))
+            addrs, proc, folder = stack.enter_context(_local_engine(local_transport, channel))
         # Made after the fork, so the engine maps it only as it attaches: read-only.
         region = stack.enter_context(_region(local_transport, engine_url, shm_bytes))
         store = stack.enter_context(_cache_store(cache_mode, cache_bytes, engine_url))

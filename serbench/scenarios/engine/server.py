@@ -53,7 +53,7 @@ from serbench.scenarios.engine.protocol import (
     request_checksum,
 )
 from serbench.scenarios.engine.staging import Stager, Staging
-from serbench.serializers import Serializer, get_serializer, is_safe
+from serbench.serializers import Serializer, attached, get_serializer, is_safe
 from serbench.workloads import Running as Scheduled
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
@@ -127,8 +127,10 @@ class Running:
     position: int = 0
 
 
-def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Session:
-    """A session from a ``start`` header; ValueError says why it is refused."""
+def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool, channel: Any = None) -> Session:
+    """A session from a ``start`` header, its decoder given the ``channel`` the frontend shared
+    before it forked this engine (``serializers.shared_channel``; None: none); ValueError says why
+    it is refused. Its encoder is given none: outputs go back as frames, as vLLM's do."""
     spec = ctrl.data.get("backend")
     step_s = ctrl.data.get("step_s", DEFAULT_STEP_S)
     if not isinstance(spec, str) or not isinstance(step_s, (int, float)) or not 0 <= step_s <= MAX_STEP_S:
@@ -140,7 +142,7 @@ def open_session(ctrl: Control, bind_address: str, allow_unsafe: bool) -> Sessio
         )
     device, pin = ctrl.data.get("device"), ctrl.data.get("pin", "none")
     stager = Stager(Staging(device, pin)) if device is not None else None  # ValueError says why not
-    decoder = get_serializer(spec)
+    decoder = attached(get_serializer(spec), channel)
     if not is_safe(decoder) and not allow_unsafe and not transport.is_loopback(bind_address):
         raise ValueError(
             f"refusing unsafe backend {spec!r} (it can run code from its input) on non-loopback "
@@ -211,8 +213,10 @@ class Engine:
         outputs: zmq.Socket,
         bind_address: str,
         allow_unsafe: bool = False,
+        channel: Any = None,
     ) -> None:
         self.requests = requests
+        self.channel = channel  # a forked engine's, for each session's decoder (``open_session``)
         self.outputs = outputs
         self.outputs.setsockopt(zmq.SNDTIMEO, int(SEND_TIMEOUT_S * 1000))
         self.bind_address = bind_address
@@ -263,7 +267,7 @@ class Engine:
 
     def _start(self, ctrl: Control) -> Session | None:
         try:
-            session = open_session(ctrl, self.bind_address, self.allow_unsafe)
+            session = open_session(ctrl, self.bind_address, self.allow_unsafe, self.channel)
         except Exception as exc:
             self.events.put(("error", ctrl.session, f"engine refused the session: {exc}"))
             return None
@@ -517,8 +521,11 @@ def _end_with(parent: int, folder: Path | None) -> None:
     die_with_parent(parent, signal.SIGTERM)
 
 
-def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: int) -> None:
-    """Entry point of a forked engine: bind, report the bound endpoints, serve one session."""
+def run_local(
+    bind: Addresses, folder: Path | None, report: Connection, parent: int, channel: Any = None
+) -> None:
+    """Entry point of a forked engine: bind, report the bound endpoints, serve one session (its
+    decoder given the frontend's ``channel``, if it shared one)."""
     _end_with(parent, folder)
     ctx = zmq.Context()
     try:
@@ -531,7 +538,7 @@ def run_local(bind: Addresses, folder: Path | None, report: Connection, parent: 
     report.send(("ok", bound))
     try:
         # The frontend that forked this engine chose the backend, so any spec it names is accepted.
-        Engine(requests, outputs, bind.requests, allow_unsafe=True).serve(sessions=1)
+        Engine(requests, outputs, bind.requests, allow_unsafe=True, channel=channel).serve(sessions=1)
     finally:
         requests.close()
         outputs.close()

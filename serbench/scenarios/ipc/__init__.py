@@ -64,7 +64,14 @@ from serbench.scenarios.ipc.load import (
     saturation,
     sweep_point,
 )
-from serbench.serializers import Serializer, conformance, get_serializer
+from serbench.serializers import (
+    Serializer,
+    attached,
+    conformance,
+    get_serializer,
+    has_channel,
+    shared_channel,
+)
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.messages import EngineCoreRequest
 from serbench.workloads.tree import array_bytes, arrays
@@ -315,19 +322,32 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
     shm_bytes = region_bytes(serializer, pool, cfg.shm_mb) if cfg.transport == "shm" else 0
     unix_stream = _unix_stream(pool.get(0)[0], bool(payload) and not cfg.engine)
     staging = dataclasses.asdict(cfg.staging) if cfg.staging else None
-    session = open_link(
-        backend,
-        cfg.step_s,
-        cfg.engine,
-        cfg.transport,
-        shm_bytes,
-        staging,
-        # a workload whose requests are a plugin's own type: the engine decodes them as that type
-        workload=workload_spec if workload.request_type is not EngineCoreRequest else None,
-        cache_mode=cfg.cache if cached else None,
-        cache_bytes=cache_bytes,
-    )
-    with one_cpu(cfg.one_cpu), unix_stream as stream, session as (link, local), _frozen_gc():
+    with contextlib.ExitStack() as stack:
+        # The backend's channel (vLLM's tensor IPC queue): made before the engine's fork, released
+        # after its end, also when the case fails.
+        channel = stack.enter_context(shared_channel(serializer))
+        attached(serializer, channel)
+        session = open_link(
+            backend,
+            cfg.step_s,
+            cfg.engine,
+            cfg.transport,
+            shm_bytes,
+            staging,
+            # a workload whose requests are a plugin's own type: the engine decodes them as that type
+            workload=workload_spec if workload.request_type is not EngineCoreRequest else None,
+            cache_mode=cfg.cache if cached else None,
+            cache_bytes=cache_bytes,
+            channel=channel,
+        )
+        stack.enter_context(one_cpu(cfg.one_cpu))
+        stream = stack.enter_context(unix_stream)
+        link, local = stack.enter_context(session)
+        stack.enter_context(_frozen_gc())
+        # With a cache the frames sent are not the request's; with a channel an encode sends its
+        # tensors there, its frames holding handles that differ each time.
+        if not cached and channel is None:
+            pool.encode_checksums(serializer)
         refs = References.beside(stream) if stream else None  # after the engine's fork
         floor = floor_round_trips(link, cfg.floor, cfg.step_s)
         for k, rate in enumerate(cfg.rates):
@@ -557,8 +577,16 @@ class Ipc(Scenario):
         return planned
 
     def unsupported(self, case: Case, profile: Profile) -> str | None:
-        """Counting instructions, the cases whose path is not counted (``ipc_counted.not_counted``)."""
-        if not (counting(profile) and instructions.launched()):
+        """A backend with a channel (``serializers.shared_channel``) where no engine is forked from
+        this process; counting instructions, the cases whose path is not counted
+        (``ipc_counted.not_counted``)."""
+        counted = counting(profile) and instructions.launched()
+        if has_channel(get_serializer(case.backend)):
+            if profile.options.get("ipc_engine"):
+                return f"{case.backend} shares a channel with the engine it forks: not with one started apart (--engine)"
+            if counted:
+                return f"instructions: {case.backend}'s channel joins a process and its fork, not the two halves counted in one"
+        if not counted:
             return None
         workload = get_workload(case.workload)
         cfg = settings_for(profile, workload, case.link, caching.mode(case))

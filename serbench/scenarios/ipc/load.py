@@ -220,8 +220,6 @@ def run_load(
     frontend decoded.
     """
     front = link.cache
-    if front is None:
-        pool.encode_checksums(serializer)  # with a cache the frames sent are not the request's
     offsets = list(offsets)
     waiting = deque(range(len(offsets)))
     tracked: dict[str, Tracked] = {}

@@ -46,7 +46,7 @@ from serbench.scenarios import caching, device
 from serbench.scenarios.base import TRANSPORT, Case, Option, Outcome, Scenario, positive_int
 from serbench.scenarios.engine.protocol import frames_checksum, integrity_fault
 from serbench.scenarios.engine.staging import Stager, Staging, recv_pinned
-from serbench.serializers import conformance, get_serializer
+from serbench.serializers import Serializer, attached, conformance, get_serializer, shared_channel
 from serbench.workloads import Workload, get_workload
 from serbench.workloads.base import About
 from serbench.workloads.tree import miniature, payload_bytes, payload_checksum
@@ -104,8 +104,8 @@ class Sent:
     about: Callable[[Any], About]
 
     @classmethod
-    def of(cls, message: Any, backend: str, workload: Workload) -> Sent:
-        frames = get_serializer(backend).encode(message)
+    def of(cls, message: Any, serializer: Serializer, workload: Workload) -> Sent:
+        frames = serializer.encode(message)
         return cls(message, payload_checksum(message), frames_checksum(frames), workload.about)
 
     def check(self, decoded: Any, frames: list) -> None:
@@ -131,6 +131,7 @@ class Route:
     sizes: list[int] | None = None  # the request's frame sizes, where the engine receives into pinned buffers
     shm_bytes: int = 0
     cache: Cached | None = None  # the multimodal cache, primed with the requests before this one
+    channel: Any = None  # the backend's, shared by both sides (``serializers.shared_channel``)
 
 
 @dataclass
@@ -211,7 +212,7 @@ class EngineSide:
 def engine_setup(route: Route) -> EngineSide:
     """The serializer (and the device stage, its CUDA context made) warmed up on the miniature
     through decode, stage and use; sockets bound."""
-    serializer = get_serializer(route.backend)
+    serializer = attached(get_serializer(route.backend), route.channel)
     stager = Stager(route.staging) if route.staging else None
     frames = serializer.encode(route.warmup.message)
     decoded = serializer.decode(frames, type(route.warmup.message))
@@ -272,7 +273,7 @@ def engine_run(route: Route, engine: EngineSide) -> dict[str, Any]:
 def frontend_setup(route: Route) -> tuple[Any, zmq.Socket, zmq.Socket, shm.Region | None]:
     """The serializer, warmed up on the miniature's encode; sockets connected; over shm, the
     region (not faulted in: its pages count when the payload is placed)."""
-    serializer = get_serializer(route.backend)
+    serializer = attached(get_serializer(route.backend), route.channel)
     serializer.encode(route.warmup.message)
     push, pull = transport.connect_frontend(zmq.Context(), route.addresses)
     region = shm.Region.create(route.shm_bytes, populate=False) if route.shm_bytes else None
@@ -362,12 +363,12 @@ def _free_tcp_addresses() -> transport.Addresses:
     return transport.tcp_addresses(f"tcp://127.0.0.1:{port}")
 
 
-def frame_sizes(backend: str, message: Any, staging: Staging | None) -> list[int] | None:
+def frame_sizes(serializer: Serializer, message: Any, staging: Staging | None) -> list[int] | None:
     """The encoded message's frame sizes where the engine receives into pinned buffers (it must
     size them before the bytes arrive; the encoding is deterministic), else None."""
     if staging is None or staging.pin != "receive":
         return None
-    return [memoryview(frame).nbytes for frame in get_serializer(backend).encode(message)]
+    return [memoryview(frame).nbytes for frame in serializer.encode(message)]
 
 
 def measured_index(workload: Any) -> int:
@@ -393,17 +394,20 @@ def repeat(
     message = workload.request(index)
     # In a child of its own: the round trip's temporaries (hundreds of MB for pickle) must not
     # stay in the heap the measured sides inherit, where they read as extra frontend copies.
-    check = (get_serializer(case.backend), [message], "request", (case.backend, case.workload))
+    serializer = get_serializer(case.backend)
+    check = (serializer, [message], "request", (case.backend, case.workload))
     verification = run_isolated(conformance.verify, check, timeout_s)
-    request = Sent.of(message, case.backend, workload)
-    warmup = Sent.of(miniature(message), case.backend, workload)
-    sizes = frame_sizes(case.backend, message, staging)
+    # Encoded here before the sides share the backend's channel (if it has one): what these encodes
+    # send there stays in this process, released as the sides' channel is given to it.
+    request = Sent.of(message, serializer, workload)
+    warmup = Sent.of(miniature(message), serializer, workload)
+    sizes = frame_sizes(serializer, message, staging)
     shm_bytes = 0
     if case.link == "shm":
         if sizes is not None:
             raise ValueError("--pin receive reads ZeroMQ frames into pinned buffers: not over shm")
         shm.reclaim_orphans()
-        shm_bytes = max(shm.placed_bytes(get_serializer(case.backend).encode(message)), 1)
+        shm_bytes = max(shm.placed_bytes(serializer.encode(message)), 1)
     mode = caching.mode(case)
     earlier = [workload.request(i) for i in range(index)] if mode != "none" else []
     capacity = round(cache_mb * 1e6) if cache_mb else max(2 * workload.payload_bytes(), 1 << 20)
@@ -416,10 +420,13 @@ def repeat(
     start = time.monotonic()
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         primed = Cached.prime(mode, capacity, earlier, message) if mode != "none" else None
-        with transport.ipc_dir() as folder:
+        with transport.ipc_dir() as folder, shared_channel(serializer) as channel:
+            attached(serializer, channel)
             tcp = case.link == "tcp"
             addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
-            route = Route(case.backend, request, warmup, addresses, staging, sizes, shm_bytes, primed)
+            route = Route(
+                case.backend, request, warmup, addresses, staging, sizes, shm_bytes, primed, channel
+            )
             runs.append(measure(sides(route), timeout_s))
         if primed is not None and primed.region is not None:
             primed.region.close()
