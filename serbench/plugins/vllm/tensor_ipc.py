@@ -109,12 +109,14 @@ def in_shared_memory(tensor: Any) -> Any:
     """``tensor`` in shared memory as ``share_memory_`` puts it there, one copy into a new segment,
     but on a copy: ``share_memory_`` moves the tensor itself, after which vLLM sends it again for
     nothing, and serbench sends one message many times (vLLM's frontend makes each request's
-    tensors anew). A tensor already shared is sent as it is, as vLLM sends it."""
+    tensors anew). A tensor already shared is sent as it is, as vLLM sends it; the copy is a leaf
+    needing grad where the tensor does (torch refuses to send a tensor that autograd made)."""
     if tensor.is_shared():
         return tensor
     storage = torch.UntypedStorage._new_shared(tensor.numel() * tensor.element_size())
-    shared = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape)
-    return shared.copy_(tensor)
+    with torch.no_grad():
+        shared = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape).copy_(tensor)
+    return shared.requires_grad_(tensor.requires_grad)
 
 
 class Endpoint:
