@@ -70,7 +70,6 @@ def test_the_frames_carry_handles_and_the_tensors_come_over_the_queue(nothing_le
         assert not any(t.is_shared() for t in arrays(request))  # the message sent is left as it was
         with pytest.raises(DecodeError, match="no tensor came over the tensor IPC queue"):
             engine.decode(frames, type(request))  # its tensors were taken by the first decode
-        del decoded, engine, frontend
 
 
 def test_a_frame_whose_tensors_never_come_fails_the_case_with_why(monkeypatch, clean, nothing_left) -> None:
@@ -81,9 +80,8 @@ def test_a_frame_whose_tensors_never_come_fails_the_case_with_why(monkeypatch, c
     def elsewhere(socket, frames) -> None:
         transport.send(socket, [frames[0], *stray.encode(request)])
 
-    with pytest.raises(EngineError, match="could not decode a request.*no tensor came over the tensor IPC"):
+    with pytest.raises(EngineError, match=r"could not decode a request.*no tensor came over the tensor IPC"):
         measure(SPEC, NATIVE, FAST, sender=elsewhere)
-    del stray
 
 
 def test_a_frame_naming_queued_tensors_is_refused_by_a_backend_without_a_queue() -> None:

@@ -29,7 +29,8 @@ torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 # Each transport of ``tensor_ipc=``, and how backend ``vllm`` describes it.
 TRANSPORTS = {
     "none": "tensors as out-of-band frames",
-    "torch_shm": "tensors in shared memory over a torch.multiprocessing queue (vLLM's --mm-tensor-ipc torch_shm)",
+    "torch_shm": "tensors in shared memory over a torch.multiprocessing queue "
+    "(vLLM's --mm-tensor-ipc torch_shm)",
 }
 # Shorter than the link's stall timeout (``engine.client.STALL_TIMEOUT_S``), so that an engine
 # whose tensors never come says so before its frontend gives up on it; vLLM waits 10 s.
@@ -160,11 +161,12 @@ class Endpoint:
     def receive(self, dtype: str, shape: tuple[int, ...], meta: dict) -> Any:
         """vLLM's ``OOBTensorProvider``: the tensor ``meta`` names, off the queue."""
         if self._receiver is None:
-            raise TensorsLost("the frame names a tensor sent by tensor IPC, and this backend has no channel")
+            raise TensorsLost("the frame names a tensor sent by tensor IPC; this backend has no channel")
         tensor = self._receiver(dtype, shape, meta)
         if str(tensor.dtype).removeprefix("torch.") != dtype or tuple(tensor.shape) != tuple(shape):
             raise ValueError(
-                f"tensor {meta} is {tensor.dtype} {tuple(tensor.shape)}, its frame says {dtype} {tuple(shape)}"
+                f"tensor {meta} is {tensor.dtype} {tuple(tensor.shape)}, "
+                f"its frame says {dtype} {tuple(shape)}"
             )
         return tensor
 

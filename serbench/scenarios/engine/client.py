@@ -168,7 +168,9 @@ class EngineLink:
 
 
 @contextlib.contextmanager
-def _local_engine(kind: str, channel: Any = None) -> Iterator[tuple[transport.Addresses, BaseProcess, Path | None]]:
+def _local_engine(
+    kind: str, channel: Any = None
+) -> Iterator[tuple[transport.Addresses, BaseProcess, Path | None]]:
     """Fork an engine bound on a private ipc folder or loopback tcp, given the backend's ``channel``
     (``serializers.shared_channel``; None: none); kill it and clean up after."""
     # The one use of the server's code on this side: it is what the forked child runs.
@@ -270,7 +272,9 @@ def open_link(
         proc, folder = None, None
         if engine_url:
             if channel is not None:
-                raise EngineError(f"backend {backend!r} shares a channel with the engine it forks, not {engine_url}")
+                raise EngineError(
+                    f"backend {backend!r} shares a channel with the engine it forks, not {engine_url}"
+                )
             addrs = transport.tcp_addresses(engine_url)
         else:
             addrs, proc, folder = stack.enter_context(_local_engine(local_transport, channel))

@@ -583,9 +583,15 @@ class Ipc(Scenario):
         counted = counting(profile) and instructions.launched()
         if has_channel(get_serializer(case.backend)):
             if profile.options.get("ipc_engine"):
-                return f"{case.backend} shares a channel with the engine it forks: not with one started apart (--engine)"
+                return (
+                    f"{case.backend} shares a channel with the engine it forks: "
+                    "not with one started apart (--engine)"
+                )
             if counted:
-                return f"instructions: {case.backend}'s channel joins a process and its fork, not the two halves counted in one"
+                return (
+                    f"instructions: {case.backend}'s channel joins a process and its fork, "
+                    "not the two halves counted in one"
+                )
         if not counted:
             return None
         workload = get_workload(case.workload)
