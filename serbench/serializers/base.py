@@ -1,26 +1,21 @@
 """The Serializer interface every backend implements (docs/architecture.md, "Interfaces").
 
-A backend turns a message into frames (frame 0 a header, the rest payload
-buffers, possibly views of the message's own memory) and back. Besides
-``name``, ``encode`` and ``decode``, a backend may declare:
+A backend turns a message into frames (frame 0 a header, the rest payload buffers, possibly views
+of the message's own memory) and back. Besides ``name``, ``encode`` and ``decode``, it may declare:
 
-* ``safe`` — whether decoding untrusted bytes is safe (no code execution, no
-  allocation the frames do not back); unknown backends count as unsafe;
+* ``safe`` — whether decoding untrusted bytes is safe (no code execution, no allocation the frames
+  do not back); unknown backends count as unsafe;
 * ``description`` — one line on its strategy;
-* ``unsupported`` — conformance case tags it cannot carry, each with the
-  reason; the conformance suite checks that each such case really fails;
-* ``consumes_frames`` — whether its decode takes what its frames hold (a shm segment unlinked
-  on receipt): a frame then decodes once, and one never decoded holds it until
-  ``discard_frames``. Micro times such a decode on a frame of its own per call;
-* ``unsupported_scenarios`` — scenarios (by name) that cannot run it, each with
-  the reason: their cases are recorded unsupported (``scenario_unsupported``);
-* ``channel()`` and ``attach(channel)`` — for a backend whose frames travel with
-  something beside them that two processes must share from before one forks the
-  other (vLLM's tensor IPC queue): ``channel()`` gives a context manager (or None:
-  this instance needs none), made without side effects, that the forking process
-  enters before it forks and leaves when both are done, releasing what it holds;
-  ``attach`` gives its channel to the backend built in either process
-  (``has_channel``, ``shared_channel``, ``attached``).
+* ``unsupported`` — conformance case tags it cannot carry, each with the reason; the conformance
+  suite checks that each such case really fails;
+* ``consumes_frames`` — whether its decode takes what its frames hold (a shm segment unlinked on
+  receipt): a frame then decodes once, and one never decoded holds it until ``discard_frames``.
+  Micro times such a decode on a frame of its own per call;
+* ``unsupported_scenarios`` — scenario name → why it cannot run the backend (``scenario_unsupported``);
+* ``channel()`` and ``attach(channel)`` — a context manager (or None: none needed), made without side
+  effects, for what two processes must share from before one forks the other beside the frames
+  (vLLM's tensor IPC queue), entered before the fork and left when both are done; ``attach`` gives
+  it to the backend in either process (``has_channel``, ``shared_channel``, ``attached``).
 """
 
 from __future__ import annotations

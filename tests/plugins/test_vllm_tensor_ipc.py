@@ -22,6 +22,7 @@ from serbench.links import transport
 from serbench.model.errors import EngineError
 from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
+from serbench.model.specs import SpecError
 from serbench.plugins.vllm import tensor_ipc
 from serbench.runner import matrix as runner
 from serbench.runtime.isolation import run_isolated
@@ -115,3 +116,9 @@ def test_a_separately_started_engine_is_unsupported_with_why() -> None:
     outcome = runner.run_case(Case("ipc", SPEC, NATIVE, transport="tcp"), profile)
     assert isinstance(outcome, runner.Unsupported)
     assert "--engine" in outcome.reason
+
+
+def test_tensor_ipc_names_its_transports_when_given_another() -> None:
+    with pytest.raises(SpecError, match=r"tensor_ipc= is one of none, torch_shm, not 'cuda'"):
+        get_serializer("vllm:tensor_ipc=cuda")
+    assert get_serializer("vllm:tensor_ipc=none").channel() is None  # the default: frames, no queue

@@ -33,7 +33,7 @@ TRANSPORTS = {
     "(vLLM's --mm-tensor-ipc torch_shm)",
 }
 # Shorter than the link's stall timeout (``engine.client.STALL_TIMEOUT_S``), so that an engine
-# whose tensors never come says so before its frontend gives up on it; vLLM waits 10 s.
+# whose tensors never come says so before its frontend gives up on it (vLLM's own wait is longer).
 RECEIVE_TIMEOUT_S = 5.0
 DRAIN_S = 0.05  # at close, how long a get waits for what the queue's feeder still writes
 # The scenarios that cannot run it, and why: the runner records their cases unsupported.
