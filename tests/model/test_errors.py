@@ -22,6 +22,8 @@ OUTSIDE = {
     "serbench.plugins.vllm.adapter.Missing": ImportError,
     # SGLang not importable: the same, for the SGLang plugin
     "serbench.plugins.sglang.adapter.Missing": ImportError,
+    # a frame whose tensors never came over vLLM's tensor IPC queue: a frame that does not decode
+    "serbench.plugins.vllm.tensor_ipc.TensorsLost": ValueError,
 }
 
 

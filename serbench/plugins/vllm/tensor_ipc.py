@@ -23,6 +23,7 @@ from typing import Any
 from serbench.plugins.vllm import adapter
 from serbench.runtime import lazy
 from serbench.runtime.processes import FORK
+from serbench.serializers.base import DecodeError
 
 torch = lazy.torch(__name__)  # imported on first use (serbench.runtime.lazy)
 
@@ -52,8 +53,9 @@ def checked(transport: str) -> str:
     return transport
 
 
-class TensorsLost(RuntimeError):
-    """A frame names tensors that did not come over the queue in time."""
+class TensorsLost(DecodeError):
+    """A frame names tensors that did not come over the queue in time: a frame that cannot be
+    decoded, raised inside vLLM's decoder (its tensor provider)."""
 
 
 _open_channels = [0]  # channels open in this process: the fd sharer is stopped with the last
