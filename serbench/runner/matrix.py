@@ -100,12 +100,13 @@ class Unsupported:
 
 
 def _unsupported(case: Case, profile: Profile) -> Unsupported | None:
-    """Why ``case`` is never timed: its scenario cannot measure it, or its backend declares the
-    scenario or its workload unsupported; None when it can be."""
+    """Why ``case`` is never timed: its backend declares the scenario unsupported (its own
+    reason comes first), its scenario cannot measure it, or its backend declares its workload
+    unsupported; None when it can be."""
     serializer = get_serializer(case.backend)
     reason = (
-        get_scenario(case.scenario).unsupported(case, profile)
-        or scenario_unsupported(serializer, case.scenario)
+        scenario_unsupported(serializer, case.scenario)
+        or get_scenario(case.scenario).unsupported(case, profile)
         or conformance.case_unsupported(serializer, case.workload)
     )
     return None if reason is None else Unsupported(reason)

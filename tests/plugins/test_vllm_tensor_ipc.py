@@ -4,8 +4,8 @@ engine it forks (docs/vllm.md).
 
 A request goes through a real forked engine and is checked there; the queue's threads and the fds
 of its shared memory are gone after the case, also after a case that failed; a frame whose tensors
-never come fails in bounded time with a clear message; micro and fan-out record their cases
-unsupported, with why. Nothing asserts a time.
+never come fails in bounded time with a clear message; micro decodes a fresh frame each call;
+fan-out records its cases unsupported, with why. Nothing asserts a time.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from serbench.model.profiles import PROFILES
 from serbench.model.results import Case
 from serbench.model.specs import SpecError
 from serbench.plugins.vllm import tensor_ipc
+from serbench.probes.timing import MIN_SAMPLES
 from serbench.runner import matrix as runner
 from serbench.runtime.isolation import run_isolated
 from serbench.scenarios.base import Outcome
@@ -101,14 +102,20 @@ def test_the_memory_scenario_measures_it(clean) -> None:
     assert outcome.metrics["copies_total"].median == pytest.approx(1.0, abs=0.3)  # the shared segments
 
 
-@pytest.mark.parametrize(
-    "scenario, dimensions, why",
-    [("micro", {}, "decoded many times"), ("fanout", {"transport": "shm-ring", "workers": 1}, "rank 0")],
-)
-def test_micro_and_fanout_record_it_unsupported_with_why(scenario, dimensions, why) -> None:
-    outcome = runner.run_case(Case(scenario, SPEC, NATIVE, **dimensions), PROFILES["quick"])
+def test_fanout_records_it_unsupported_with_why() -> None:
+    case = Case("fanout", SPEC, NATIVE, transport="shm-ring", workers=1)
+    outcome = runner.run_case(case, PROFILES["quick"])
     assert isinstance(outcome, runner.Unsupported)
-    assert why in outcome.reason
+    assert "rank 0" in outcome.reason
+
+
+def test_micro_times_it_a_fresh_frame_per_decode(clean, nothing_left) -> None:
+    """A decode takes the frame's tensors off the queue (``consumes_frames``): micro decodes a
+    frame of its own each call, as it does SGLang's shm features (one visit: its share of samples)."""
+    outcome = run_isolated(runner.run_case, (Case("micro", SPEC, NATIVE), PROFILES["quick"]), 120)
+    assert isinstance(outcome, Outcome), outcome
+    assert len(outcome.metrics["decode_s"].values) >= MIN_SAMPLES
+    assert outcome.info.verification.messages == 1
 
 
 def test_a_separately_started_engine_is_unsupported_with_why() -> None:

@@ -74,6 +74,7 @@ class VllmSerializer:
         if self._endpoint is not None:
             self.description = f"{self.description}; {TRANSPORTS[self.tensor_ipc]}"
             self.unsupported_scenarios = UNSUPPORTED_SCENARIOS
+            self.consumes_frames = True  # a decode takes the frame's tensors off the queue
         self.threshold = None if threshold is None else parse_threshold(threshold)
         self._encoder = adapter.encoder(self.threshold, self._endpoint)
         if self.threshold is None:

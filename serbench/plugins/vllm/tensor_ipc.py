@@ -39,8 +39,6 @@ RECEIVE_TIMEOUT_S = 5.0
 DRAIN_S = 0.05  # at close, how long a get waits for what the queue's feeder still writes
 # The scenarios that cannot run it, and why: the runner records their cases unsupported.
 UNSUPPORTED_SCENARIOS = {
-    "micro": "micro times one frame decoded many times; vLLM's tensor IPC decode takes the frame's "
-    "tensors off its queue, so only the first decode finds them",
     "fanout": "fan-out broadcasts each step to several workers; vLLM's tensor IPC queue feeds rank 0 "
     "alone (TensorIpcSender has a single queue)",
 }
