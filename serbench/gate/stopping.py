@@ -36,8 +36,7 @@ class Stopping:
         one side only, or failed on both, has no row to wait for once it has the floor of rounds."""
         base, head = (results.merge(side) for side in runs)
         comparison = compare(base, head, self.max_regression, dict(self.overrides), side_by_side=True)
-        done = [row.settled or row.beyond_deciding(planned) for row in comparison.rows]
-        open_cases = {row.case for row, finished in zip(comparison.rows, done, strict=True) if not finished}
+        open_cases = {r.case for r in comparison.rows if not r.settled and not r.beyond_deciding(planned)}
         rounds: dict[Case, int] = {}
         for record in (*base.records, *head.records):
             rounds[record.case] = min(rounds.get(record.case, record.rounds or 0), record.rounds or 0)
