@@ -134,14 +134,16 @@ def has_channel(serializer: Serializer) -> bool:
 
 @contextlib.contextmanager
 def shared_channel(serializer: Serializer) -> Iterator[Any]:
-    """The backend's ``channel()`` entered: its channel, for ``attached`` here and in the processes
-    forked meanwhile, released on the way out; None for a backend that needs none."""
+    """The backend's ``channel()`` entered and attached to ``serializer``: its channel, for the
+    backends of the processes forked meanwhile (``attached``), released on the way out; None for a
+    backend that needs none."""
     make = getattr(serializer, "channel", None)
     context = make() if make is not None else None
     if context is None:
         yield None
         return
     with context as channel:
+        attached(serializer, channel)
         yield channel
 
 

@@ -64,7 +64,6 @@ def test_the_frames_carry_handles_and_the_tensors_come_over_the_queue(nothing_le
     frontend = get_serializer(SPEC)
     with shared_channel(frontend) as channel:
         engine = attached(get_serializer(SPEC), channel)
-        attached(frontend, channel)
         frames = frontend.encode(request)
         assert len(frames) == 1  # no out-of-band frame: each tensor went to the queue
         decoded = engine.decode(frames, type(request))

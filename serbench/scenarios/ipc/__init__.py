@@ -66,7 +66,6 @@ from serbench.scenarios.ipc.load import (
 )
 from serbench.serializers import (
     Serializer,
-    attached,
     conformance,
     get_serializer,
     has_channel,
@@ -326,7 +325,6 @@ def measure(backend: str, workload_spec: str, cfg: Settings, sender: Sender = tr
         # The backend's channel (vLLM's tensor IPC queue): made before the engine's fork, released
         # after its end, also when the case fails.
         channel = stack.enter_context(shared_channel(serializer))
-        attached(serializer, channel)
         session = open_link(
             backend,
             cfg.step_s,

@@ -421,7 +421,6 @@ def repeat(
     while len(runs) < plan.most and (len(runs) < plan.least or time.monotonic() - start < plan.budget_s):
         primed = Cached.prime(mode, capacity, earlier, message) if mode != "none" else None
         with transport.ipc_dir() as folder, shared_channel(serializer) as channel:
-            attached(serializer, channel)
             tcp = case.link == "tcp"
             addresses = _free_tcp_addresses() if tcp else transport.ipc_addresses(folder)
             route = Route(
