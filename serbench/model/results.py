@@ -473,10 +473,19 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def encode(data: Any) -> bytes:
-    """Any model struct as indented JSON; ValueError for a NaN or an infinity, which msgspec
+    """Any model struct as indented JSON; ValueError for a NaN or an infinity (``check_finite``)."""
+    check_finite(data)
+    return _indented(data)
+
+
+def _indented(data: Any) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(data), indent=1)
+
+
+def check_finite(data: Any) -> None:
+    """ValueError for a NaN or an infinity anywhere in ``data`` (any model struct), which msgspec
     would write as null and a reader would then refuse."""
     _check_finite(msgspec.to_builtins(data))
-    return msgspec.json.format(msgspec.json.encode(data), indent=1)
 
 
 def _check_finite(value: Any) -> None:
@@ -493,26 +502,42 @@ def save(path: Path, data: Results) -> None:
 
 
 class ResultsFile:
-    """A run's results, saved after every change."""
+    """A run's results, saved after every change. Each part is checked finite once, as it comes:
+    checking the whole file at every save cost the square of the run's length."""
 
     def __init__(
         self, path: Path, environment: Environment, profile: str, backends: dict[str, Backend]
     ) -> None:
         self.path = path
         self.results = Results(profile=profile, environment=environment, backends=backends, records=[])
-        self.save()
+        check_finite(self.results)
+        self._save()
 
-    def add(self, rec: Record) -> None:
+    def set_backends(self, backends: dict[str, Backend]) -> None:
+        check_finite(backends)
+        self.results.backends = backends
+        self._save()
+
+    def add(self, rec: Record) -> int:
+        """``rec`` appended; its index, for ``replace``."""
+        check_finite(rec)
         self.results.records.append(rec)
-        self.save()
+        self._save()
+        return len(self.results.records) - 1
+
+    def replace(self, index: int, rec: Record) -> None:
+        """The record at ``index`` replaced by ``rec`` (a case's visits merged again)."""
+        check_finite(rec)
+        self.results.records[index] = rec
+        self._save()
 
     def finish(self) -> None:
         self.results.complete = True
         self.results.finished = now()
-        self.save()
+        self._save()
 
-    def save(self) -> None:
-        save(self.path, self.results)
+    def _save(self) -> None:
+        write_bytes_atomic(self.path, _indented(self.results))
 
 
 def decode(raw: bytes | str, source: str = "results") -> Results:

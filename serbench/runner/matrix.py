@@ -302,11 +302,9 @@ def _measure(
             kept = rec if len(done) == 1 and not rec.ok else merged(done)
             stopping.keep(case, kept)
             if case in where:
-                results.results.records[where[case]] = kept
-                results.save()
+                results.replace(where[case], kept)
             else:
-                where[case] = len(results.results.records)
-                results.add(kept)
+                where[case] = results.add(kept)
     results.finish()
 
 
@@ -356,8 +354,7 @@ def execute(
     _preload(plan, checks_backends=check is check_backends)
     with sigterm_as_interrupt(), Zygote() as zygote:
         results = ResultsFile(out, environment.collect(argv), profile.name, {})
-        results.results.backends = check(sorted({c.backend for c in cases}))
-        results.save()
+        results.set_backends(check(sorted({c.backend for c in cases})))
         planned = visit_order(cases, profile)
         _measure(planned, profile, results.results.backends, results, _Forks(zygote), on_case, stop_rule)
     return results

@@ -159,3 +159,14 @@ def test_commands_on_an_unusable_file_exit_2_with_one_line(
         err = capsys.readouterr().err
         assert err.startswith("serbench: error: ") and str(bad_file) in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_a_replaced_record_is_checked_and_the_file_keeps_the_last_good_one(tmp_path: Path) -> None:
+    run = ResultsFile(tmp_path / "r.json", Environment(), "quick", {})
+    case = Case("micro", "pickle", "text-sonnet")
+    index = run.add(record(case, duration_s=1.0))
+    run.replace(index, record(case, duration_s=2.0))
+    with pytest.raises(ValueError, match="finite"):
+        run.replace(index, record(case, duration_s=float("inf")))
+    assert [rec.duration_s for rec in results.load(tmp_path / "r.json").records] == [2.0]
+    assert [rec.duration_s for rec in run.results.records] == [2.0]
