@@ -3,10 +3,10 @@
 A ratio between two rows is *settled* once its 95 % interval lies wholly within the metric's
 practical tie of 1 (``ranking.tie_margin``: the rows tie, and will) or wholly beyond it (they
 differ, and will); an interval that reaches across the margin's edge could still fall either
-way. It is *out of reach* when even the rest of the budget could not settle it: its interval,
-narrowed as the square root of the samples still to come, would still reach across the edge
-(a sequential test's stop for futility). The runner asks ``group_done`` after each round of an
-interleaved group, past the profile's own rounds, and visits a group no more once each
+way. It is *out of reach* when the rest of the budget is more likely than not to leave it
+unsettled (``within_reach``: its conditional power, a sequential test's stop for futility).
+The runner asks ``group_done`` after each round of an interleaved group, past the profile's
+own rounds, and visits a group no more once each
 comparison its decision reads (every row against the best) is settled or out of reach
 (``serbench.runner.visits.Stopping``); ``serbench.analysis.decision`` says of each decision
 whether its ratios were settled.
@@ -15,6 +15,7 @@ whether its ratios were settled.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from serbench.analysis.estimates import Estimate, center_of, geometric_ratio
 from serbench.analysis.ranking import (
@@ -26,7 +27,9 @@ from serbench.analysis.ranking import (
     yardsticks,
 )
 from serbench.model.results import Results
-from serbench.model.stats import MIN_DISTRIBUTION
+from serbench.model.stats import CONFIDENCE, MIN_DISTRIBUTION
+
+_Z = NormalDist().inv_cdf((1 + CONFIDENCE) / 2)  # an interval's half-width in standard errors
 
 
 def settled(estimate: Estimate, margin: float) -> bool:
@@ -40,14 +43,24 @@ def settled(estimate: Estimate, margin: float) -> bool:
 
 
 def within_reach(estimate: Estimate, margin: float, growth: float) -> bool:
-    """Whether ``estimate`` could be settled once its samples grow ``growth``-fold: its interval,
-    each side narrowed by the square root of ``growth`` about its ratio, would be ``settled``."""
+    """Whether ``estimate`` is more likely than not to be ``settled`` once its samples grow
+    ``growth``-fold (its conditional power, as a sequential test stops for futility): then its
+    interval has narrowed by the square root of ``growth``, and its ratio has moved as much as the
+    samples to come can move it (in log, normal about today's, with the standard error the
+    interval shows times the root of the share still to come, 1 - 1/``growth``)."""
     if estimate.low is None or estimate.high is None or estimate.low <= 0:
         return False
-    shrink = 1 / math.sqrt(growth)
-    low = estimate.ratio * (estimate.low / estimate.ratio) ** shrink
-    high = estimate.ratio * (estimate.high / estimate.ratio) ** shrink
-    return settled(Estimate(estimate.ratio, low, high, estimate.n), margin)
+    center = math.log(estimate.ratio)
+    below, above = math.log(estimate.ratio / estimate.low), math.log(estimate.high / estimate.ratio)
+    spread = max(below, above) / _Z * math.sqrt(max(0.0, 1 - 1 / growth))
+    if spread == 0:
+        return settled(estimate, margin)
+    below, above = below / math.sqrt(growth), above / math.sqrt(growth)
+    edge = math.log1p(margin)
+    moved = NormalDist(center, spread)
+    inside = max(0.0, moved.cdf(edge - above) - moved.cdf(-edge + below))
+    beyond = 1 - moved.cdf(edge + below) + moved.cdf(-edge - above)
+    return inside + beyond > 0.5
 
 
 def group_done(group: Results, growth: float = 1.0) -> bool:
