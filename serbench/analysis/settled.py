@@ -5,9 +5,9 @@ practical tie of 1 (``ranking.tie_margin``: the rows tie, and will) or wholly be
 differ, and will); an interval that reaches across the margin's edge could still fall either
 way. It is *out of reach* when the rest of the budget is more likely than not to leave it
 unsettled (``within_reach``: its conditional power, a sequential test's stop for futility).
-The runner asks ``group_done`` after each round of an interleaved group, past the profile's
-own rounds, and visits a group no more once each
-comparison its decision reads (every row against the best) is settled or out of reach
+The runner asks ``still_open`` before each round of an interleaved group, past the profile's
+own rounds, and visits only the backends whose comparison (every row against the best) is
+neither settled nor out of reach, with the best, until none is
 (``serbench.runner.visits.Stopping``); ``serbench.analysis.decision`` says of each decision
 whether its ratios were settled.
 """
@@ -63,38 +63,43 @@ def within_reach(estimate: Estimate, margin: float, growth: float) -> bool:
     return inside + beyond > 0.5
 
 
-def group_done(group: Results, growth: float = 1.0) -> bool:
-    """Whether visiting one group more could change none of the comparisons its decision reads:
-    ``group`` holds its records (the cases that differ only in backend, each its visits so far
-    merged) and the run's backends. Each row but a variant (``ranking.is_variant``) against the
-    group's best (``ranking.best_row``), in the scenario's headline metric with the best's
-    ``tie_margin``, is settled, or beyond settling once the samples grow ``growth``-fold (the
-    visits planned over those made; 1: none left). A failed record compares nothing; a group
-    with one measured row has nothing left to compare. A row with fewer than
-    ``MIN_DISTRIBUTION`` samples settles nothing yet: its interval would rest on a value, not a
+def still_open(group: Results, growth: float = 1.0) -> frozenset[str]:
+    """The backends of ``group`` that more visits could still tell something about; none once
+    visiting the group more could change none of the comparisons its decision reads. ``group``
+    holds its records (the cases that differ only in backend, each its visits so far merged) and
+    the run's backends. A comparison is each row but a variant (``ranking.is_variant``) against
+    the group's best (``ranking.best_row``), in the scenario's headline metric with the best's
+    ``tie_margin``; it is closed once settled, or beyond settling once the samples grow
+    ``growth``-fold (the visits planned over those made; 1: none left). While any is open, every
+    backend but those of the closed comparisons stays open: the best, the variants, and a row
+    closed against a best that a later round may replace. A failed record compares nothing; a
+    group with one measured row has nothing left to compare. A row with fewer than
+    ``MIN_DISTRIBUTION`` samples closes nothing yet: its interval would rest on a value, not a
     distribution; nor does a comparison without an interval."""
+    everyone = frozenset(rec.backend for rec in group.records)
     data = Results(records=[rec for rec in group.records if rec.ok], backends=group.backends)
-    if not data.records:
-        return False
-    scenario = data.records[0].scenario
-    name = headline_metric(data, scenario)
+    name = headline_metric(data, data.records[0].scenario) if data.records else None
     if name is None:
-        return False
+        return everyone
+    scenario = data.records[0].scenario
     measured = {row: m for row, m in measurements(data, scenario, name).items() if not is_variant(row)}
     if any(m.n < MIN_DISTRIBUTION for row in measured.values() for m in row.values()):
-        return False
+        return everyone
     workloads = sorted({w for row in measured.values() for w in row})
     rows = {row: m for row, m in measured.items() if all(w in m for w in workloads)}
     if len(rows) < 2:
-        return True
+        return frozenset()
     best = best_row(data, name, rows, workloads)
     margin = tie_margin(name, rows[best], yardsticks(data, scenario, name).get(best, {}), workloads)
+    closed = set()
     for row in rows:
         if row == best:
             continue
         estimate = geometric_ratio([(rows[best][w], rows[row][w]) for w in workloads], center_of(name))
         if estimate is None or estimate.low is None:
-            return False
-        if not settled(estimate, margin) and within_reach(estimate, margin, growth):
-            return False
-    return True
+            continue
+        if settled(estimate, margin) or not within_reach(estimate, margin, growth):
+            closed.add(row.backend)
+    if len(closed) == len(rows) - 1:
+        return frozenset()
+    return everyone - closed

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from serbench.analysis.settled import group_done
+from serbench.analysis.settled import still_open
 from serbench.analysis.summary import summarize_run
 from serbench.cli import options
 from serbench.cli.options import (
@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = folder / "results.json"
     progress = _progress(len(chosen.cases()))
     try:
-        finished = runner.execute(chosen, settings, path, args.argv, progress, stop_rule=group_done)
+        finished = runner.execute(chosen, settings, path, args.argv, progress, stop_rule=still_open)
     except KeyboardInterrupt as exc:
         progress.close()
         return _interrupted(

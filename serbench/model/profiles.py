@@ -20,7 +20,8 @@ class Profile:
     runner for one such visit, the number of visits the case's samples are
     spread over; a scenario takes ``share`` of each count it would measure in
     one process. 1 everywhere else (the gate, asv, a direct ``run_case``). ``sequential``: the
-    runner stops visiting a group once its comparisons are settled (``serbench.runner.visits``);
+    runner stops visiting a group's backends once their comparisons are settled
+    (``serbench.runner.visits``);
     ``full`` visits every round planned.
     """
 

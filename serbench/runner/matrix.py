@@ -270,7 +270,8 @@ def _measure(
     finished. A case measured in rounds is one record, its visits so far merged
     (``results.merge``); once a visit fails (or finds the case unsupported, or its backend
     failed conformance), or its scenario takes no more of them (``Scenario.revisit``), the case
-    is visited no more; nor is a group ``stop_rule`` finds done (``visits.Stopping``)."""
+    is visited no more; nor are the backends of a group that ``stop_rule`` no longer finds open
+    (``visits.Stopping``)."""
     stopping = Stopping(stop_rule, profile, backends)
     rounds: dict[Case, list[Record]] = {}
     where: dict[Case, int] = {}  # a case measured in rounds: its record's index in the file
@@ -346,7 +347,7 @@ def execute(
 
     ``check`` gives the backends as checked (``check_backends``), called once
     the zygote is taken; a counting run's parent checks them outside valgrind.
-    ``stop_rule``: the rule that stops visiting a group (``visits.Stopping``).
+    ``stop_rule``: the rule that stops visiting a group's backends (``visits.Stopping``).
     On KeyboardInterrupt (Ctrl-C or SIGTERM) the file keeps ``complete: false``
     and the cases so far; it exists from the start, before the conformance checks.
     """

@@ -10,9 +10,9 @@ on whichever case was running, and round ``i`` of two backends is a pair
 (``serbench.analysis.estimates.ratio_estimate``). A scenario that measures a group
 ``together`` (micro) has each round of it in one child (``batches``). A case's
 visits are merged into one record (``merged``); a scenario may end them early
-(``Scenario.revisit``), and a run may stop visiting a group whose comparisons more visits
-would not change (``Stopping``: a stopping rule the command line hands down, as a sequential
-test stops).
+(``Scenario.revisit``), and a run may stop visiting the backends of a group whose comparisons
+more visits would not change (``Stopping``: a stopping rule the command line hands down, as a
+sequential test stops).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from serbench.model.profiles import Profile
 from serbench.model.results import Backend, Case, Record, Results, merge
 from serbench.scenarios import get_scenario
 
-# Whether visiting a group more could change none of its comparisons, given its records so far (each
-# case's visits merged, with the run's backends) and how many-fold its samples could still grow (the
-# rounds planned over those made): the analysis layer's rule (``serbench.analysis.settled.group_done``),
-# handed down by the command.
-StopRule = Callable[[Results, float], bool]
+# The backends of a group that more visits could still tell something about (none: the group is done),
+# given its records so far (each case's visits merged, with the run's backends) and how many-fold its
+# samples could still grow (the rounds planned over those made): the analysis layer's rule
+# (``serbench.analysis.settled.still_open``), handed down by the command.
+StopRule = Callable[[Results, float], frozenset[str]]
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,12 @@ def merged(recs: list[Record]) -> Record:
 
 
 class Stopping:
-    """Which groups a run visits no more because more visits would not change their comparisons:
+    """Which visits of a group a run takes no more because they would not change its comparisons:
     at the start of each round from the profile's ``rounds`` on (those always taken), ``rule`` is
-    asked once of the group's records so far and of the rounds planned over those made; a group
-    it finds done has its later rounds left out. Without a rule, or for a profile that is not
-    ``sequential``, every round planned is taken."""
+    asked once of the group's records so far and of the rounds planned over those made, and
+    that round and the next visit only the backends it names; once it names none, the group's
+    later rounds are left out. Without a rule, or for a profile that is not ``sequential``,
+    every round planned is taken."""
 
     def __init__(self, rule: StopRule | None, profile: Profile, backends: dict[str, Backend]) -> None:
         self.rule = rule if profile.sequential else None
@@ -127,21 +128,21 @@ class Stopping:
         self.minimum = profile.rounds
         self.records: dict[Case, dict[Case, Record]] = {}  # group → case → its record so far
         self.asked: dict[Case, int] = {}  # group → the round the rule was last asked at
-        self.stopped: set[Case] = set()
+        self.open: dict[Case, frozenset[str]] = {}  # group → the backends the rule last left open
 
     def keep(self, case: Case, rec: Record) -> None:
         """``rec``: the record of ``case`` so far, its visits merged."""
         self.records.setdefault(group_of(case), {})[case] = rec
 
     def takes(self, visit: Visit) -> bool:
-        """Whether the run takes ``visit``: not once its group was found done."""
+        """Whether the run takes ``visit``: its backend still open in its group."""
         if visit.rounds == 1:
             return True
         group = group_of(visit.case)
+        done = self.open.get(group) == frozenset()
         fresh = visit.round >= self.minimum and self.asked.get(group) != visit.round
-        if self.rule is not None and fresh and group not in self.stopped:
+        if self.rule is not None and fresh and not done:
             self.asked[group] = visit.round
             so_far = Results(records=list(self.records.get(group, {}).values()), backends=self.backends)
-            if self.rule(so_far, visit.rounds / visit.round):
-                self.stopped.add(group)
-        return group not in self.stopped
+            self.open[group] = self.rule(so_far, visit.rounds / visit.round)
+        return group not in self.open or visit.case.backend in self.open[group]

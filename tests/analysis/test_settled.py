@@ -10,7 +10,7 @@ from builders import doc, rec
 
 from serbench.analysis import decision
 from serbench.analysis.estimates import Estimate
-from serbench.analysis.settled import group_done, settled, within_reach
+from serbench.analysis.settled import settled, still_open, within_reach
 from serbench.analysis.summary import summarize_run
 from serbench.model.results import Backend, Record, Results
 from serbench.model.stats import summarize
@@ -66,9 +66,14 @@ def test_no_interval_is_within_reach() -> None:
     assert not within_reach(Estimate(1.0, None, None, 1), TTFT_TIE, 100.0)
 
 
+def open_in(records: list[Record], growth: float = 1.0, safe: tuple[str, ...] = ()) -> frozenset[str]:
+    """``still_open`` of one group's ``records``, the backends in ``safe`` declared safe."""
+    return still_open(Results(records=records, backends={b: Backend(safe=True) for b in safe}), growth)
+
+
 def done(records: list[Record], growth: float = 1.0, safe: tuple[str, ...] = ()) -> bool:
-    """``group_done`` of one group's ``records``, the backends in ``safe`` declared safe."""
-    return group_done(Results(records=records, backends={b: Backend(safe=True) for b in safe}), growth)
+    """Whether the group is done: no backend left open."""
+    return not open_in(records, growth, safe)
 
 
 def _group(factors: dict[str, float], noise: float, visits: int = 6, per_visit: int = 10) -> list[Record]:
@@ -113,6 +118,14 @@ def test_a_group_is_done_once_its_open_comparisons_are_beyond_the_budget_left() 
     assert done(_group({"a": 1.0, "b": 1.0, "c": 6.5}, noise=0.01), growth=400.0)
 
 
+def test_a_row_settled_apart_is_closed_while_a_comparison_near_the_tie_keeps_the_rest_open() -> None:
+    """c, 6.5 times the best, is settled apart: visiting it more tells nothing. b, on the tie's
+    edge, stays open with the best (a) it is compared against, and with the variant, which
+    compares nothing but is measured while the group is."""
+    group = _group({"a": 1.0, "b": 1.1, "c": 6.5, "a:threshold=inf": 1.2}, noise=0.01)
+    assert open_in(group, growth=400.0) == {"a", "b", "a:threshold=inf"}
+
+
 def test_a_group_is_done_by_the_comparisons_its_decision_reads_each_row_against_the_best() -> None:
     """Two rows near the tie's edge of each other but both far behind the best (a, safe) leave
     nothing open that the decision reads; with b the best safe row, c against it is open. A
@@ -126,8 +139,7 @@ def test_failed_records_compare_nothing_and_one_row_has_nothing_left_to_compare(
     (one,) = _group({"a": 1.0}, noise=0.01)
     failed = rec({}, "b", "images-32", error="boom", scenario="ipc", transport="ipc")
     assert done([one, failed])
-    assert not done([failed])
-    assert not done([])
+    assert open_in([failed]) == {"b"}  # nothing measured yet: nothing closed
 
 
 def _decision_doc(factors: dict[str, float]) -> Results:

@@ -433,19 +433,23 @@ def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Planned:
     return _registered(Planned(), tmp_path, monkeypatch)
 
 
-def _stopped_at(tmp_path: Path, settled_from: int, profile: Profile = QUICK3) -> tuple[dict[str, int], list]:
-    """Each backend's visits under a rule that finds the group done once every record has
-    ``settled_from`` visits, and the rounds of the records each call was asked with, beside the
-    growth it was handed (the rounds planned over those made)."""
+def _stopped_at(
+    tmp_path: Path, settled_from: int, profile: Profile = QUICK3, closed: frozenset[str] = frozenset()
+) -> tuple[dict[str, int], list]:
+    """Each backend's visits under a rule that leaves every backend but the ``closed`` ones open
+    until every record has ``settled_from`` visits, then none, and the rounds of the records each
+    call was asked with, beside the growth it was handed (the rounds planned over those made)."""
     asked: list[tuple[list[int | None], float]] = []
 
-    def done(group: results.Results, growth: float) -> bool:
+    def still_open(group: results.Results, growth: float) -> frozenset[str]:
         asked.append(([rec.rounds for rec in group.records], growth))
         assert set(group.backends) == set(BACKENDS)  # the run's backends, for which are safe
-        return all((rec.rounds or 1) >= settled_from for rec in group.records)
+        if all((rec.rounds or 1) >= settled_from for rec in group.records):
+            return frozenset()
+        return frozenset(BACKENDS) - closed
 
     plan = Plan(BACKENDS, ["images-1"], ["planned"])
-    run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, stop_rule=done)
+    run = execute(plan, profile, tmp_path / "results.json", ["run"], check=_trusted, stop_rule=still_open)
     return {r.backend: r.rounds for r in run.results.records}, asked
 
 
@@ -465,6 +469,17 @@ def test_a_settled_group_is_visited_no_more_but_never_before_the_profiles_rounds
     assert visits == dict.fromkeys(BACKENDS, QUICK3.rounds) and [a for a, _ in asked] == [[3, 3, 3]]
     visits, asked = _stopped_at(tmp_path / "never", settled_from=99)
     assert visits == dict.fromkeys(BACKENDS, Planned.min_rounds) and len(asked) == 3
+
+
+def test_a_backend_whose_comparison_is_closed_is_visited_no_more_while_the_others_go_on(
+    tmp_path: Path, planned: Planned
+) -> None:
+    """pickle's comparison closed from the profile's rounds on: it keeps its three visits, the
+    other two take every round planned, and each visit is still its own child (the tallies)."""
+    visits, _ = _stopped_at(tmp_path, settled_from=99, closed=frozenset({"pickle"}))
+    assert visits == {"pickle": QUICK3.rounds, "msgspec-frombuffer": 6, "flat-mmk": 6}
+    tallies = {p.name: len(p.read_text()) for p in planned.folder.iterdir()}
+    assert tallies == {"pickle": QUICK3.rounds, "msgspec-frombuffer": 6, "flat-mmk": 6}
 
 
 def test_the_full_profile_takes_every_round_planned_whatever_the_rule(
