@@ -145,16 +145,19 @@ def ratio_estimate(
     side's samples instead (rounds still drawn together where they pair) — for
     a run's interleaved visits of a few requests each, where one visit's
     median is too noisy to stand for it (docs/architecture.md, "Measuring
-    rules"); where both sides' samples were taken in turn in the same rounds
-    (``Measurement.in_turn``), the median of the ratios of head's sample i to
-    base's sample i instead, rounds and samples drawn together. The ratio is
+    rules"), over the rounds both sides took (``_common_rounds``); where both
+    sides' samples were taken in turn in those rounds (``Measurement.in_turn``),
+    the median of the ratios of head's sample i to base's sample i instead,
+    rounds and samples drawn together. The ratio is
     None for a zero base;
     the interval is (None, None) with fewer than two samples a side — no
     interval, no significance.
     """
-    if pooled and side_by_side and _taken_in_turn(base, head):
-        return _in_turn_estimate(_groups(base), _groups(head), confidence, seed)
     base_groups, head_groups = _groups(base), _groups(head)
+    if pooled and side_by_side:
+        base_groups, head_groups = _common_rounds(base_groups, head_groups)
+        if base.in_turn and head.in_turn and list(map(len, base_groups)) == list(map(len, head_groups)):
+            return _in_turn_estimate(base_groups, head_groups, confidence, seed)
     paired = side_by_side and len(base_groups) == len(head_groups)
     pooled = pooled and max(len(base_groups), len(head_groups)) > 1  # one round: the same statistic
     if pooled:
@@ -185,9 +188,14 @@ def ratio_estimate(
     return ratio, float(low), float(high)
 
 
-def _taken_in_turn(base: Measurement, head: Measurement) -> bool:
-    """Both sides' samples taken in turn, in the same rounds, as many a round."""
-    return base.in_turn and head.in_turn and base.rounds == head.rounds and base.n == head.n
+def _common_rounds(
+    base: list[np.ndarray], head: list[np.ndarray]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The rounds both sides took, in a run's interleaved visits: a backend visited no more (its
+    comparison closed, ``serbench.analysis.settled``; its time spent, ``Scenario.revisit``) took
+    its group's first rounds, which pair with the others' first."""
+    taken = min(len(base), len(head))
+    return base[:taken], head[:taken]
 
 
 def _in_turn_estimate(

@@ -71,9 +71,9 @@ def still_open(group: Results, growth: float = 1.0) -> frozenset[str]:
     the group's best (``ranking.best_row``), in the scenario's headline metric with the best's
     ``tie_margin``; it is closed once settled, or beyond settling once the samples grow
     ``growth``-fold (the visits planned over those made; 1: none left). While any is open, every
-    backend but those of the closed comparisons stays open: the best, the variants, and a row
-    closed against a best that a later round may replace. A failed record compares nothing; a
-    group with one measured row has nothing left to compare. A row with fewer than
+    backend but those of the closed ones stays open: the best and the variants with the open.
+    A failed record compares nothing; a group with one measured row has nothing left to
+    compare. A row with fewer than
     ``MIN_DISTRIBUTION`` samples closes nothing yet: its interval would rest on a value, not a
     distribution; nor does a comparison without an interval."""
     everyone = frozenset(rec.backend for rec in group.records)

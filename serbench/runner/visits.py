@@ -118,9 +118,9 @@ class Stopping:
     """Which visits of a group a run takes no more because they would not change its comparisons:
     at the start of each round from the profile's ``rounds`` on (those always taken), ``rule`` is
     asked once of the group's records so far and of the rounds planned over those made, and
-    that round and the next visit only the backends it names; once it names none, the group's
-    later rounds are left out. Without a rule, or for a profile that is not ``sequential``,
-    every round planned is taken."""
+    the later rounds visit only the backends it names (one it left out once, never again); once
+    it names none, the group's later rounds are left out. Without a rule, or for a profile that
+    is not ``sequential``, every round planned is taken."""
 
     def __init__(self, rule: StopRule | None, profile: Profile, backends: dict[str, Backend]) -> None:
         self.rule = rule if profile.sequential else None
@@ -144,5 +144,8 @@ class Stopping:
         if self.rule is not None and fresh and not done:
             self.asked[group] = visit.round
             so_far = Results(records=list(self.records.get(group, {}).values()), backends=self.backends)
-            self.open[group] = self.rule(so_far, visit.rounds / visit.round)
+            # a backend once closed stays so: its visits stay its group's first rounds, which
+            # the analysis pairs with the others' first (``estimates.ratio_estimate``)
+            still = self.rule(so_far, visit.rounds / visit.round)
+            self.open[group] = still & self.open[group] if group in self.open else still
         return group not in self.open or visit.case.backend in self.open[group]

@@ -453,6 +453,22 @@ def test_samples_taken_in_turn_pair_sample_by_sample_through_a_slow_spell() -> N
     )
 
 
+def test_a_side_with_fewer_rounds_pairs_with_the_other_sides_first_rounds() -> None:
+    """A run's backend visited no more after three rounds took its group's first three: taken in
+    turn, those pair with the first three of a backend visited six times, and the ratio keeps
+    the narrow interval of pairs; compared unpaired, six rounds against three, the spells widen it."""
+    rng = np.random.default_rng(3)
+    speed = rng.choice([1.0, 1.0, 1.5, 2.0], size=12) * rng.normal(1, 0.005, size=12)
+    six = msgspec.structs.replace(summarize(list(10e-6 * speed), "s", [2] * 6), in_turn=True)
+    three = msgspec.structs.replace(summarize(list(11e-6 * speed[:6]), "s", [2] * 3), in_turn=True)
+    ratio, low, high = estimates.ratio_estimate(six, three, pooled=True, center=estimates.lower_quartiles)
+    assert ratio == pytest.approx(1.1, rel=0.01) and high - low < 0.03
+    _, low_apart, high_apart = estimates.ratio_estimate(
+        six, three, pooled=True, side_by_side=False, center=estimates.lower_quartiles
+    )
+    assert high_apart - low_apart > 3 * (high - low)
+
+
 def test_merged_rounds_are_in_turn_only_where_every_round_was() -> None:
     taken = msgspec.structs.replace(summarize([1.0, 2.0], "s"), in_turn=True)
     alone = summarize([1.5, 2.5], "s")

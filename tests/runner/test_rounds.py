@@ -482,6 +482,25 @@ def test_a_backend_whose_comparison_is_closed_is_visited_no_more_while_the_other
     assert tallies == {"pickle": QUICK3.rounds, "msgspec-frombuffer": 6, "flat-mmk": 6}
 
 
+def test_a_backend_once_closed_stays_closed_though_the_rule_names_it_again(
+    tmp_path: Path, planned: Planned
+) -> None:
+    """Its visits stay its group's first rounds, which the analysis pairs with the others'."""
+    calls: list[int] = []
+
+    def still_open(group: results.Results, growth: float) -> frozenset[str]:
+        calls.append(len(calls))
+        return frozenset(BACKENDS) - ({"pickle"} if len(calls) == 1 else set())
+
+    plan = Plan(BACKENDS, ["images-1"], ["planned"])
+    run = execute(plan, QUICK3, tmp_path / "results.json", ["run"], check=_trusted, stop_rule=still_open)
+    assert {r.backend: r.rounds for r in run.results.records} == {
+        "pickle": QUICK3.rounds,
+        "msgspec-frombuffer": 6,
+        "flat-mmk": 6,
+    }
+
+
 def test_the_full_profile_takes_every_round_planned_whatever_the_rule(
     tmp_path: Path, planned: Planned
 ) -> None:
