@@ -41,10 +41,9 @@ from typing import NamedTuple
 import msgspec
 
 from serbench.analysis import decision
-from serbench.analysis.estimates import center_of, ratio_estimate
+from serbench.analysis.estimates import center_of, paired_rounds, ratio_estimate
 from serbench.analysis.ranking import headline_metric, tie_tolerance
 from serbench.model.results import Case, Record, load
-from serbench.model.stats import Measurement
 from serbench.present.terminal import table
 
 ALL = "all"
@@ -68,12 +67,6 @@ def headline_records(path: Path) -> tuple[list[Record], list[str]]:
     data = load(path)
     names = [headline_metric(data, scenario) for scenario in data.scenarios()]
     return [rec for rec in data.records if rec.ok], [name for name in names if name is not None]
-
-
-def _pairs(base: Measurement, head: Measurement) -> int:
-    """How many rounds pair the two (measured in the same interleaved rounds), 0 for none."""
-    rounds = base.rounds or []
-    return len(rounds) if len(rounds) > 1 and len(rounds) == len(head.rounds or []) else 0
 
 
 def _ratio_pairs(by_backend: dict[str, Record], name: str, reference: str) -> list[tuple[Record, Record]]:
@@ -133,7 +126,7 @@ def within_run_ratios(
             if ratio is not None:
                 label = f"{head.row} / {base.backend}" if reference == ALL else head.row
                 where = f"{group.scenario} {group.workload}"
-                out[label, where, name] = Ratio(ratio, low, high, _pairs(*pair))
+                out[label, where, name] = Ratio(ratio, low, high, paired_rounds(*pair))
     return out
 
 

@@ -198,6 +198,13 @@ def _common_rounds(
     return base[:taken], head[:taken]
 
 
+def paired_rounds(base: Measurement, head: Measurement) -> int:
+    """How many rounds a run's comparison of the two pairs (``ratio_estimate`` pooled, side by
+    side): the rounds both took, where each side was measured in several; 0 where none pair."""
+    taken = len(_common_rounds(_groups(base), _groups(head))[0])
+    return taken if taken > 1 else 0
+
+
 def _in_turn_estimate(
     base_groups: list[np.ndarray], head_groups: list[np.ndarray], confidence: float, seed: int
 ) -> tuple[float | None, float | None, float | None]:

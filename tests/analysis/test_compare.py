@@ -469,6 +469,12 @@ def test_a_side_with_fewer_rounds_pairs_with_the_other_sides_first_rounds() -> N
     assert high_apart - low_apart > 3 * (high - low)
 
 
+def test_the_rounds_that_pair_are_those_both_sides_took() -> None:
+    six, three = (summarize([1.0] * 2 * n, "s", [2] * n) for n in (6, 3))
+    assert estimates.paired_rounds(six, three) == estimates.paired_rounds(three, six) == 3
+    assert estimates.paired_rounds(six, summarize([1.0, 2.0], "s")) == 0  # one round: none pair
+
+
 def test_merged_rounds_are_in_turn_only_where_every_round_was() -> None:
     taken = msgspec.structs.replace(summarize([1.0, 2.0], "s"), in_turn=True)
     alone = summarize([1.5, 2.5], "s")
