@@ -49,6 +49,10 @@ HASH_SEED = "0"
 # Where a caller asks for another hash seed: the gate counts each case under two layouts
 # (``serbench.gate.counting.LAYOUTS``), this one of them.
 HASH_SEED_VARIABLE = "SERBENCH_HASH_SEED"
+# Where a caller asks for another heap margin (glibc's ``top_pad``: what the heap grows by beyond
+# an allocation's need), which decides whether a growing buffer's realloc extends in place or
+# moves and copies: the gate's other layout sets it (docs/measurements/2026-12-08-layouts.md).
+TOP_PAD_VARIABLE = "SERBENCH_MALLOC_TOP_PAD"
 # glibc's mmap threshold fixed at its initial value: a tunable that is set turns off the dynamic threshold.
 FIXED_MALLOC = "glibc.malloc.mmap_threshold=131072"
 # No thread pools: a pool thread maps and frees memory whenever it is scheduled, which moves
@@ -264,7 +268,8 @@ def counting_environment() -> dict[str, str]:
     process read as they start, before any message can reach it: the hash seed fixed (to
     ``HASH_SEED``, or to ``HASH_SEED_VARIABLE``'s value where that is set),
     pymalloc (``_Pools`` reads its pools), glibc's mmap threshold fixed (added to any
-    tunables already set), one thread per math library, and the current folder off
+    tunables already set, with the heap margin ``TOP_PAD_VARIABLE`` asks for where it is set),
+    one thread per math library, and the current folder off
     ``sys.path``. serbench's own settings go in the worker's ``Setup`` message.
 
     ``python -m`` puts the current folder first on ``sys.path``, and every import
@@ -272,7 +277,9 @@ def counting_environment() -> dict[str, str]:
     (``/tmp``) moved counts of the same commit (docs/measurements/2026-12-02-instructions.md).
     ``PYTHONSAFEPATH`` (Python 3.11+) leaves it off; a spec that names a module in
     it still finds it (``serializers._import``)."""
-    tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC)))
+    top_pad = os.environ.get(TOP_PAD_VARIABLE)
+    asked = f"glibc.malloc.top_pad={top_pad}" if top_pad else None
+    tunables = ":".join(filter(None, (os.environ.get("GLIBC_TUNABLES"), FIXED_MALLOC, asked)))
     return {
         **os.environ,
         "PYTHONHASHSEED": os.environ.get(HASH_SEED_VARIABLE, HASH_SEED),

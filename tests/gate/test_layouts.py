@@ -16,11 +16,13 @@ from serbench.probes import instructions
 from serbench.runner.matrix import Plan
 
 
-def test_the_layouts_differ_in_hash_seed_and_environment_size() -> None:
+def test_the_layouts_differ_in_hash_seed_environment_size_and_heap_margin() -> None:
     first, second = (dict(layout.variables()) for layout in counting.LAYOUTS)
     assert first[instructions.HASH_SEED_VARIABLE] != second[instructions.HASH_SEED_VARIABLE]
     assert len(first[counting.PADDING_VARIABLE]) != len(second[counting.PADDING_VARIABLE])
+    assert first[instructions.TOP_PAD_VARIABLE] != second[instructions.TOP_PAD_VARIABLE]
     assert first[instructions.HASH_SEED_VARIABLE] == instructions.HASH_SEED  # the first is the old one
+    assert first[instructions.TOP_PAD_VARIABLE] == ""  # glibc's own margin
 
 
 def test_the_counting_environment_takes_the_layouts_hash_seed(monkeypatch) -> None:
@@ -28,6 +30,15 @@ def test_the_counting_environment_takes_the_layouts_hash_seed(monkeypatch) -> No
     assert instructions.counting_environment()["PYTHONHASHSEED"] == instructions.HASH_SEED
     monkeypatch.setenv(instructions.HASH_SEED_VARIABLE, "7")
     assert instructions.counting_environment()["PYTHONHASHSEED"] == "7"
+
+
+def test_the_counting_environment_sets_the_layouts_heap_margin_after_the_fixed_threshold(monkeypatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setenv(instructions.TOP_PAD_VARIABLE, "")
+    assert instructions.counting_environment()["GLIBC_TUNABLES"] == instructions.FIXED_MALLOC
+    monkeypatch.setenv(instructions.TOP_PAD_VARIABLE, "0")
+    tunables = instructions.counting_environment()["GLIBC_TUNABLES"]
+    assert tunables == f"{instructions.FIXED_MALLOC}:glibc.malloc.top_pad=0"
 
 
 def test_every_case_is_counted_under_each_layout_and_the_counts_merged(monkeypatch, tmp_path: Path) -> None:
