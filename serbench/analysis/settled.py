@@ -73,15 +73,16 @@ def still_open(group: Results, growth: float = 1.0) -> frozenset[str]:
     ``growth``-fold (the visits planned over those made; 1: none left). While any is open, every
     backend but those of the closed ones stays open: the best and the variants with the open.
     A failed record compares nothing; a group with one measured row has nothing left to
-    compare. A row with fewer than
-    ``MIN_DISTRIBUTION`` samples closes nothing yet: its interval would rest on a value, not a
-    distribution; nor does a comparison without an interval."""
+    compare. A row with fewer than ``MIN_DISTRIBUTION`` samples closes nothing yet: its
+    interval would rest on a value, not a distribution; nor does a comparison without one."""
     everyone = frozenset(rec.backend for rec in group.records)
     data = Results(records=[rec for rec in group.records if rec.ok], backends=group.backends)
-    name = headline_metric(data, data.records[0].scenario) if data.records else None
-    if name is None:
+    if not data.records:
         return everyone
     scenario = data.records[0].scenario
+    name = headline_metric(data, scenario)
+    if name is None:
+        return everyone
     measured = {row: m for row, m in measurements(data, scenario, name).items() if not is_variant(row)}
     if any(m.n < MIN_DISTRIBUTION for row in measured.values() for m in row.values()):
         return everyone
