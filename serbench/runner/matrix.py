@@ -43,7 +43,7 @@ from serbench.model.results import (
 from serbench.probes import environment, instructions
 from serbench.runner import protocol
 from serbench.runner.visits import Stopping, StopRule, Visit, batches, merged, revisited, visit_order
-from serbench.runtime.isolation import Zygote, error_text, run_isolated
+from serbench.runtime.isolation import Zygote, error_text, run_isolated_each
 from serbench.scenarios import Outcome, get_scenario
 from serbench.serializers import (
     conformance,
@@ -141,17 +141,21 @@ def run_together(
 
 
 def check_backends(specs: list[str]) -> dict[str, Backend]:
-    """Each backend's safety and conformance suite, checked in a child of its own: spec → the
-    backend as checked (the suite's failures are why a backend is not timed)."""
+    """Each backend's safety and conformance suite, checked in a child of its own, as many side
+    by side as this process has CPUs: spec → the backend as checked (the suite's failures are
+    why a backend is not timed)."""
     _preload_torch()
-    checked = {}
-    for spec in specs:
-        try:
-            checked[spec] = run_isolated(check_backend, (spec,), CONFORMANCE_TIMEOUT_S)
-        except CaseFailed as exc:
-            failed = Conformance(error=str(exc), failed={"*": str(exc)})
-            checked[spec] = Backend(safe=False, conformance=failed)
-    return checked
+    at_once = len(os.sched_getaffinity(0))  # side by side: a check measures nothing
+    outcomes = run_isolated_each(check_backend, [(spec,) for spec in specs], CONFORMANCE_TIMEOUT_S, at_once)
+    return {
+        spec: _check_failed(outcome) if isinstance(outcome, CaseFailed) else outcome
+        for spec, outcome in zip(specs, outcomes, strict=True)
+    }
+
+
+def _check_failed(error: CaseFailed) -> Backend:
+    """A backend whose check ended without a verdict (it crashed, or hung): not timed."""
+    return Backend(safe=False, conformance=Conformance(error=str(error), failed={"*": str(error)}))
 
 
 def _conformance_error(backend: Backend) -> str | None:

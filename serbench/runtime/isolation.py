@@ -20,9 +20,10 @@ import pickle
 import shutil
 import signal
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -147,24 +148,57 @@ def _no_result(code: int | None) -> CaseFailed:
 
 def run_isolated(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
     """``fn(*args)`` in a fresh child; its return value, or CaseFailed."""
+    (outcome,) = run_isolated_each(fn, [args], timeout)
+    if isinstance(outcome, CaseFailed):
+        raise outcome
+    return outcome
+
+
+def run_isolated_each(
+    fn: Callable[..., Any], calls: list[tuple], timeout: float, at_once: int = 1
+) -> list[Any]:
+    """``fn(*args)`` for each ``args`` of ``calls``, each in a fresh child, ``at_once`` children
+    at a time, each given ``timeout`` from its start: per call, its return value or the
+    CaseFailed that ended it. For work that measures nothing (the backends' conformance),
+    where children side by side only finish sooner."""
+    outcomes: list[Any] = []
+    for start in range(0, len(calls), at_once):
+        with ExitStack() as children:
+            started = [children.enter_context(_started(fn, args)) for args in calls[start : start + at_once]]
+            deadline = time.monotonic() + timeout
+            outcomes.extend(_collected(receiver, proc, deadline, timeout) for receiver, proc in started)
+    return outcomes
+
+
+@contextmanager
+def _started(fn: Callable[..., Any], args: tuple) -> Iterator[tuple[Connection, Any]]:
+    """A child running ``fn(*args)``, the end its outcome comes on; ended (its tree) on exit."""
     receiver, sender = FORK.Pipe(duplex=False)
     proc = FORK.Process(target=_child, args=(sender, fn, args), daemon=False)
     try:
         with _interrupts_deferred():
             proc.start()
         sender.close()
-        if not wait([receiver, proc.sentinel], timeout):
+        yield receiver, proc
+    finally:
+        receiver.close()
+        if proc.pid is not None:  # started: an interrupt held during fork lands here, after it
+            end_tree(proc.pid)
+            proc.join(5)
+
+
+def _collected(receiver: Connection, proc: Any, deadline: float, timeout: float) -> Any:
+    """A started child's outcome: its return value, or the CaseFailed that ended it."""
+    try:
+        if not wait([receiver, proc.sentinel], max(0.0, deadline - time.monotonic())):
             raise CaseFailed(f"timed out after {timeout:g} s")
         try:
             return _payload(*receiver.recv())
         except EOFError:
             proc.join(5)
             raise _no_result(proc.exitcode) from None
-    finally:
-        receiver.close()
-        if proc.pid is not None:  # started: an interrupt held during fork lands here, after it
-            end_tree(proc.pid)
-            proc.join(5)
+    except CaseFailed as exc:
+        return exc
 
 
 _WORD = 8  # bytes of a pid or an exit code on the zygote's answers pipe

@@ -20,7 +20,7 @@ from serbench.model.errors import CaseFailed
 from serbench.model.profiles import PROFILES
 from serbench.present.terminal import render
 from serbench.runner.matrix import Plan, execute
-from serbench.runtime.isolation import Zygote, run_isolated
+from serbench.runtime.isolation import Zygote, run_isolated, run_isolated_each
 
 FAST = dataclasses.replace(
     PROFILES["quick"], samples=3, min_sample_s=0.0005, max_metric_s=0.05, case_timeout_s=20
@@ -54,6 +54,26 @@ def test_an_ended_child_cleans_up_before_it_is_killed(tmp_path: Path) -> None:
         run_isolated(_make_then_hang, (tmp_path,), 5)
     assert (tmp_path / "started").exists(), "the child never ran"
     assert not (tmp_path / "made").exists(), "killed without its finally"
+
+
+def _pid_or(action: str, folder: Path) -> int:
+    """Runs in an isolated child: raises, hangs (``_make_then_hang``), or answers its pid."""
+    if action == "raise":
+        _raise()
+    if action == "hang":
+        _make_then_hang(folder)
+    return os.getpid()
+
+
+def test_children_side_by_side_answer_in_order_each_its_own_outcome(tmp_path: Path) -> None:
+    """Two at a time: each call's value or CaseFailed in the order asked, a hung one ended
+    (cleaned up) at its own timeout, each call in a child of its own."""
+    calls = [("answer", tmp_path), ("raise", tmp_path), ("hang", tmp_path), ("answer", tmp_path)]
+    first, raised, hung, last = run_isolated_each(_pid_or, calls, 5, at_once=2)
+    assert isinstance(first, int) and isinstance(last, int) and len({first, last, os.getpid()}) == 3
+    assert isinstance(raised, CaseFailed) and "KeyError: 'boom'" in str(raised)
+    assert isinstance(hung, CaseFailed) and "timed out" in str(hung)
+    assert (tmp_path / "started").exists() and not (tmp_path / "made").exists()
 
 
 def test_the_zygote_forks_each_task_and_ends_with_its_block() -> None:
