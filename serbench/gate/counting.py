@@ -57,10 +57,9 @@ class Layout:
 
 
 # Two seeds, two environment sizes and two heap margins, as Mytkowicz et al. (ASPLOS 2009) perturb
-# a layout: a count that differs between them moves with the interpreter's layout, not with the
-# code measured. The margin: a change elsewhere moved a realloc from moving to extending in place,
-# and a path both sides share read 1.3 % fewer instructions under both of the other perturbations
-# (docs/measurements/2026-12-08-layouts.md).
+# a layout: a count that differs between them moves with the layout, not with the code measured. The
+# margin sees a realloc that a change elsewhere made extend in place instead of moving, which the
+# other two did not (docs/measurements/2026-12-08-layouts.md).
 LAYOUTS = (Layout(instructions.HASH_SEED, 0, ""), Layout("1", 1001, "0"))
 
 
