@@ -1,4 +1,4 @@
-"""Run one function in a fresh process with a timeout; survive whatever it does.
+"""Run a function in a fresh process with a timeout, or several side by side; survive whatever it does.
 
 Children are forked from the runner, which has imported torch, numpy,
 msgspec and zmq but runs no measurement itself, so a fresh process per case
